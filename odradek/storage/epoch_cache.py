@@ -1,0 +1,207 @@
+"""The leader epoch cache: which leader epoch wrote which range of offsets.
+
+How this works and why: every batch carries the epoch of the leader that appended it
+(``partitionLeaderEpoch``). Remembering where each epoch *started* lets a follower
+that comes back after a leader change ask the new leader "where did my last epoch end
+on your side?" (OffsetsForLeaderEpoch, KIP-101/KIP-279) and truncate exactly the
+records that diverged, instead of guessing from the high watermark. The cache is the
+sorted list of (epoch, start offset) pairs; epoch ``e`` covers the offsets from its
+start offset up to the next entry's start offset (or the log end for the latest).
+It follows Kafka's LeaderEpochFileCache:
+
+* ``assign`` is called for every appended batch and records an entry only when the
+  batch's epoch is newer than the latest one. Epochs and start offsets are both
+  strictly increasing; a new epoch whose start offset is not above the existing ones
+  first removes the entries it conflicts with (so a later epoch starting at the same
+  offset replaces the earlier one).
+* log truncation (``truncate_from_end``) and retention (``truncate_from_start``) keep
+  the cache in step with the log.
+
+On-disk format: ``<partition dir>/leader-epoch-checkpoint`` in the checkpoint format
+of ``checkpoint.py`` (version ``0``, entry count, one ``epoch startOffset`` line per
+entry, oldest first). Every change to the entries rewrites the file synchronously and
+atomically: it is a few lines long and changes only on leader changes, truncation and
+retention, never per batch.
+
+Concurrency: single owner, the partition's log on the event loop; no locking needed.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from odradek.storage.checkpoint import (
+    INT32_MAX,
+    INT64_MAX,
+    CheckpointError,
+    entry_line,
+    expect_fields,
+    parse_int_field,
+    read_checkpoint_lines,
+    write_checkpoint_lines,
+)
+
+UNDEFINED_EPOCH: Final = -1
+UNDEFINED_EPOCH_OFFSET: Final = -1
+LEADER_EPOCH_CHECKPOINT: Final = "leader-epoch-checkpoint"
+LEADER_EPOCH_CHECKPOINT_VERSION: Final = 0
+
+
+@dataclass(frozen=True, slots=True)
+class EpochEntry:
+    """Leader epoch ``epoch`` wrote the offsets from ``start_offset`` on."""
+
+    epoch: int
+    start_offset: int
+
+
+class LeaderEpochCache:
+    """The (epoch, start offset) history of one partition, persisted at ``path``."""
+
+    def __init__(self, path: Path) -> None:
+        """Load ``path`` if it exists; CheckpointError if it is malformed."""
+        self._path = path
+        self._entries: list[EpochEntry] = _load(path)
+
+    # -- queries ------------------------------------------------------------------
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def entries(self) -> list[EpochEntry]:
+        """A copy of the entries, oldest first."""
+        return list(self._entries)
+
+    @property
+    def latest_entry(self) -> EpochEntry | None:
+        return self._entries[-1] if self._entries else None
+
+    @property
+    def earliest_entry(self) -> EpochEntry | None:
+        return self._entries[0] if self._entries else None
+
+    @property
+    def latest_epoch(self) -> int | None:
+        return self._entries[-1].epoch if self._entries else None
+
+    def epoch_for_offset(self, offset: int) -> int | None:
+        """The epoch whose range contains ``offset``; None if it is below every entry."""
+        index = self._last_starting_at_or_below(offset)
+        return self._entries[index].epoch if index >= 0 else None
+
+    def end_offset_for(self, requested_epoch: int, log_end_offset: int) -> tuple[int, int]:
+        """Answer OffsetsForLeaderEpoch: (epoch, end offset) for ``requested_epoch``.
+
+        The end offset of an epoch is the start offset of the next higher epoch we know
+        (the log end for the latest epoch). The returned epoch is the largest known
+        epoch <= the requested one, or the requested one itself if it predates them
+        all. An epoch above everything we know is undefined.
+        """
+        if requested_epoch == UNDEFINED_EPOCH:
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        if requested_epoch == self.latest_epoch:
+            return requested_epoch, log_end_offset
+        higher = bisect.bisect_right(self._entries, requested_epoch, key=_epoch_of)
+        if higher == len(self._entries):
+            return UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET
+        end_offset = self._entries[higher].start_offset
+        if higher == 0:
+            return requested_epoch, end_offset
+        return self._entries[higher - 1].epoch, end_offset
+
+    # -- mutations (each writes the file when the entries change) -----------------
+
+    def assign(self, epoch: int, start_offset: int) -> bool:
+        """Record that ``epoch`` starts at ``start_offset`` if it is a new epoch.
+
+        Called for every appended batch with its leader epoch and base offset. Returns
+        True when an entry was added. Negative epochs (batches written without one)
+        and epochs not above the latest are ignored.
+        """
+        assert 0 <= start_offset <= INT64_MAX, f"bad start offset {start_offset}"
+        assert epoch <= INT32_MAX, f"epoch {epoch} outside int32"
+        latest = self.latest_epoch
+        if epoch < 0 or (latest is not None and epoch <= latest):
+            return False
+        # Only reachable after a truncation went wrong: entries at or above the new
+        # start offset would break the ordering, so the new epoch supersedes them.
+        kept = [entry for entry in self._entries if entry.start_offset < start_offset]
+        self._replace([*kept, EpochEntry(epoch, start_offset)])
+        return True
+
+    def truncate_from_end(self, end_offset: int) -> None:
+        """The log was truncated to ``end_offset``: forget epochs starting at or after it."""
+        assert end_offset >= 0, f"bad truncation offset {end_offset}"
+        self._replace([entry for entry in self._entries if entry.start_offset < end_offset])
+
+    def truncate_from_start(self, start_offset: int) -> None:
+        """The log start moved up to ``start_offset``: drop the epochs wholly below it.
+
+        The epoch containing ``start_offset`` is kept, now starting at ``start_offset``.
+        """
+        index = self._last_starting_at_or_below(start_offset)
+        if index < 0:
+            return
+        first = EpochEntry(self._entries[index].epoch, start_offset)
+        self._replace([first, *self._entries[index + 1 :]])
+
+    def clear(self) -> None:
+        """Forget every entry."""
+        self._replace([])
+
+    def flush(self) -> None:
+        """Atomically write the entries to ``path``."""
+        lines = [f"{entry.epoch} {entry.start_offset}" for entry in self._entries]
+        write_checkpoint_lines(self._path, LEADER_EPOCH_CHECKPOINT_VERSION, lines)
+
+    # -- helpers ------------------------------------------------------------------
+
+    def _replace(self, entries: list[EpochEntry]) -> None:
+        if entries != self._entries:
+            self._entries = entries
+            self.flush()
+
+    def _last_starting_at_or_below(self, offset: int) -> int:
+        """Index of the last entry with start_offset <= ``offset``; -1 if there is none."""
+        return bisect.bisect_right(self._entries, offset, key=_start_of) - 1
+
+    def __repr__(self) -> str:
+        pairs = ", ".join(f"{e.epoch}@{e.start_offset}" for e in self._entries)
+        return f"LeaderEpochCache({self._path}, [{pairs}])"
+
+
+def _epoch_of(entry: EpochEntry) -> int:
+    return entry.epoch
+
+
+def _start_of(entry: EpochEntry) -> int:
+    return entry.start_offset
+
+
+def _load(path: Path) -> list[EpochEntry]:
+    rows = read_checkpoint_lines(path, LEADER_EPOCH_CHECKPOINT_VERSION) or []
+    entries: list[EpochEntry] = []
+    for index, fields in enumerate(rows):
+        entry = _parse_entry(path, index, fields)
+        if entries and not _follows(entries[-1], entry):
+            problem = f"entry {entry.epoch} {entry.start_offset} does not follow the one before"
+            raise CheckpointError(path, problem, entry_line(index))
+        entries.append(entry)
+    return entries
+
+
+def _parse_entry(path: Path, index: int, fields: Sequence[str]) -> EpochEntry:
+    expect_fields(path, index, fields, 2)
+    epoch = parse_int_field(path, index, fields[0], "epoch", 0, INT32_MAX)
+    start_offset = parse_int_field(path, index, fields[1], "start offset", 0, INT64_MAX)
+    return EpochEntry(epoch, start_offset)
+
+
+def _follows(previous: EpochEntry, entry: EpochEntry) -> bool:
+    return entry.epoch > previous.epoch and entry.start_offset > previous.start_offset

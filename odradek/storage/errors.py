@@ -1,0 +1,73 @@
+"""Typed errors raised by the storage layer.
+
+Storage knows nothing about the wire protocol, but every error that a client can
+cause carries the *name* of the Kafka error code it maps to (``code``), so the
+handler layer can answer with ``ErrorCode[err.code]`` without a lookup table of
+its own. Errors that mean "odradek has a bug" are assertions, not these.
+"""
+
+from __future__ import annotations
+
+
+class StorageError(Exception):
+    """Base class; ``code`` names the Kafka protocol error it maps to."""
+
+    code = "KAFKA_STORAGE_ERROR"
+
+
+class CorruptRecordError(StorageError):
+    """A batch failed its length, magic or CRC check (the peer sent bad bytes)."""
+
+    code = "CORRUPT_MESSAGE"
+
+
+class InvalidRecordError(StorageError):
+    """A well-formed batch that breaks a rule (control batch from a client, bad count...)."""
+
+    code = "INVALID_RECORD"
+
+
+class RecordTooLargeError(StorageError):
+    """A batch larger than ``max.message.bytes``."""
+
+    code = "MESSAGE_TOO_LARGE"
+
+
+class InvalidTimestampError(StorageError):
+    """A CreateTime timestamp outside ``message.timestamp.{before,after}.max.ms``."""
+
+    code = "INVALID_TIMESTAMP"
+
+
+class OffsetOutOfRangeError(StorageError):
+    """A read or truncation outside [log start offset, log end offset]."""
+
+    code = "OFFSET_OUT_OF_RANGE"
+
+
+class UnexpectedAppendOffsetError(StorageError):
+    """A follower append whose first offset is below the log end offset."""
+
+    code = "UNKNOWN_SERVER_ERROR"
+
+
+class OutOfOrderSequenceError(StorageError):
+    """An idempotent batch whose sequence does not follow the producer's last one."""
+
+    code = "OUT_OF_ORDER_SEQUENCE_NUMBER"
+
+
+class InvalidProducerEpochError(StorageError):
+    """A batch from a producer epoch older than the one the log has seen (fenced)."""
+
+    code = "INVALID_PRODUCER_EPOCH"
+
+
+class LogConfigError(StorageError):
+    """A bad configuration value; the message names the key."""
+
+    code = "INVALID_CONFIG"
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"{key}: {message}")
+        self.key = key

@@ -1,0 +1,175 @@
+"""Opening a partition directory: find segments, recover what may be torn, rebuild state.
+
+How this works and why (seeds/001 "Partition Recovery"): everything below the
+recovery point was fsynced, so after a clean shutdown every segment is trusted and
+only its indexes are sanity-checked. After a crash, each segment from the one holding
+the recovery point onward is re-read batch by batch (length, magic, CRC32C, offsets
+increasing); the first bad batch and everything after it — in that segment and in
+any later one — is cut off, and the indexes are rebuilt. A write that was torn by the
+crash therefore disappears, and every batch that was whole and acknowledged (written
+to the page cache before the ack) survives a process kill.
+
+Then the log end offset is known, so the leader epoch cache is trimmed to it and the
+producer state is rebuilt from the newest snapshot plus the batch headers after it.
+Leftovers of interrupted operations (``.deleted`` segments, ``.tmp`` files, orphan
+indexes) are removed first.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from odradek.storage.checkpoint import CheckpointError
+from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from odradek.storage.errors import CorruptRecordError
+from odradek.storage.index import IndexCorruptError
+from odradek.storage.log import Log, wall_clock_ms
+from odradek.storage.log_config import LogConfig
+from odradek.storage.producer_state import ProducerStateManager
+from odradek.storage.segment import (
+    DELETED_SUFFIX,
+    INDEX_SUFFIX,
+    LOG_SUFFIX,
+    TIME_INDEX_SUFFIX,
+    LogSegment,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class LoadStats:
+    segments: int = 0
+    recovered_segments: int = 0
+    batches_recovered: int = 0
+    bytes_recovered: int = 0
+    bytes_truncated: int = 0
+    segments_dropped: int = 0
+    corruption: str | None = None
+    elapsed_ms: int = 0
+
+
+def _base_offset(path: Path, suffix: str) -> int | None:
+    stem = path.name[: -len(suffix)]
+    return int(stem) if stem.isdigit() and len(stem) == 20 else None
+
+
+def _remove_leftovers(directory: Path) -> set[int]:
+    """Delete interrupted-operation files; return the base offsets of real segments."""
+    for path in directory.iterdir():
+        if path.name.endswith((DELETED_SUFFIX, ".tmp")):
+            path.unlink(missing_ok=True)
+    bases = set()
+    for path in directory.glob(f"*{LOG_SUFFIX}"):
+        base = _base_offset(path, LOG_SUFFIX)
+        if base is not None:
+            bases.add(base)
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+        for path in directory.glob(f"*{suffix}"):
+            if _base_offset(path, suffix) not in bases:
+                path.unlink(missing_ok=True)  # an index without its log
+    return bases
+
+
+def open_log(
+    directory: Path,
+    config: LogConfig,
+    *,
+    recovery_point: int = 0,
+    log_start_offset: int = 0,
+    clean_shutdown: bool = True,
+    clock: Callable[[], int] = wall_clock_ms,
+    producer_id_expiration_ms: int = 86_400_000,
+) -> tuple[Log, LoadStats]:
+    """Open (creating if needed) the log in ``directory``; recover it if not clean."""
+    started = time.monotonic()
+    directory.mkdir(parents=True, exist_ok=True)
+    stats = LoadStats()
+    bases = sorted(_remove_leftovers(directory))
+    segments = [_new_segment(directory, base, config, clock) for base in bases]
+    if not segments:
+        start = max(log_start_offset, 0)
+        segments = [_new_segment(directory, start, config, clock)]
+    # The segment holding the recovery point and all later ones may hold unflushed data.
+    first_unflushed = 0
+    for index, segment in enumerate(segments):
+        if segment.base_offset <= recovery_point:
+            first_unflushed = index
+    kept: list[LogSegment] = []
+    for index, segment in enumerate(segments):
+        if stats.corruption is not None:
+            segment.delete_files()  # everything after a corrupt batch is dropped
+            stats.segments_dropped += 1
+            continue
+        needs_recovery = not clean_shutdown and index >= first_unflushed
+        if not needs_recovery:
+            try:
+                segment.load()
+            except (IndexCorruptError, CorruptRecordError) as error:
+                logger.warning("%s: %s; rebuilding from the log", directory.name, error)
+                needs_recovery = True
+        if needs_recovery:
+            result = segment.recover()
+            stats.recovered_segments += 1
+            stats.batches_recovered += result.batches
+            stats.bytes_recovered += result.valid_bytes
+            stats.bytes_truncated += result.truncated_bytes
+            if result.corruption is not None:
+                stats.corruption = f"{segment.log_path.name}: {result.corruption}"
+        if kept and segment.size == 0 and stats.corruption is not None:
+            segment.delete_files()  # a segment cut to nothing behind a corruption
+            stats.segments_dropped += 1
+            continue
+        kept.append(segment)
+    stats.segments = len(kept)
+    epoch_cache, rebuild_epochs = _open_epoch_cache(directory)
+    producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
+    log = Log(
+        directory,
+        config,
+        kept,
+        log_start_offset=log_start_offset,
+        recovery_point=recovery_point,
+        epoch_cache=epoch_cache,
+        producer_state=producer_state,
+        clock=clock,
+    )
+    if rebuild_epochs:
+        for header in log.iter_headers(log.log_start_offset):
+            if header.partition_leader_epoch >= 0:
+                epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+    epoch_cache.truncate_from_end(log.log_end_offset)
+    epoch_cache.truncate_from_start(log.log_start_offset)
+    log.rebuild_producer_state()
+    if not clean_shutdown:
+        # Recovered data is now validated; it was already on disk, only maybe not synced.
+        log.flush()
+    stats.elapsed_ms = int((time.monotonic() - started) * 1000)
+    return log, stats
+
+
+def _open_epoch_cache(directory: Path) -> tuple[LeaderEpochCache, bool]:
+    """The epoch cache; a damaged file is replaced by one rebuilt from batch headers."""
+    path = directory / LEADER_EPOCH_CHECKPOINT
+    try:
+        return LeaderEpochCache(path), False
+    except CheckpointError as error:
+        logger.warning("%s; rebuilding the leader epoch cache from the log", error)
+        path.unlink(missing_ok=True)
+        return LeaderEpochCache(path), True
+
+
+def _new_segment(
+    directory: Path, base: int, config: LogConfig, clock: Callable[[], int]
+) -> LogSegment:
+    return LogSegment(
+        directory,
+        base,
+        index_interval_bytes=config.index_interval_bytes,
+        max_index_bytes=config.segment_index_bytes,
+        created_ms=clock(),
+    )

@@ -1,0 +1,354 @@
+"""LogManager: every partition log under ``log.dirs``, their checkpoints and housekeeping.
+
+How this works and why: at start-up each log dir is locked (``.lock``, so two brokers
+never share one), its checkpoint files are read, and every ``<topic>-<partition>``
+directory is opened. If the dir holds no clean-shutdown marker the broker crashed, so
+logs are recovered from their recovery points (log_loader.py); the marker is removed
+while the broker runs and written back by a clean ``shutdown``. A background task
+(``run``) applies retention, time-based flushes, checkpoint writes, delayed file
+deletion and producer-id expiry; slow blocking work (fsync, deleting directories)
+runs on worker threads so the event loop that owns the logs keeps serving.
+
+Files per log dir (Kafka's names and text formats): ``meta.properties``,
+``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
+``replication-offset-checkpoint`` (high watermarks), ``.kafka_cleanshutdown``,
+``.lock``. Deleted logs are renamed ``<topic>-<partition>.<id>-delete`` first and
+removed in the background, so a crash mid-delete never resurrects half a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+from odradek.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    REPLICATION_OFFSET_CHECKPOINT,
+    CheckpointError,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
+from odradek.storage.errors import StorageError
+from odradek.storage.log import Log, wall_clock_ms, write_partition_metadata
+from odradek.storage.log_config import LogConfig
+from odradek.storage.log_loader import open_log
+
+logger = logging.getLogger(__name__)
+
+CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
+LOCK_FILE: Final = ".lock"
+META_PROPERTIES_FILE: Final = "meta.properties"
+DELETE_DIR_SUFFIX: Final = "-delete"
+_LOG_DIR_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>[0-9]+)$")
+_DELETED_DIR_NAME = re.compile(r"^.+-[0-9]+\.[0-9a-f]+-delete$")
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True, slots=True)
+class LogManagerSettings:
+    """Broker-level housekeeping intervals (Kafka's names and defaults)."""
+
+    retention_check_interval_ms: int = 300_000  # log.retention.check.interval.ms
+    flush_scheduler_interval_ms: int = 2**63 - 1  # log.flush.scheduler.interval.ms
+    flush_offset_checkpoint_interval_ms: int = 60_000  # log.flush.offset.checkpoint.interval.ms
+    flush_start_offset_checkpoint_interval_ms: int = 60_000
+    high_watermark_checkpoint_interval_ms: int = 5_000  # replica.high.watermark.checkpoint...
+    producer_id_expiration_ms: int = 86_400_000  # producer.id.expiration.ms
+    producer_id_expiration_check_interval_ms: int = 600_000
+    # How often the background task wakes; each job runs when its own interval is due.
+    tick_ms: int = 1_000
+
+
+def parse_log_dir_name(name: str) -> TopicPartition | None:
+    match = _LOG_DIR_NAME.match(name)
+    if match is None:
+        return None
+    return match["topic"], int(match["partition"])
+
+
+def read_meta_properties(log_dir: Path) -> dict[str, str]:
+    path = log_dir / META_PROPERTIES_FILE
+    if not path.exists():
+        return {}
+    properties = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, _, value = line.partition("=")
+        properties[key.strip()] = value.strip()
+    return properties
+
+
+def write_meta_properties(log_dir: Path, properties: Mapping[str, str]) -> None:
+    path = log_dir / META_PROPERTIES_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(f"{k}={v}\n" for k, v in sorted(properties.items())))
+    os.replace(tmp, path)
+
+
+class LogManager:
+    def __init__(
+        self,
+        log_dirs: list[Path],
+        default_config: LogConfig | None = None,
+        *,
+        settings: LogManagerSettings | None = None,
+        clock: Callable[[], int] = wall_clock_ms,
+    ) -> None:
+        if not log_dirs:
+            raise StorageError("log.dirs is empty")
+        self.log_dirs = [Path(d) for d in log_dirs]
+        self.default_config = default_config or LogConfig()
+        self.settings = settings or LogManagerSettings()
+        self.clock = clock
+        self.logs: dict[TopicPartition, Log] = {}
+        self._log_dir_of: dict[TopicPartition, Path] = {}
+        self._topic_configs: dict[str, LogConfig] = {}
+        self._lock_fds: list[int] = []
+        self._last_run: dict[str, int] = {}
+        self.started = False
+
+    # -- start-up ------------------------------------------------------------------
+    def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        """Lock the dirs and load every log, recovering the ones a crash left behind."""
+        self._topic_configs.update(topic_configs or {})
+        for log_dir in self.log_dirs:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            self._lock(log_dir)
+        for log_dir in self.log_dirs:
+            self._load_dir(log_dir)
+        self.started = True
+
+    def _lock(self, log_dir: Path) -> None:
+        fd = os.open(log_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+            raise StorageError(f"log dir {log_dir} is in use by another process") from None
+        self._lock_fds.append(fd)
+
+    def _read_checkpoint(self, path: Path) -> dict[TopicPartition, int]:
+        try:
+            return read_offset_checkpoint(path)
+        except CheckpointError as error:
+            logger.warning("%s; treating as empty (logs will be recovered)", error)
+            return {}
+
+    def _load_dir(self, log_dir: Path) -> None:
+        marker = log_dir / CLEAN_SHUTDOWN_FILE
+        clean = marker.exists()
+        recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
+        start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
+        high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
+        children = sorted(p for p in log_dir.iterdir() if p.is_dir())
+        partitions = []
+        for child in children:
+            if _DELETED_DIR_NAME.match(child.name):
+                shutil.rmtree(child, ignore_errors=True)  # a delete that a restart interrupted
+                continue
+            tp = parse_log_dir_name(child.name)
+            if tp is None:
+                logger.warning("ignoring %s: not a <topic>-<partition> directory", child)
+                continue
+            partitions.append((tp, child))
+        logger.info(
+            "loading %d log(s) from %s (%s shutdown)",
+            len(partitions),
+            log_dir,
+            "clean" if clean else "unclean",
+        )
+        for number, (tp, child) in enumerate(partitions, 1):
+            log, stats = open_log(
+                child,
+                self.config_for(tp[0]),
+                recovery_point=recovery_points.get(tp, 0),
+                log_start_offset=start_offsets.get(tp, 0),
+                clean_shutdown=clean,
+                clock=self.clock,
+                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            )
+            log.high_watermark = high_watermarks.get(tp, 0)
+            self.logs[tp] = log
+            self._log_dir_of[tp] = log_dir
+            if stats.recovered_segments or stats.corruption:
+                logger.info(
+                    "recovered %s (%d/%d): %d segment(s), %d batches, %d bytes valid, "
+                    "%d bytes truncated%s in %d ms",
+                    child.name,
+                    number,
+                    len(partitions),
+                    stats.recovered_segments,
+                    stats.batches_recovered,
+                    stats.bytes_recovered,
+                    stats.bytes_truncated,
+                    f" ({stats.corruption})" if stats.corruption else "",
+                    stats.elapsed_ms,
+                )
+        marker.unlink(missing_ok=True)
+        # From here on a crash must be noticed: the marker only returns on clean shutdown.
+        self._write_checkpoints_for(log_dir)
+
+    # -- logs ------------------------------------------------------------------------
+    def config_for(self, topic: str) -> LogConfig:
+        return self._topic_configs.get(topic, self.default_config)
+
+    def set_topic_config(self, topic: str, config: LogConfig) -> None:
+        self._topic_configs[topic] = config
+        for (log_topic, _), log in self.logs.items():
+            if log_topic == topic:
+                log.update_config(config)
+
+    def get_log(self, topic: str, partition: int) -> Log | None:
+        return self.logs.get((topic, partition))
+
+    def get_or_create_log(self, topic: str, partition: int, *, topic_id: str | None = None) -> Log:
+        tp = (topic, partition)
+        existing = self.logs.get(tp)
+        if existing is not None:
+            return existing
+        counts = {d: 0 for d in self.log_dirs}
+        for log_dir in self._log_dir_of.values():
+            counts[log_dir] += 1
+        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        directory = log_dir / f"{topic}-{partition}"
+        log, _ = open_log(
+            directory,
+            self.config_for(topic),
+            clock=self.clock,
+            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+        )
+        if topic_id is not None:
+            write_partition_metadata(directory, topic_id)
+        self.logs[tp] = log
+        self._log_dir_of[tp] = log_dir
+        return log
+
+    def delete_log(self, topic: str, partition: int) -> Path | None:
+        """Close a log and rename its directory ``...-delete``; removal is asynchronous."""
+        tp = (topic, partition)
+        log = self.logs.pop(tp, None)
+        log_dir = self._log_dir_of.pop(tp, None)
+        if log is None or log_dir is None:
+            return None
+        log.close()
+        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(log.directory, target)
+        self._write_checkpoints_for(log_dir)
+        return target
+
+    # -- checkpoints -----------------------------------------------------------------
+    def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
+        return {tp: log for tp, log in self.logs.items() if self._log_dir_of.get(tp) == log_dir}
+
+    def _write_checkpoints_for(self, log_dir: Path) -> None:
+        logs = self._logs_in(log_dir)
+        write_offset_checkpoint(
+            log_dir / RECOVERY_POINT_CHECKPOINT,
+            {tp: log.recovery_point for tp, log in logs.items()},
+        )
+        write_offset_checkpoint(
+            log_dir / LOG_START_OFFSET_CHECKPOINT,
+            {tp: log.log_start_offset for tp, log in logs.items() if log.log_start_offset > 0},
+        )
+        write_offset_checkpoint(
+            log_dir / REPLICATION_OFFSET_CHECKPOINT,
+            {tp: log.high_watermark for tp, log in logs.items()},
+        )
+
+    def write_checkpoints(self) -> None:
+        for log_dir in self.log_dirs:
+            self._write_checkpoints_for(log_dir)
+
+    # -- housekeeping ------------------------------------------------------------------
+    def _due(self, job: str, interval_ms: int, now_ms: int) -> bool:
+        last = self._last_run.setdefault(job, now_ms)
+        if now_ms - last >= interval_ms:
+            self._last_run[job] = now_ms
+            return True
+        return False
+
+    def cleanup_logs(self) -> int:
+        """Retention and log-start-offset deletion for every log; returns segments deleted."""
+        deleted = 0
+        for log in list(self.logs.values()):
+            deleted += log.delete_old_segments()
+        return deleted
+
+    async def flush_log(self, log: Log) -> None:
+        """fsync a log on a worker thread; the loop keeps appending meanwhile."""
+        segments, target = log.prepare_flush()
+
+        def fsync_all() -> None:
+            for segment in segments:
+                with contextlib.suppress(OSError):  # closed by a concurrent truncation
+                    segment.fsync()
+
+        await asyncio.get_running_loop().run_in_executor(None, fsync_all)
+        if not log.closed:
+            log.mark_flushed(target)
+
+    async def run_once(self) -> None:
+        """One pass of every housekeeping job that is due."""
+        now_ms = self.clock()
+        settings = self.settings
+        if self._due("retention", settings.retention_check_interval_ms, now_ms):
+            self.cleanup_logs()
+        if self._due("flush", min(settings.flush_scheduler_interval_ms, settings.tick_ms), now_ms):
+            for log in list(self.logs.values()):
+                if log.flush_due:
+                    await self.flush_log(log)
+        for log in list(self.logs.values()):
+            log.purge_deleted_segments()
+        if self._due("expire", settings.producer_id_expiration_check_interval_ms, now_ms):
+            for log in self.logs.values():
+                log.producer_state.remove_expired(now_ms)
+        checkpoint_interval = min(
+            settings.flush_offset_checkpoint_interval_ms,
+            settings.flush_start_offset_checkpoint_interval_ms,
+            settings.high_watermark_checkpoint_interval_ms,
+        )
+        if self._due("checkpoint", checkpoint_interval, now_ms):
+            self.write_checkpoints()
+        for log_dir in self.log_dirs:
+            leftovers = [p for p in log_dir.iterdir() if _DELETED_DIR_NAME.match(p.name)]
+            for path in leftovers:
+                await asyncio.get_running_loop().run_in_executor(None, shutil.rmtree, path, True)
+
+    async def run(self) -> None:
+        """Background housekeeping until cancelled."""
+        while True:
+            try:
+                await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a housekeeping failure must not stop the broker
+                logger.exception("log housekeeping failed")
+            await asyncio.sleep(self.settings.tick_ms / 1000)
+
+    # -- shutdown ----------------------------------------------------------------------
+    def shutdown(self) -> None:
+        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        for log in self.logs.values():
+            log.flush()
+            log.close()
+        self.write_checkpoints()
+        for log_dir in self.log_dirs:
+            (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+        for fd in self._lock_fds:
+            os.close(fd)
+        self._lock_fds.clear()
+        self.started = False

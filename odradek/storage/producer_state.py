@@ -1,0 +1,304 @@
+"""Producer state of one log: what idempotence needs to recognise retries.
+
+How this works and why: an idempotent producer numbers its batches per partition
+(producer id, epoch, base sequence). For each producer id the log remembers its
+epoch and the sequence range and offsets of its last ``BATCHES_RETAINED`` batches
+(5 = the most a producer may have in flight). A batch that matches one of those is a
+retry of a write that already succeeded: the log answers with the original offsets
+instead of appending again. A batch whose sequence does not follow the last one is
+out of order; one from an older epoch is from a fenced (zombie) producer.
+
+The state is a pure function of the log, so it can always be rebuilt by replaying
+batch headers. Snapshots make that replay short: ``<offset>.snapshot`` holds the state
+of every producer after all batches below ``offset``; load takes the newest snapshot
+not beyond the log end and replays the headers after it.
+
+Snapshot format (odradek's own, big-endian; the name follows Kafka's, the content
+does not)::
+
+    version int16 = 1 | crc32c uint32 of everything after it | count int32
+    per producer: producerId int64, epoch int16, lastTimestamp int64,
+                  coordinatorEpoch int32, currentTxnFirstOffset int64 (-1 = none),
+                  batchCount int8, then batchCount × (firstSeq int32, lastSeq int32,
+                  firstOffset int64, lastOffset int64, timestamp int64)
+
+Concurrency: owned by the log's event loop. Snapshot files are written atomically
+(temporary file + rename).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
+
+from crc32c import crc32c
+
+from odradek.storage.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from odradek.storage.errors import (
+    InvalidProducerEpochError,
+    OutOfOrderSequenceError,
+    StorageError,
+)
+
+BATCHES_RETAINED: Final = 5  # max.in.flight.requests.per.connection allowed with idempotence
+SEQUENCE_MAX: Final = 0x7FFFFFFF
+SNAPSHOT_SUFFIX: Final = ".snapshot"
+SNAPSHOT_VERSION: Final = 1
+
+_SNAPSHOT_HEAD = struct.Struct(">hIi")
+_PRODUCER = struct.Struct(">qhqiqb")
+_BATCH = struct.Struct(">iiqqq")
+
+
+class SnapshotCorruptError(StorageError):
+    """A snapshot that fails its checks; the caller deletes it and replays further back."""
+
+
+@dataclass(slots=True)
+class BatchMetadata:
+    first_seq: int
+    last_seq: int
+    first_offset: int
+    last_offset: int
+    timestamp: int
+
+
+@dataclass(slots=True)
+class ProducerEntry:
+    producer_id: int
+    epoch: int = NO_PRODUCER_EPOCH
+    batches: list[BatchMetadata] = field(default_factory=list)
+    last_timestamp: int = -1
+    coordinator_epoch: int = -1
+    current_txn_first_offset: int = -1
+
+    @property
+    def last_seq(self) -> int:
+        return self.batches[-1].last_seq if self.batches else NO_SEQUENCE
+
+    def find_duplicate(self, epoch: int, first_seq: int, last_seq: int) -> BatchMetadata | None:
+        if epoch != self.epoch:
+            return None
+        for batch in self.batches:
+            if batch.first_seq == first_seq and batch.last_seq == last_seq:
+                return batch
+        return None
+
+    def copy(self) -> ProducerEntry:
+        return ProducerEntry(
+            self.producer_id,
+            self.epoch,
+            list(self.batches),
+            self.last_timestamp,
+            self.coordinator_epoch,
+            self.current_txn_first_offset,
+        )
+
+
+def in_sequence(last_seq: int, next_seq: int) -> bool:
+    return next_seq == last_seq + 1 or (next_seq == 0 and last_seq == SEQUENCE_MAX)
+
+
+def snapshot_path(directory: Path, offset: int) -> Path:
+    return directory / f"{offset:020d}{SNAPSHOT_SUFFIX}"
+
+
+class ProducerStateManager:
+    """Per-log producer table with validation, staging, snapshots and expiry."""
+
+    def __init__(self, directory: Path, producer_id_expiration_ms: int = 86_400_000) -> None:
+        self.directory = directory
+        self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.producers: dict[int, ProducerEntry] = {}
+        # State reflects every batch below this offset.
+        self.map_end_offset = 0
+
+    # -- validation (leader appends from clients) -----------------------------------
+    def check(self, header: BatchHeader, staged: dict[int, ProducerEntry]) -> BatchMetadata | None:
+        """Validate a client batch against the current (or staged) entry.
+
+        Returns the original batch's metadata when this batch is a retry of it.
+        Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        """
+        producer_id = header.producer_id
+        entry = staged.get(producer_id) or self.producers.get(producer_id)
+        if entry is None or entry.epoch == NO_PRODUCER_EPOCH:
+            return None  # unknown producer (new, or expired/removed): any sequence starts it
+        epoch, first_seq = header.producer_epoch, header.base_sequence
+        if epoch < entry.epoch:
+            raise InvalidProducerEpochError(
+                f"producer {producer_id} epoch {epoch} is older than current epoch {entry.epoch}"
+            )
+        duplicate = entry.find_duplicate(epoch, first_seq, header.last_sequence)
+        if duplicate is not None:
+            return duplicate
+        if epoch != entry.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(
+                    f"producer {producer_id}: first sequence of new epoch {epoch} is "
+                    f"{first_seq}, expected 0"
+                )
+        elif not in_sequence(entry.last_seq, first_seq):
+            raise OutOfOrderSequenceError(
+                f"producer {producer_id} epoch {epoch}: sequence {first_seq} does not "
+                f"follow {entry.last_seq}"
+            )
+        return None
+
+    # -- updates ------------------------------------------------------------------
+    def stage(self, header: BatchHeader, staged: dict[int, ProducerEntry]) -> None:
+        """Record an appended batch (offsets already assigned) into ``staged``."""
+        producer_id = header.producer_id
+        entry = staged.get(producer_id)
+        if entry is None:
+            current = self.producers.get(producer_id)
+            entry = current.copy() if current else ProducerEntry(producer_id)
+            staged[producer_id] = entry
+        _apply(entry, header)
+
+    def commit(self, staged: dict[int, ProducerEntry], end_offset: int) -> None:
+        self.producers.update(staged)
+        self.map_end_offset = end_offset
+
+    def replay(self, headers: Iterable[BatchHeader], end_offset: int) -> None:
+        """Apply already-validated batches (follower appends, recovery)."""
+        staged: dict[int, ProducerEntry] = {}
+        for header in headers:
+            if header.producer_id >= 0:
+                self.stage(header, staged)
+        self.commit(staged, end_offset)
+
+    def remove_expired(self, now_ms: int) -> int:
+        """Forget producers idle longer than producer.id.expiration.ms (no open txn)."""
+        horizon = now_ms - self.producer_id_expiration_ms
+        expired = [
+            pid
+            for pid, entry in self.producers.items()
+            if entry.last_timestamp < horizon and entry.current_txn_first_offset < 0
+        ]
+        for pid in expired:
+            del self.producers[pid]
+        return len(expired)
+
+    def reset(self, offset: int) -> None:
+        self.producers.clear()
+        self.map_end_offset = offset
+
+    # -- snapshots ----------------------------------------------------------------
+    def snapshot_offsets(self) -> list[int]:
+        offsets = []
+        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+            with contextlib.suppress(ValueError):
+                offsets.append(int(path.name[: -len(SNAPSHOT_SUFFIX)]))
+        return sorted(offsets)
+
+    def take_snapshot(self) -> Path:
+        """Write the current state as ``<map_end_offset>.snapshot`` (atomically)."""
+        path = snapshot_path(self.directory, self.map_end_offset)
+        body = bytearray(struct.pack(">i", len(self.producers)))
+        for entry in self.producers.values():
+            body += _PRODUCER.pack(
+                entry.producer_id,
+                entry.epoch,
+                entry.last_timestamp,
+                entry.coordinator_epoch,
+                entry.current_txn_first_offset,
+                len(entry.batches),
+            )
+            for b in entry.batches:
+                body += _BATCH.pack(
+                    b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp
+                )
+        data = struct.pack(">hI", SNAPSHOT_VERSION, crc32c(bytes(body))) + body
+        tmp = path.with_suffix(".snapshot.tmp")
+        with open(tmp, "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+        return path
+
+    def load_snapshot(self, path: Path) -> None:
+        """Replace the state with the snapshot's; SnapshotCorruptError if it is damaged."""
+        data = path.read_bytes()
+        producers = _decode_snapshot(path, data)
+        self.producers = {entry.producer_id: entry for entry in producers}
+        self.map_end_offset = int(path.name[: -len(SNAPSHOT_SUFFIX)])
+
+    def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> None:
+        for offset in self.snapshot_offsets():
+            if (below is not None and offset < below) or (above is not None and offset > above):
+                snapshot_path(self.directory, offset).unlink(missing_ok=True)
+
+    def load_latest_snapshot(self, not_after: int) -> None:
+        """Load the newest readable snapshot at or below ``not_after``; reset if none.
+
+        Damaged snapshots are deleted, falling back to older ones, because the state
+        can always be rebuilt by replay from an earlier point.
+        """
+        for offset in reversed(self.snapshot_offsets()):
+            if offset > not_after:
+                continue
+            path = snapshot_path(self.directory, offset)
+            try:
+                self.load_snapshot(path)
+                return
+            except (SnapshotCorruptError, OSError):
+                path.unlink(missing_ok=True)
+        self.reset(0)
+
+
+def _apply(entry: ProducerEntry, header: BatchHeader) -> None:
+    if header.producer_epoch != entry.epoch:
+        entry.epoch = header.producer_epoch
+        entry.batches.clear()
+    entry.last_timestamp = header.max_timestamp
+    if header.is_control:
+        entry.current_txn_first_offset = -1  # a transaction marker ends the open txn
+        return
+    if header.is_transactional and entry.current_txn_first_offset < 0:
+        entry.current_txn_first_offset = header.base_offset
+    if header.base_sequence == NO_SEQUENCE:
+        return
+    entry.batches.append(
+        BatchMetadata(
+            header.base_sequence,
+            header.last_sequence,
+            header.base_offset,
+            header.last_offset,
+            header.max_timestamp,
+        )
+    )
+    if len(entry.batches) > BATCHES_RETAINED:
+        del entry.batches[0]
+
+
+def _decode_snapshot(path: Path, data: bytes) -> list[ProducerEntry]:
+    if len(data) < _SNAPSHOT_HEAD.size:
+        raise SnapshotCorruptError(f"{path}: truncated")
+    version, crc, count = _SNAPSHOT_HEAD.unpack_from(data, 0)
+    if version != SNAPSHOT_VERSION:
+        raise SnapshotCorruptError(f"{path}: unknown version {version}")
+    if crc32c(data[6:]) != crc:
+        raise SnapshotCorruptError(f"{path}: CRC mismatch")
+    position = _SNAPSHOT_HEAD.size
+    entries = []
+    try:
+        for _ in range(count):
+            pid, epoch, last_ts, coordinator_epoch, txn_first, batch_count = _PRODUCER.unpack_from(
+                data, position
+            )
+            position += _PRODUCER.size
+            entry = ProducerEntry(pid, epoch, [], last_ts, coordinator_epoch, txn_first)
+            for _ in range(batch_count):
+                entry.batches.append(BatchMetadata(*_BATCH.unpack_from(data, position)))
+                position += _BATCH.size
+            entries.append(entry)
+    except struct.error:
+        raise SnapshotCorruptError(f"{path}: truncated entry") from None
+    if position != len(data):
+        raise SnapshotCorruptError(f"{path}: {len(data) - position} trailing bytes")
+    return entries
