@@ -119,12 +119,14 @@ class LogManager:
         self._topic_configs: dict[str, LogConfig] = {}
         self._lock_fds: list[int] = []
         self._last_run: dict[str, int] = {}
+        self._started_ms = clock()
         self.started = False
 
     # -- start-up ------------------------------------------------------------------
     def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         """Lock the dirs and load every log, recovering the ones a crash left behind."""
         self._topic_configs.update(topic_configs or {})
+        self._started_ms = self.clock()
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock(log_dir)
@@ -275,7 +277,7 @@ class LogManager:
 
     # -- housekeeping ------------------------------------------------------------------
     def _due(self, job: str, interval_ms: int, now_ms: int) -> bool:
-        last = self._last_run.setdefault(job, now_ms)
+        last = self._last_run.get(job, self._started_ms)
         if now_ms - last >= interval_ms:
             self._last_run[job] = now_ms
             return True
