@@ -183,24 +183,28 @@ def parse_header(buf: bytes | bytearray | memoryview, position: int = 0) -> Batc
     return header
 
 
-def unpack_header(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
+def unpack_header(
+    buf: bytes | bytearray | memoryview, position: int = 0, *, file_position: int | None = None
+) -> BatchHeader:
     """Like ``parse_header`` but only the 61 header bytes need to be in ``buf``.
 
-    For scanning files a chunk at a time, where the rest of the batch is elsewhere.
+    For scanning files a chunk at a time, where the rest of the batch is elsewhere;
+    ``file_position`` (where ``buf[position]`` lies in the file) is what errors report.
     """
+    where = position if file_position is None else file_position
     if len(buf) - position < HEADER_SIZE:
         raise CorruptRecordError(
-            f"batch header at position {position} truncated: "
+            f"batch header at position {where} truncated: "
             f"{len(buf) - position} of {HEADER_SIZE} bytes"
         )
     header = BatchHeader(_HEADER.unpack_from(buf, position), position)
     if header.magic != MAGIC_V2:
         raise CorruptRecordError(
-            f"batch at position {position} has magic {header.magic}; only v2 is supported"
+            f"batch at position {where} has magic {header.magic}; only v2 is supported"
         )
     if header.batch_length < MIN_BATCH_LENGTH:
         raise CorruptRecordError(
-            f"batch at position {position} declares length {header.batch_length} "
+            f"batch at position {where} declares length {header.batch_length} "
             f"< minimum {MIN_BATCH_LENGTH}"
         )
     return header

@@ -223,8 +223,7 @@ class ProducerStateManager:
 
     def load_snapshot(self, path: Path) -> None:
         """Replace the state with the snapshot's; SnapshotCorruptError if it is damaged."""
-        data = path.read_bytes()
-        producers = _decode_snapshot(path, data)
+        producers = read_snapshot(path)
         self.producers = {entry.producer_id: entry for entry in producers}
         self.map_end_offset = int(path.name[: -len(SNAPSHOT_SUFFIX)])
 
@@ -249,6 +248,11 @@ class ProducerStateManager:
             except (SnapshotCorruptError, OSError):
                 path.unlink(missing_ok=True)
         self.reset(0)
+
+
+def read_snapshot(path: Path) -> list[ProducerEntry]:
+    """Decode a snapshot file (tools); SnapshotCorruptError if it is damaged."""
+    return _decode_snapshot(path, path.read_bytes())
 
 
 def _apply(entry: ProducerEntry, header: BatchHeader) -> None:

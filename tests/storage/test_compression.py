@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import struct
@@ -58,15 +59,14 @@ def test_unknown_codec(codec: int) -> None:
         compress(codec, b"abc")
 
 
+# (b"\x00" is not here: it is a valid raw snappy encoding of b"".)
 @pytest.mark.parametrize("codec", COMPRESSED)
 @pytest.mark.parametrize(
-    "garbage", [b"", b"\x00", b"garbage garbage", XERIAL_MAGIC, b"\x28\xb5\x2f\xfd\x00"]
+    "garbage", [b"", b"garbage garbage", XERIAL_MAGIC, b"\x28\xb5\x2f\xfd\x00"]
 )
 def test_garbage_raises_corrupt(codec: int, garbage: bytes) -> None:
-    try:
+    with pytest.raises(CorruptRecordError, match=r"decompression failed|xerial"):
         decompress(codec, garbage)
-    except CorruptRecordError:
-        pass
 
 
 @pytest.mark.parametrize("codec", COMPRESSED)
@@ -84,10 +84,8 @@ def test_mangled_stream_never_leaks_other_exceptions(codec: int, data: st.DataOb
     else:
         position = data.draw(st.integers(0, len(packed) - 1), label="position")
         packed[position] ^= data.draw(st.integers(1, 255), label="mask")
-    try:
+    with contextlib.suppress(CorruptRecordError):
         decompress(codec, bytes(packed))
-    except CorruptRecordError:
-        pass
 
 
 @pytest.mark.parametrize("codec", COMPRESSED)
@@ -152,7 +150,9 @@ def test_snappy_large_payload_spans_blocks() -> None:
     position, blocks = 16, []
     while position < len(packed):
         (length,) = struct.unpack_from(">i", packed, position)
-        blocks.append(bytes(cramjam.snappy.decompress_raw(packed[position + 4 : position + 4 + length])))
+        blocks.append(
+            bytes(cramjam.snappy.decompress_raw(packed[position + 4 : position + 4 + length]))
+        )
         position += 4 + length
     assert position == len(packed)
     assert [len(b) for b in blocks] == [XERIAL_BLOCK_SIZE] * 3 + [123]
@@ -205,7 +205,7 @@ def xxh32(data: bytes, seed: int = 0) -> int:
             for i, word in enumerate(struct.unpack_from("<4I", data, position)):
                 lanes[i] = (_rotl((lanes[i] + word * _P2) & _M32, 13) * _P1) & _M32
             position += 16
-        acc = (_rotl(lanes[0], 1) + _rotl(lanes[1], 7) + _rotl(lanes[2], 12) + _rotl(lanes[3], 18))
+        acc = _rotl(lanes[0], 1) + _rotl(lanes[1], 7) + _rotl(lanes[2], 12) + _rotl(lanes[3], 18)
     else:
         acc = seed + _P5
     acc = (acc + length) & _M32

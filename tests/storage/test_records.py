@@ -139,9 +139,7 @@ def batch_options(draw: st.DrawFn) -> dict[str, object]:
 @st.composite
 def encoded_batches(draw: st.DrawFn) -> bytes:
     base_offset, records = draw(record_lists(max_size=4))
-    return encode_batch(
-        records, base_offset=base_offset, compression=draw(st.sampled_from(CODECS))
-    )
+    return encode_batch(records, base_offset=base_offset, compression=draw(st.sampled_from(CODECS)))
 
 
 # -- round trips ----------------------------------------------------------------
@@ -161,9 +159,7 @@ def test_round_trip(batch: tuple[int, list[Record]], options: dict) -> None:
     if max_timestamp is None:
         max_timestamp = max(record.timestamp for record in records)
     if options["timestamp_type"] == LOG_APPEND_TIME:
-        expected = [
-            Record(r.offset, max_timestamp, r.key, r.value, r.headers) for r in records
-        ]
+        expected = [Record(r.offset, max_timestamp, r.key, r.value, r.headers) for r in records]
     else:
         expected = records
     assert decoded.records == expected
@@ -241,9 +237,9 @@ def test_new_records() -> None:
 
 
 def hand_built_batch(section: bytes, *, count: int, last_offset_delta: int, max_ts: int) -> bytes:
-    covered = struct.pack(
-        ">hiqqqhii", 0, last_offset_delta, 1000, max_ts, -1, -1, -1, count
-    ) + section
+    covered = (
+        struct.pack(">hiqqqhii", 0, last_offset_delta, 1000, max_ts, -1, -1, -1, count) + section
+    )
     return struct.pack(">qiibI", 0, 49 + len(section), 3, 2, crc32c(covered)) + covered
 
 
@@ -258,9 +254,7 @@ def test_known_answer_single_record() -> None:
     decoded = decode_batch(batch)
     assert decoded.records == [Record(0, 1000, b"k", b"v", ())]
     assert decoded.header.partition_leader_epoch == 3
-    assert (
-        encode_batch([Record(0, 1000, b"k", b"v")], partition_leader_epoch=3) == batch
-    )
+    assert encode_batch([Record(0, 1000, b"k", b"v")], partition_leader_epoch=3) == batch
 
 
 def test_known_answer_negative_delta_nulls_and_header() -> None:
@@ -301,7 +295,11 @@ def test_end_txn_marker_round_trip(commit: bool) -> None:
     assert marker.key == struct.pack(">hh", 0, COMMIT_MARKER if commit else ABORT_MARKER)
     assert marker.value == struct.pack(">hi", 0, 7)
     encoded = encode_batch(
-        [marker], base_offset=42, producer_id=9, producer_epoch=1, is_transactional=True,
+        [marker],
+        base_offset=42,
+        producer_id=9,
+        producer_epoch=1,
+        is_transactional=True,
         is_control=True,
     )
     decoded = decode_batch(encoded)

@@ -1,0 +1,82 @@
+"""The ``odradek`` command: one argparse parser, one module per subcommand.
+
+How this works and why: every subcommand lives in its own module under
+``odradek/cli/`` and exposes two functions, ``add_parser(subparsers)``, which adds
+its parser and stores its ``run`` in the parsed namespace (``set_defaults(run=run)``),
+and ``run(args) -> int``, which does the work and returns the exit status. This
+module only lists those modules in ``SUBCOMMANDS``, so adding a command is one new
+module plus one line here, and commands never import each other.
+
+``main`` turns argparse's ``SystemExit`` into a return value, so tests (and
+``python -m odradek``) can call it like a function: usage errors give argparse's
+one-line message and status 2, ``--help`` and ``--version`` status 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+from typing import Protocol, TypeAlias
+
+from odradek import __version__
+from odradek.cli import dump_log
+
+PROG = "odradek"
+EXIT_USAGE = 2  # argparse's status for bad arguments
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
+
+Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
+
+
+class Subcommand(Protocol):
+    """What a subcommand module provides (a module satisfies this protocol)."""
+
+    def add_parser(self, subparsers: Subparsers) -> None: ...
+
+    def run(self, args: argparse.Namespace) -> int: ...
+
+
+SUBCOMMANDS: tuple[Subcommand, ...] = (dump_log,)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog=PROG, description="odradek: a Kafka-compatible streaming platform."
+    )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
+    subparsers = parser.add_subparsers(title="commands", metavar="COMMAND")
+    subparsers.required = True
+    for command in SUBCOMMANDS:
+        command.add_parser(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exit_request:  # usage error, --help or --version
+        return _status(exit_request.code)
+    try:
+        return int(args.run(args))
+    except KeyboardInterrupt:
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:  # e.g. `odradek dump-log ... | head`
+        _discard_stdout()
+        return 1
+
+
+def _status(code: object) -> int:
+    if code is None:
+        return 0
+    return code if isinstance(code, int) else EXIT_USAGE
+
+
+def _discard_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not fail again."""
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
