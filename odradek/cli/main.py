@@ -21,7 +21,7 @@ import sys
 from typing import Protocol, TypeAlias
 
 from odradek import __version__
-from odradek.cli import dump_log
+from odradek.cli import dump_log, serve
 
 PROG = "odradek"
 EXIT_USAGE = 2  # argparse's status for bad arguments
@@ -38,7 +38,7 @@ class Subcommand(Protocol):
     def run(self, args: argparse.Namespace) -> int: ...
 
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (dump_log,)
+SUBCOMMANDS: tuple[Subcommand, ...] = (serve, dump_log)
 
 
 def build_parser() -> argparse.ArgumentParser:

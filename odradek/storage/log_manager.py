@@ -107,6 +107,7 @@ class LogManager:
         *,
         settings: LogManagerSettings | None = None,
         clock: Callable[[], int] = wall_clock_ms,
+        reserved_dirs: frozenset[str] = frozenset(),
     ) -> None:
         if not log_dirs:
             raise StorageError("log.dirs is empty")
@@ -114,6 +115,8 @@ class LogManager:
         self.default_config = default_config or LogConfig()
         self.settings = settings or LogManagerSettings()
         self.clock = clock
+        # Partition directories owned by someone else (the metadata log).
+        self.reserved_dirs = reserved_dirs
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_configs: dict[str, LogConfig] = {}
@@ -161,6 +164,8 @@ class LogManager:
         for child in children:
             if _DELETED_DIR_NAME.match(child.name):
                 shutil.rmtree(child, ignore_errors=True)  # a delete that a restart interrupted
+                continue
+            if child.name in self.reserved_dirs:
                 continue
             tp = parse_log_dir_name(child.name)
             if tp is None:

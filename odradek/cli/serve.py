@@ -1,0 +1,94 @@
+"""``odradek serve``: run a broker (combined broker+controller by default).
+
+How this works and why: configuration comes from an optional Kafka
+``server.properties`` plus ``--override KEY=VALUE`` and the shortcuts ``--data-dir``,
+``--listen`` and ``--node-id``; a bad value exits with one line naming the key. When
+the listeners accept connections one line goes to stdout — ``odradek ready
+PLAINTEXT://127.0.0.1:40123`` with the real port — so scripts and tests can bind port 0
+and read it back. SIGTERM/SIGINT shut down cleanly and exit 0.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import logging
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from odradek.server.config import BrokerConfig, ConfigError
+
+
+def add_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "serve",
+        help="run a Kafka-compatible broker",
+        description="Run an odradek broker (combined broker+controller by default).",
+    )
+    parser.add_argument("--config", type=Path, help="a Kafka server.properties file")
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property"
+    )
+    parser.add_argument("--data-dir", help="log directory (log.dirs); default ./var")
+    parser.add_argument("--listen", metavar="HOST:PORT", help="PLAINTEXT listener; port 0 = any")
+    parser.add_argument("--node-id", type=int, help="node.id")
+    parser.add_argument(
+        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
+    )
+    parser.set_defaults(run=run)
+
+
+def _overrides(args: argparse.Namespace) -> list[str]:
+    overrides = list(args.override)
+    if args.data_dir:
+        overrides.append(f"log.dirs={args.data_dir}")
+    if args.listen:
+        overrides.append(f"listeners=PLAINTEXT://{args.listen}")
+    if args.node_id is not None:
+        overrides.append(f"node.id={args.node_id}")
+    return overrides
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=args.log_level,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    try:
+        config = BrokerConfig.load(args.config, _overrides(args))
+    except ConfigError as error:
+        print(f"odradek serve: {error}", file=sys.stderr)
+        return 2
+    try:
+        import uvloop
+
+        return uvloop.run(_serve(config))
+    except ImportError:  # pragma: no cover - uvloop is a dependency
+        return asyncio.run(_serve(config))
+
+
+async def _serve(config: BrokerConfig) -> int:
+    from odradek.server.broker import Broker
+    from odradek.storage.errors import StorageError
+
+    broker = Broker(config)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        urls = await broker.start()
+    except (StorageError, OSError, RuntimeError) as error:
+        print(f"odradek serve: cannot start: {error}", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            broker.log_manager.shutdown()
+        return 1
+    print(f"odradek ready {' '.join(urls)}", flush=True)
+    await stop.wait()
+    logging.getLogger(__name__).info("shutting down")
+    await broker.stop()
+    return 0

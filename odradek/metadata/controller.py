@@ -1,0 +1,400 @@
+"""The controller: validates cluster changes and commits them to ``__cluster_metadata``.
+
+How this works and why: the controller is the only writer of the metadata log.
+Requests that change the cluster (create/delete topics, add partitions, alter
+configs, register a broker, allocate producer ids) are validated against the current
+image, turned into records, appended as one batch, fsynced, and only then applied to
+the image and announced to listeners (the broker, which creates or deletes logs). A
+crash before the fsync loses the change but the client got no success either; after
+it, replay on restart rebuilds exactly the same image.
+
+Today there is one voter (this node, in combined mode), so "committed" means
+"durable on this node"; the controller-quorum issue replaces ``_commit`` with Raft
+replication without changing the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+from odradek.metadata.image import (
+    BROKER_RESOURCE,
+    PRODUCER_ID_BLOCK_SIZE,
+    TOPIC_RESOURCE,
+    MetadataImage,
+    MetadataRecord,
+)
+from odradek.storage.errors import LogConfigError
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
+from odradek.storage.records import Record, decode_batch, encode_batch
+
+logger = logging.getLogger(__name__)
+
+METADATA_TOPIC: Final = "__cluster_metadata"
+CONTROLLER_EPOCH: Final = 1  # single voter; the quorum issue makes this a Raft epoch
+MAX_TOPIC_NAME_LENGTH: Final = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
+
+Listener = Callable[[MetadataImage, MetadataImage], None]
+
+
+class ControllerError(Exception):
+    """A rejected change; ``code`` is the Kafka error name, the message is for clients."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class NewTopic:
+    name: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    assignments: Mapping[int, Sequence[int]] | None = None
+    configs: Mapping[str, str | None] | None = None
+
+
+def validate_topic_name(name: str) -> None:
+    if not name or name in (".", ".."):
+        raise ControllerError("INVALID_TOPIC_EXCEPTION", f"topic name {name!r} is illegal")
+    if len(name) > MAX_TOPIC_NAME_LENGTH:
+        raise ControllerError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic name is {len(name)} characters, longer than {MAX_TOPIC_NAME_LENGTH}",
+        )
+    if not _LEGAL_TOPIC.match(name):
+        raise ControllerError(
+            "INVALID_TOPIC_EXCEPTION",
+            f"topic name {name!r} contains characters other than ASCII alphanumerics, "
+            "'.', '_' and '-'",
+        )
+
+
+class Controller:
+    def __init__(self, metadata_log: Log, node_id: int, defaults: Callable[[], Mapping[str, int]]):
+        self.log = metadata_log
+        self.node_id = node_id
+        self.image = MetadataImage()
+        self._defaults = defaults  # num.partitions, default.replication.factor (dynamic)
+        self._listeners: list[Listener] = []
+        self._lock = asyncio.Lock()
+
+    def add_listener(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    # -- replay ------------------------------------------------------------------
+    def replay(self) -> MetadataImage:
+        """Rebuild the image from every record in the log (start-up)."""
+        image = MetadataImage()
+        for data in self.log.read_batches(self.log.log_start_offset):
+            decoded = decode_batch(data)
+            records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
+            image = image.apply(records, decoded.header.last_offset)
+        self.log.high_watermark = self.log.log_end_offset
+        self.image = image
+        return image
+
+    # -- commit ------------------------------------------------------------------
+    async def _commit(self, records: Sequence[MetadataRecord]) -> MetadataImage:
+        if not records:
+            return self.image
+        now = self.log.clock()
+        encoded = [Record(offset, now, *record.encode()) for offset, record in enumerate(records)]
+        info = self.log.append_as_leader(encode_batch(encoded), CONTROLLER_EPOCH)
+        segments, target = self.log.prepare_flush()
+
+        def fsync_all() -> None:
+            for segment in segments:
+                segment.fsync()
+
+        await asyncio.get_running_loop().run_in_executor(None, fsync_all)
+        self.log.mark_flushed(target)
+        self.log.high_watermark = self.log.log_end_offset
+        previous = self.image
+        self.image = previous.apply(records, info.last_offset)
+        for listener in self._listeners:
+            listener(previous, self.image)
+        return self.image
+
+    # -- brokers ---------------------------------------------------------------------
+    async def register_broker(
+        self, endpoints: Sequence[tuple[str, str, int]], rack: str | None
+    ) -> None:
+        async with self._lock:
+            current = self.image.brokers.get(self.node_id)
+            wanted = tuple(tuple(e) for e in endpoints)
+            if current is not None and current.endpoints == wanted and current.rack == rack:
+                return
+            await self._commit(
+                [
+                    MetadataRecord(
+                        "RegisterBroker",
+                        {
+                            "broker_id": self.node_id,
+                            "endpoints": [list(e) for e in wanted],
+                            "rack": rack,
+                            "incarnation_id": str(uuid.uuid4()),
+                        },
+                    )
+                ]
+            )
+
+    # -- topics ----------------------------------------------------------------------
+    def _check_new_topic(self, topic: NewTopic, image: MetadataImage) -> list[MetadataRecord]:
+        validate_topic_name(topic.name)
+        if topic.name in image.topics:
+            raise ControllerError("TOPIC_ALREADY_EXISTS", f"topic {topic.name!r} already exists")
+        collision = topic.name.replace(".", "_")
+        for existing in image.topics:
+            if existing.replace(".", "_") == collision:
+                raise ControllerError(
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"topic {topic.name!r} collides with existing topic {existing!r}",
+                )
+        brokers = sorted(image.brokers)
+        assignments = self._assignments(topic, brokers)
+        configs = {k: v for k, v in (topic.configs or {}).items() if v is not None}
+        try:
+            LogConfig.from_properties(configs)
+        except LogConfigError as error:
+            raise ControllerError("INVALID_CONFIG", str(error)) from None
+        topic_id = uuid.uuid4()
+        records = [MetadataRecord("Topic", {"name": topic.name, "topic_id": str(topic_id)})]
+        for name, value in sorted(configs.items()):
+            records.append(_config_record(TOPIC_RESOURCE, topic.name, name, value))
+        for partition, replicas in sorted(assignments.items()):
+            records.append(_partition_record(topic_id, partition, replicas, 0))
+        return records
+
+    def _assignments(self, topic: NewTopic, brokers: list[int]) -> dict[int, list[int]]:
+        if topic.assignments:
+            if topic.num_partitions != -1 or topic.replication_factor != -1:
+                raise ControllerError(
+                    "INVALID_REQUEST",
+                    "both partition assignments and partition count/replication factor given",
+                )
+            if sorted(topic.assignments) != list(range(len(topic.assignments))):
+                raise ControllerError(
+                    "INVALID_REPLICA_ASSIGNMENT", "partitions must be numbered 0..n-1"
+                )
+            result = {}
+            for partition, replicas in topic.assignments.items():
+                if not replicas or len(set(replicas)) != len(replicas):
+                    raise ControllerError(
+                        "INVALID_REPLICA_ASSIGNMENT",
+                        f"partition {partition}: replicas {list(replicas)} empty or duplicated",
+                    )
+                unknown = [r for r in replicas if r not in brokers]
+                if unknown:
+                    raise ControllerError(
+                        "INVALID_REPLICA_ASSIGNMENT",
+                        f"partition {partition}: brokers {unknown} are not registered",
+                    )
+                result[partition] = list(replicas)
+            return result
+        defaults = self._defaults()
+        partitions = topic.num_partitions
+        if partitions == -1:
+            partitions = defaults["num.partitions"]
+        if partitions <= 0:
+            raise ControllerError(
+                "INVALID_PARTITIONS", f"number of partitions must be positive, got {partitions}"
+            )
+        factor = topic.replication_factor
+        if factor == -1:
+            factor = defaults["default.replication.factor"]
+        if factor <= 0:
+            raise ControllerError(
+                "INVALID_REPLICATION_FACTOR", f"replication factor must be positive, got {factor}"
+            )
+        if factor > len(brokers):
+            raise ControllerError(
+                "INVALID_REPLICATION_FACTOR",
+                f"replication factor {factor} is larger than the {len(brokers)} "
+                "registered broker(s)",
+            )
+        return {
+            p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)
+        }
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[ControllerError | MetadataImage]:
+        """Per topic: the image after creation (the current one if validate_only), or the error."""
+        async with self._lock:
+            results: list[ControllerError | list[MetadataRecord]] = []
+            names = [t.name for t in topics]
+            for topic in topics:
+                if names.count(topic.name) > 1:
+                    results.append(
+                        ControllerError("INVALID_REQUEST", f"topic {topic.name!r} listed twice")
+                    )
+                    continue
+                try:
+                    results.append(self._check_new_topic(topic, self.image))
+                except ControllerError as error:
+                    results.append(error)
+            records = [r for item in results if isinstance(item, list) for r in item]
+            image = self.image if validate_only else await self._commit(records)
+            return [item if isinstance(item, ControllerError) else image for item in results]
+
+    async def delete_topics(self, names: Sequence[str]) -> list[ControllerError | None]:
+        async with self._lock:
+            results: list[ControllerError | None] = []
+            records = []
+            for name in names:
+                topic = self.image.topics.get(name)
+                if topic is None:
+                    results.append(
+                        ControllerError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} not found")
+                    )
+                    continue
+                records.append(MetadataRecord("RemoveTopic", {"topic_id": str(topic.topic_id)}))
+                results.append(None)
+            await self._commit(records)
+            return results
+
+    async def create_partitions(
+        self,
+        topic_name: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> None:
+        async with self._lock:
+            topic = self.image.topics.get(topic_name)
+            if topic is None:
+                raise ControllerError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic_name!r} not found"
+                )
+            current = len(topic.partitions)
+            if count <= current:
+                raise ControllerError(
+                    "INVALID_PARTITIONS",
+                    f"topic {topic_name!r} has {current} partitions; {count} would not add any",
+                )
+            brokers = sorted(self.image.brokers)
+            factor = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else 1
+            new = list(range(current, count))
+            if assignments is not None:
+                if len(assignments) != len(new):
+                    raise ControllerError(
+                        "INVALID_REPLICA_ASSIGNMENT",
+                        f"{len(assignments)} assignments for {len(new)} new partitions",
+                    )
+                chosen = [list(a) for a in assignments]
+                for replicas in chosen:
+                    if not replicas or any(r not in brokers for r in replicas):
+                        raise ControllerError(
+                            "INVALID_REPLICA_ASSIGNMENT", f"invalid replicas {replicas}"
+                        )
+            else:
+                if factor > len(brokers):
+                    raise ControllerError(
+                        "INVALID_REPLICATION_FACTOR",
+                        "not enough brokers for the replication factor",
+                    )
+                chosen = [[brokers[(p + r) % len(brokers)] for r in range(factor)] for p in new]
+            if validate_only:
+                return
+            await self._commit(
+                [
+                    _partition_record(topic.topic_id, p, r, 0)
+                    for p, r in zip(new, chosen, strict=True)
+                ]
+            )
+
+    # -- configs ---------------------------------------------------------------------
+    async def alter_configs(
+        self,
+        resource_type: str,
+        resource_name: str,
+        changes: Mapping[str, str | None],
+        validate_only: bool,
+    ) -> None:
+        """Set (value) or delete (None) config keys of one resource; validated before commit."""
+        async with self._lock:
+            if resource_type == TOPIC_RESOURCE:
+                if resource_name not in self.image.topics:
+                    raise ControllerError(
+                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {resource_name!r} not found"
+                    )
+                merged = dict(self.image.topic_configs(resource_name))
+                for key, value in changes.items():
+                    if value is None:
+                        merged.pop(key, None)
+                    else:
+                        merged[key] = value
+                try:
+                    LogConfig.from_properties(merged)
+                except LogConfigError as error:
+                    raise ControllerError("INVALID_CONFIG", str(error)) from None
+            if validate_only:
+                return
+            await self._commit(
+                [
+                    _config_record(resource_type, resource_name, key, value)
+                    for key, value in changes.items()
+                ]
+            )
+
+    # -- producer ids ------------------------------------------------------------------
+    async def allocate_producer_ids(self) -> tuple[int, int]:
+        """Reserve a block of producer ids: (first id, count)."""
+        async with self._lock:
+            first = self.image.next_producer_id
+            await self._commit(
+                [
+                    MetadataRecord(
+                        "ProducerIds",
+                        {
+                            "broker_id": self.node_id,
+                            "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE,
+                        },
+                    )
+                ]
+            )
+            return first, PRODUCER_ID_BLOCK_SIZE
+
+
+def _partition_record(
+    topic_id: uuid.UUID, partition: int, replicas: Sequence[int], leader_epoch: int
+) -> MetadataRecord:
+    return MetadataRecord(
+        "Partition",
+        {
+            "topic_id": str(topic_id),
+            "partition": partition,
+            "replicas": list(replicas),
+            "isr": list(replicas),
+            "leader": replicas[0],
+            "leader_epoch": leader_epoch,
+            "partition_epoch": 0,
+        },
+    )
+
+
+def _config_record(
+    resource_type: str, resource_name: str, name: str, value: str | None
+) -> MetadataRecord:
+    return MetadataRecord(
+        "Config",
+        {
+            "resource_type": resource_type,
+            "resource_name": resource_name,
+            "name": name,
+            "value": value,
+        },
+    )
+
+
+__all__ = ["BROKER_RESOURCE", "Controller", "ControllerError", "NewTopic"]

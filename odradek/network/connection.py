@@ -1,0 +1,201 @@
+"""One client connection: read frames, handle them in order, write responses.
+
+How this works and why: sockets are used directly (non-blocking, through the loop's
+``sock_*`` calls) rather than through asyncio transports, because fetch responses
+send record bytes straight from segment files with ``os.sendfile`` and uvloop's
+transports cannot do that. A reader task turns bytes into frames and puts them on a
+bounded queue; when ``MAX_QUEUED_REQUESTS`` are waiting it stops reading, so a client
+that pipelines faster than we serve is throttled by TCP itself. The connection
+handles one request at a time, like Kafka (which mutes a channel until its response
+is sent): responses therefore leave in request order, and two produce requests of
+one producer can never be reordered. Slow work in one connection never blocks
+another — each is its own task.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import socket
+import struct
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Final
+
+from odradek.protocol.frames import FrameBuffer, FrameError
+from odradek.storage.segment import FileRange
+
+logger = logging.getLogger(__name__)
+
+# Requests read ahead of the one being handled; past this the socket is not read
+# (backpressure). Kafka's clients pipeline at most 5 per connection by default.
+MAX_QUEUED_REQUESTS: Final = 16
+RECV_BYTES: Final = 256 * 1024
+_SIZE = struct.Struct(">i")
+
+
+@dataclass(slots=True)
+class Response:
+    """Response body pieces: bytes, or file ranges to ``sendfile``; None = no response."""
+
+    parts: list[bytes | FileRange]
+    close_after: bool = False
+
+    @property
+    def size(self) -> int:
+        return sum(p.length if isinstance(p, FileRange) else len(p) for p in self.parts)
+
+
+class CloseConnection(Exception):
+    """Raised by a handler to drop the connection (e.g. an unsupported API)."""
+
+
+@dataclass(slots=True)
+class ConnectionContext:
+    peer: str
+    listener: str
+    connection_id: int
+    attributes: dict[str, object] = field(default_factory=dict)
+
+
+Handler = Callable[[bytes, ConnectionContext], Awaitable[Response | None]]
+
+
+class Connection:
+    def __init__(
+        self,
+        sock: socket.socket,
+        context: ConnectionContext,
+        handler: Handler,
+        *,
+        max_frame_bytes: int,
+        idle_timeout_ms: int,
+    ) -> None:
+        self.sock = sock
+        self.context = context
+        self.handler = handler
+        self.max_frame_bytes = max_frame_bytes
+        self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms >= 0 else None
+        self.last_active = time.monotonic()
+        self._frames: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
+        self.closing = False
+        self.busy = False
+
+    async def run(self) -> None:
+        reader = asyncio.create_task(self._read_loop())
+        try:
+            await self._process_loop()
+        finally:
+            reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+            with contextlib.suppress(OSError):
+                self.sock.close()
+
+    def close_soon(self) -> None:
+        """Stop after the request being handled (used by shutdown)."""
+        self.closing = True
+        with contextlib.suppress(asyncio.QueueFull):
+            self._frames.put_nowait(None)
+
+    async def _read_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        buffer = FrameBuffer(self.max_frame_bytes)
+        try:
+            while not self.closing:
+                data = await self._recv(loop)
+                if not data:
+                    break
+                self.last_active = time.monotonic()
+                buffer.feed(data)
+                while (frame := buffer.next_frame()) is not None:
+                    await self._frames.put(frame)
+        except FrameError as error:
+            logger.warning("closing connection from %s: %s", self.context.peer, error)
+        except (OSError, TimeoutError):
+            pass
+        await self._frames.put(None)  # the processor finishes what was read, then stops
+
+    async def _recv(self, loop: asyncio.AbstractEventLoop) -> bytes:
+        while True:
+            if self.idle_timeout_s is None:
+                return await loop.sock_recv(self.sock, RECV_BYTES)
+            remaining = self.last_active + self.idle_timeout_s - time.monotonic()
+            if remaining <= 0 and not self.busy and self._frames.empty():
+                logger.info("closing idle connection from %s", self.context.peer)
+                return b""
+            try:
+                return await asyncio.wait_for(
+                    loop.sock_recv(self.sock, RECV_BYTES), max(remaining, 0.05)
+                )
+            except TimeoutError:
+                continue
+
+    async def _process_loop(self) -> None:
+        while True:
+            frame = await self._frames.get()
+            if frame is None:
+                return
+            self.busy = True
+            try:
+                response = await self.handler(frame, self.context)
+            except CloseConnection:
+                return
+            finally:
+                self.busy = False
+                self.last_active = time.monotonic()
+            if response is None:
+                continue
+            try:
+                await self._send(response)
+            except (OSError, ConnectionError) as error:
+                logger.debug("send to %s failed: %s", self.context.peer, error)
+                return
+            if response.close_after or self.closing:
+                return
+
+    async def _send(self, response: Response) -> None:
+        loop = asyncio.get_running_loop()
+        pending = bytearray(_SIZE.pack(response.size))
+        for part in response.parts:
+            if isinstance(part, FileRange):
+                if pending:
+                    await loop.sock_sendall(self.sock, pending)
+                    pending = bytearray()
+                await self._sendfile(loop, part)
+            else:
+                pending += part
+        if pending:
+            await loop.sock_sendall(self.sock, pending)
+
+    async def _sendfile(self, loop: asyncio.AbstractEventLoop, part: FileRange) -> None:
+        """Zero-copy: page cache → socket, waiting for writability as needed."""
+        position, remaining = part.position, part.length
+        out_fd = self.sock.fileno()
+        while remaining > 0:
+            try:
+                sent = os.sendfile(out_fd, part.fd, position, remaining)
+            except BlockingIOError:
+                await self._writable(loop)
+                continue
+            if sent == 0:  # the file shrank under us: the response cannot be completed
+                raise ConnectionError(f"segment range {part} no longer readable")
+            position += sent
+            remaining -= sent
+
+    async def _writable(self, loop: asyncio.AbstractEventLoop) -> None:
+        waiter = loop.create_future()
+        fd = self.sock.fileno()
+
+        def ready() -> None:
+            if not waiter.done():
+                waiter.set_result(None)
+
+        loop.add_writer(fd, ready)
+        try:
+            await waiter
+        finally:
+            loop.remove_writer(fd)

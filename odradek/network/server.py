@@ -1,0 +1,116 @@
+"""Listeners: accept TCP connections and run a Connection task for each.
+
+How this works and why: each listener is a plain non-blocking socket served by an
+accept loop on the event loop (uvloop when available). Binding port 0 picks a free
+port; ``bound`` reports the real one so ``odradek serve --listen 127.0.0.1:0`` can
+print it. Shutdown stops accepting first, then lets every connection finish the
+request it is handling before closing it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from odradek.network.connection import Connection, ConnectionContext, Handler
+
+logger = logging.getLogger(__name__)
+
+LISTEN_BACKLOG = 512
+
+
+@dataclass(slots=True)
+class BoundListener:
+    name: str
+    host: str
+    port: int
+    sock: socket.socket
+
+    def url(self) -> str:
+        return f"{self.name}://{self.host}:{self.port}"
+
+
+class SocketServer:
+    def __init__(self, handler: Handler, *, max_frame_bytes: int, idle_timeout_ms: int) -> None:
+        self.handler = handler
+        self.max_frame_bytes = max_frame_bytes
+        self.idle_timeout_ms = idle_timeout_ms
+        self.bound: list[BoundListener] = []
+        self._accept_tasks: list[asyncio.Task[None]] = []
+        self._connections: dict[int, tuple[Connection, asyncio.Task[None]]] = {}
+        self._ids = itertools.count(1)
+
+    def bind(self, name: str, host: str, port: int) -> BoundListener:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(LISTEN_BACKLOG)
+        sock.setblocking(False)
+        listener = BoundListener(name, host, sock.getsockname()[1], sock)
+        self.bound.append(listener)
+        return listener
+
+    def start(self) -> None:
+        for listener in self.bound:
+            self._accept_tasks.append(asyncio.create_task(self._accept_loop(listener)))
+
+    async def _accept_loop(self, listener: BoundListener) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                client, address = await loop.sock_accept(listener.sock)
+            except OSError as error:  # e.g. EMFILE: keep serving the others
+                logger.warning("accept on %s failed: %s", listener.url(), error)
+                await asyncio.sleep(0.1)
+                continue
+            client.setblocking(False)
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            connection_id = next(self._ids)
+            context = ConnectionContext(f"{address[0]}:{address[1]}", listener.name, connection_id)
+            connection = Connection(
+                client,
+                context,
+                self.handler,
+                max_frame_bytes=self.max_frame_bytes,
+                idle_timeout_ms=self.idle_timeout_ms,
+            )
+            task = asyncio.create_task(connection.run())
+            self._connections[connection_id] = (connection, task)
+            task.add_done_callback(self._forget(connection_id))
+
+    def _forget(self, connection_id: int) -> Callable[[asyncio.Task[None]], None]:
+        def forget(_: asyncio.Task[None]) -> None:
+            self._connections.pop(connection_id, None)
+
+        return forget
+
+    @property
+    def connection_count(self) -> int:
+        return len(self._connections)
+
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop accepting; let each connection finish its current request; close all."""
+        for task in self._accept_tasks:
+            task.cancel()
+        for task in self._accept_tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for listener in self.bound:
+            listener.sock.close()
+        connections = list(self._connections.values())
+        for connection, _ in connections:
+            connection.close_soon()
+        tasks = [task for _, task in connections]
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=grace_s)
+            for task in pending:
+                task.cancel()
+            for task in pending:
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await task

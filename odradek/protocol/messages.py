@@ -1,0 +1,124 @@
+"""Request headers and bodies in, response bytes out, using kio's entities.
+
+How this works and why: the first 8 bytes of every request (api key, api version,
+correlation id) have the same layout in every header version, so they are read with
+``struct`` before anything else; only then is the (api key, version) pair looked up
+in kio to learn whether the request is "flexible" (header v2 with tagged fields) and
+which entity decodes the body. Unknown pairs raise ``UnsupportedRequest`` carrying the
+correlation id, so the caller can answer ApiVersions with UNSUPPORTED_VERSION and close
+the connection for anything else, as Kafka does.
+
+Responses are encoded with kio's writers into one ``bytes`` (header + body); Fetch,
+whose record sets must go out with ``sendfile``, has its own encoder (fetch_codec.py).
+"""
+
+from __future__ import annotations
+
+import io
+import struct
+from dataclasses import dataclass
+from functools import cache
+from typing import Any, Final
+
+from kio.index import load_request_schema, load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+API_VERSIONS_KEY: Final = 18
+_FIXED_HEADER = struct.Struct(">hhi")
+_INT16 = struct.Struct(">h")
+
+
+class UnsupportedRequest(Exception):
+    """An API key/version this broker does not implement."""
+
+    def __init__(self, api_key: int, api_version: int, correlation_id: int) -> None:
+        super().__init__(f"unsupported API key {api_key} version {api_version}")
+        self.api_key = api_key
+        self.api_version = api_version
+        self.correlation_id = correlation_id
+
+
+class MalformedRequest(Exception):
+    """Bytes that do not decode as the request they claim to be."""
+
+
+@dataclass(frozen=True, slots=True)
+class RequestHeader:
+    api_key: int
+    api_version: int
+    correlation_id: int
+    client_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    header: RequestHeader
+    body: Any  # a kio request entity
+    size: int
+
+
+@cache
+def _request_codec(api_key: int, api_version: int) -> tuple[type, Any, Any]:
+    schema = load_request_schema(api_key, api_version)
+    return schema, entity_reader(schema.__header_schema__), entity_reader(schema)
+
+
+@cache
+def _response_codec(api_key: int, api_version: int) -> tuple[Any, Any, type]:
+    schema = load_response_schema(api_key, api_version)
+    header_schema = schema.__header_schema__
+    return entity_writer(header_schema), entity_writer(schema), header_schema
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """(api key, api version, correlation id) from any request frame."""
+    if len(frame) < _FIXED_HEADER.size:
+        raise MalformedRequest(f"request of {len(frame)} bytes is shorter than a header")
+    api_key, api_version, correlation_id = _FIXED_HEADER.unpack_from(frame, 0)
+    return int(api_key), int(api_version), int(correlation_id)
+
+
+def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
+    """Decode header and body; UnsupportedRequest / MalformedRequest on bad input."""
+    api_key, api_version, correlation_id = peek_header(frame)
+    versions = supported.get(api_key)
+    if versions is None or not versions[0] <= api_version <= versions[1]:
+        raise UnsupportedRequest(api_key, api_version, correlation_id)
+    try:
+        schema, read_header, read_body = _request_codec(api_key, api_version)
+    except Exception:  # kio has no entity for this pair
+        raise UnsupportedRequest(api_key, api_version, correlation_id) from None
+    try:
+        header, header_size = read_header(frame, 0)
+        body, body_size = read_body(frame, header_size)
+    except Exception as error:  # kio raises assorted errors on short or garbled input
+        raise MalformedRequest(
+            f"cannot decode {schema.__name__} v{api_version}: {type(error).__name__}: {error}"
+        ) from None
+    if header_size + body_size != len(frame):
+        raise MalformedRequest(
+            f"{schema.__name__} v{api_version}: {len(frame) - header_size - body_size} "
+            "trailing bytes"
+        )
+    return Request(
+        RequestHeader(api_key, api_version, correlation_id, header.client_id),
+        body,
+        len(frame),
+    )
+
+
+def encode_response(api_key: int, api_version: int, correlation_id: int, body: Any) -> bytes:
+    """Header (v0, or v1 for flexible responses) + body, without the size prefix."""
+    write_header, write_body, header_schema = _response_codec(api_key, api_version)
+    buffer = io.BytesIO()
+    write_header(buffer, header_schema(correlation_id=correlation_id))
+    write_body(buffer, body)
+    return buffer.getvalue()
+
+
+def response_schema(api_key: int, api_version: int) -> type:
+    return load_response_schema(api_key, api_version)
+
+
+def request_schema(api_key: int, api_version: int) -> type:
+    return load_request_schema(api_key, api_version)

@@ -1,0 +1,168 @@
+"""ReplicaManager: the partitions this broker hosts, appends with acks, fetch waits.
+
+How this works and why: the broker reacts to metadata images — a partition assigned
+to this node gets a Partition backed by a storage Log; a deleted topic's logs are
+deleted. A Partition knows whether it leads, its leader epoch and ISR, and keeps the
+high watermark: the smallest log end offset in the ISR (seeds/004). With a single
+replica the ISR is the leader alone, so the HW follows the log end offset as soon as
+an append returns; the replication issue adds followers' fetch positions here.
+
+Fetch long polling (the purgatory of seeds/000): a fetch that finds fewer than
+``min_bytes`` parks a future on each partition it reads; an append to any of them
+wakes it, and it reads again until ``max_wait_ms`` runs out.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from odradek.metadata.image import MetadataImage, PartitionImage, TopicImage
+from odradek.storage.errors import StorageError
+from odradek.storage.log import AppendInfo, Log
+from odradek.storage.log_config import LogConfig
+from odradek.storage.log_manager import LogManager
+
+logger = logging.getLogger(__name__)
+
+
+class PartitionError(Exception):
+    """An error for one partition in a request; ``code`` is the Kafka error name."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or code)
+        self.code = code
+
+
+@dataclass(slots=True)
+class Partition:
+    topic: str
+    index: int
+    topic_id: str
+    log: Log
+    leader: int
+    leader_epoch: int
+    replicas: tuple[int, ...]
+    isr: tuple[int, ...]
+    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+
+    def is_leader(self, node_id: int) -> bool:
+        return self.leader == node_id
+
+    def update_high_watermark(self) -> None:
+        """HW = min LEO over the ISR; with only the leader in sync, the leader's LEO."""
+        self.log.high_watermark = self.log.log_end_offset
+
+    def wake_waiters(self) -> None:
+        for waiter in self.waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        self.waiters.clear()
+
+
+class ReplicaManager:
+    def __init__(self, node_id: int, log_manager: LogManager) -> None:
+        self.node_id = node_id
+        self.log_manager = log_manager
+        self.partitions: dict[tuple[str, int], Partition] = {}
+
+    # -- reacting to metadata ------------------------------------------------------
+    def apply_image(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
+        """Create partitions newly assigned here, update leaders/epochs, drop deleted ones."""
+        wanted: dict[tuple[str, int], tuple[TopicImage, PartitionImage]] = {}
+        for topic in image.topics.values():
+            for partition in topic.partitions.values():
+                if self.node_id in partition.replicas:
+                    wanted[(topic.name, partition.partition)] = (topic, partition)
+        for key in [k for k in self.partitions if k not in wanted]:
+            self._remove(key)
+        for name in {topic.name for topic, _ in wanted.values()}:
+            self.log_manager.set_topic_config(name, topic_config(name))
+        for key, (topic, state) in wanted.items():
+            self._ensure(key, topic, state)
+        for (topic_name, index), _log in list(self.log_manager.logs.items()):
+            if (topic_name, index) not in wanted:
+                # a log left behind by a topic deleted while we were down
+                logger.info("deleting stray log %s-%d", topic_name, index)
+                self.log_manager.delete_log(topic_name, index)
+
+    def _ensure(self, key: tuple[str, int], topic: TopicImage, state: PartitionImage) -> None:
+        partition = self.partitions.get(key)
+        topic_id = str(topic.topic_id)
+        if partition is not None and partition.topic_id != topic_id:
+            self._remove(key)  # same name, new topic: the old one was deleted
+            partition = None
+        if partition is None:
+            log = self.log_manager.get_or_create_log(key[0], key[1], topic_id=topic_id)
+            partition = Partition(
+                key[0],
+                key[1],
+                topic_id,
+                log,
+                state.leader,
+                state.leader_epoch,
+                state.replicas,
+                state.isr,
+            )
+            self.partitions[key] = partition
+        partition.leader = state.leader
+        partition.leader_epoch = state.leader_epoch
+        partition.replicas = state.replicas
+        partition.isr = state.isr
+        if partition.is_leader(self.node_id):
+            partition.update_high_watermark()
+
+    def _remove(self, key: tuple[str, int]) -> None:
+        partition = self.partitions.pop(key, None)
+        if partition is None:
+            return
+        partition.wake_waiters()
+        self.log_manager.delete_log(*key)
+
+    # -- lookups -------------------------------------------------------------------
+    def leader_partition(self, topic: str, index: int) -> Partition:
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            raise PartitionError(
+                "UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{index} is not hosted here"
+            )
+        if not partition.is_leader(self.node_id):
+            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"not the leader of {topic}-{index}")
+        return partition
+
+    # -- produce -------------------------------------------------------------------
+    def append(self, topic: str, index: int, records: bytes, acks: int) -> AppendInfo:
+        partition = self.leader_partition(topic, index)
+        config: LogConfig = partition.log.config
+        if acks == -1 and len(partition.isr) < config.min_insync_replicas:
+            raise PartitionError(
+                "NOT_ENOUGH_REPLICAS",
+                f"ISR {list(partition.isr)} is smaller than min.insync.replicas="
+                f"{config.min_insync_replicas}",
+            )
+        try:
+            info = partition.log.append_as_leader(records, partition.leader_epoch)
+        except StorageError as error:
+            raise PartitionError(error.code, str(error)) from None
+        partition.update_high_watermark()
+        partition.wake_waiters()
+        return info
+
+    # -- fetch waits ------------------------------------------------------------------
+    async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
+        """Return when any of ``partitions`` gets an append, or after ``timeout_s``."""
+        if timeout_s <= 0:
+            return
+        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        watched = list(partitions)
+        for partition in watched:
+            partition.waiters.add(waiter)
+        try:
+            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
+        except TimeoutError:
+            pass
+        finally:
+            for partition in watched:
+                partition.waiters.discard(waiter)

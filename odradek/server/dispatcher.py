@@ -1,0 +1,73 @@
+"""Dispatcher: frame → decoded request → handler → encoded response.
+
+How this works and why: this is the API layer of seeds/002. It owns the three ways a
+request can fail before a handler runs: an unsupported ApiVersions version is
+answered with UNSUPPORTED_VERSION and the supported list (clients then retry with
+v0); any other unsupported key or version, and any frame that does not decode, closes
+the connection with a log line, as Kafka does — there is no way to answer a request
+whose schema we do not know. A handler that raises by mistake gets the same
+treatment plus a logged traceback, so one bad request never takes the broker down.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from odradek.network.connection import CloseConnection, ConnectionContext, Response
+from odradek.protocol.messages import (
+    API_VERSIONS_KEY,
+    MalformedRequest,
+    UnsupportedRequest,
+    decode_request,
+    encode_response,
+)
+from odradek.server.handlers import REGISTRY, supported_versions
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+
+class Dispatcher:
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.supported = supported_versions()
+
+    async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
+        try:
+            request = decode_request(frame, self.supported)
+        except UnsupportedRequest as error:
+            if error.api_key == API_VERSIONS_KEY:
+                from odradek.server.handlers.api_versions import unsupported_version_response
+
+                return Response(
+                    [unsupported_version_response(error.correlation_id, self.supported)]
+                )
+            logger.warning("closing connection from %s: %s", context.peer, error)
+            raise CloseConnection() from None
+        except MalformedRequest as error:
+            logger.warning("closing connection from %s: malformed request: %s", context.peer, error)
+            raise CloseConnection() from None
+        header = request.header
+        spec = REGISTRY[header.api_key]
+        try:
+            result = await spec.function(self.broker, request)
+        except CloseConnection:
+            raise
+        except Exception:
+            logger.exception(
+                "handler for API %d v%d failed; closing connection from %s",
+                header.api_key,
+                header.api_version,
+                context.peer,
+            )
+            raise CloseConnection() from None
+        if result is None:
+            return None  # e.g. produce with acks=0
+        if isinstance(result, Response):
+            return result
+        return Response(
+            [encode_response(header.api_key, header.api_version, header.correlation_id, result)]
+        )

@@ -1,0 +1,139 @@
+"""Metadata (key 3): brokers, topics, partitions and leaders from the metadata image.
+
+Topics a client asks for that do not exist are created here when both the broker
+(``auto.create.topics.enable``) and the request (``allow_auto_topic_creation``, v4+)
+allow it; creation goes through the controller like CreateTopics, so the response
+already shows the new topic with its leader.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.metadata.controller import INTERNAL_TOPICS, ControllerError, validate_topic_name
+from odradek.metadata.image import MetadataImage, TopicImage
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server.handlers import handles
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+METADATA_KEY = 3
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+@handles(METADATA_KEY, 0, 12)
+async def metadata(broker: Broker, request: Request) -> Any:
+    version = request.header.api_version
+    module = response_module(METADATA_KEY, version)
+    body = request.body
+    image = broker.image
+    requested = body.topics
+    if requested is None or (version == 0 and not requested):
+        names = sorted(image.topics)
+        errors: dict[str, str] = {}
+    else:
+        names, errors = [], {}
+        for item in requested:
+            name = item.name
+            if name is None and getattr(item, "topic_id", None) is not None:
+                topic = image.topic_by_id(item.topic_id)
+                name = topic.name if topic else None
+                if name is None:
+                    errors[str(item.topic_id)] = "UNKNOWN_TOPIC_ID"
+                    continue
+            names.append(name)
+        allow_create = getattr(body, "allow_auto_topic_creation", True)
+        missing = [n for n in names if n not in image.topics]
+        if missing:
+            errors.update(await _auto_create(broker, missing, allow_create))
+            image = broker.image
+    topics = []
+    for name in names:
+        topic = image.topics.get(name)
+        if topic is None:
+            topics.append(
+                _error_topic(module, name, errors.get(name, "UNKNOWN_TOPIC_OR_PARTITION"))
+            )
+        else:
+            topics.append(_topic(module, topic))
+    listener = request_listener(broker, request)
+    brokers = tuple(
+        make(
+            module.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack
+        )
+        for b in broker.brokers_for_listener(image, listener)
+    )
+    return make(
+        module.MetadataResponse,
+        throttle_time=datetime.timedelta(0),
+        brokers=brokers,
+        cluster_id=broker.cluster_id,
+        controller_id=broker.node_id,
+        topics=tuple(topics),
+        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        error_code=error_code("NONE"),
+    )
+
+
+def request_listener(broker: Broker, request: Request) -> str:
+    return getattr(request, "listener", None) or broker.default_listener_name
+
+
+async def _auto_create(broker: Broker, names: list[str], allowed: bool) -> dict[str, str]:
+    errors: dict[str, str] = {}
+    creatable = []
+    for name in names:
+        try:
+            validate_topic_name(name)
+        except ControllerError:
+            errors[name] = "INVALID_TOPIC_EXCEPTION"
+            continue
+        creatable.append(name)
+    if creatable and allowed and broker.config["auto.create.topics.enable"]:
+        for name, error in zip(creatable, await broker.auto_create_topics(creatable), strict=True):
+            if error is not None and error.code != "TOPIC_ALREADY_EXISTS":
+                errors[name] = error.code
+    return errors
+
+
+def _error_topic(module: Any, name: str, error: str) -> Any:
+    return make(
+        module.MetadataResponseTopic,
+        error_code=error_code(error),
+        name=name,
+        topic_id=None,
+        is_internal=False,
+        partitions=(),
+        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+def _topic(module: Any, topic: TopicImage) -> Any:
+    partitions = tuple(
+        make(
+            module.MetadataResponsePartition,
+            error_code=error_code("NONE"),
+            partition_index=p.partition,
+            leader_id=p.leader,
+            leader_epoch=p.leader_epoch,
+            replica_nodes=p.replicas,
+            isr_nodes=p.isr,
+            offline_replicas=(),
+        )
+        for _, p in sorted(topic.partitions.items())
+    )
+    return make(
+        module.MetadataResponseTopic,
+        error_code=error_code("NONE"),
+        name=topic.name,
+        topic_id=topic.topic_id,
+        is_internal=topic.name in INTERNAL_TOPICS,
+        partitions=partitions,
+        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+__all__ = ["MetadataImage", "metadata"]

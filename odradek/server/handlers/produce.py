@@ -1,0 +1,101 @@
+"""Produce (key 0): validate each partition's batch and append it on the leader.
+
+Batches stay bytes: the storage layer checks the header and CRC and stamps offsets in
+place. Errors are per partition, with Kafka's codes; acks=0 gets no response at all.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.replica.replica_manager import PartitionError
+from odradek.server.handlers import handles
+from odradek.storage.batch import MAGIC_POSITION, MAGIC_V2, iter_batches
+from odradek.storage.errors import StorageError
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+PRODUCE_KEY = 0
+_EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+@handles(PRODUCE_KEY, 3, 11)
+async def produce(broker: Broker, request: Request) -> Any:
+    body = request.body
+    module = response_module(PRODUCE_KEY, request.header.api_version)
+    acks = body.acks
+    topics = []
+    for topic in body.topic_data:
+        partitions = []
+        for data in topic.partition_data:
+            if acks not in (0, 1, -1):
+                result = _error(module, data.index, "INVALID_REQUIRED_ACKS")
+            elif body.transactional_id is not None:
+                result = _error(
+                    module,
+                    data.index,
+                    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+                    "transactions are not supported yet",
+                )
+            else:
+                result = _append(broker, module, topic.name, data.index, data.records, acks)
+            partitions.append(result)
+        topics.append(
+            make(
+                module.TopicProduceResponse, name=topic.name, partition_responses=tuple(partitions)
+            )
+        )
+    if acks == 0:
+        return None
+    return make(
+        module.ProduceResponse, responses=tuple(topics), throttle_time=datetime.timedelta(0)
+    )
+
+
+def _append(
+    broker: Broker, module: Any, topic: str, index: int, records: bytes | None, acks: int
+) -> Any:
+    if not records:
+        return _error(module, index, "INVALID_RECORD", "no records")
+    if len(records) > MAGIC_POSITION and records[MAGIC_POSITION] < MAGIC_V2:
+        return _error(
+            module, index, "UNSUPPORTED_FOR_MESSAGE_FORMAT", "message format v0/v1 is not supported"
+        )
+    try:
+        if sum(1 for _ in iter_batches(records, verify_crc=False)) != 1:
+            return _error(module, index, "INVALID_RECORD", "produce v3+ carries exactly one batch")
+        info = broker.replica_manager.append(topic, index, records, acks)
+    except PartitionError as error:
+        return _error(module, index, error.code, str(error))
+    except StorageError as error:
+        return _error(module, index, error.code, str(error))
+    append_time = None
+    if info.log_append_time >= 0:
+        append_time = _EPOCH + datetime.timedelta(milliseconds=info.log_append_time)
+    return make(
+        module.PartitionProduceResponse,
+        index=index,
+        error_code=error_code("NONE"),
+        base_offset=info.first_offset,
+        log_append_time=append_time,
+        log_start_offset=info.log_start_offset,
+        record_errors=(),
+        error_message=None,
+    )
+
+
+def _error(module: Any, index: int, code: str, message: str | None = None) -> Any:
+    return make(
+        module.PartitionProduceResponse,
+        index=index,
+        error_code=error_code(code),
+        base_offset=-1,
+        log_append_time=None,
+        log_start_offset=-1,
+        record_errors=(),
+        error_message=message,
+    )

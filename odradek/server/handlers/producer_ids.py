@@ -1,0 +1,42 @@
+"""InitProducerId (key 22): producer ids for idempotent producers.
+
+Ids come from blocks reserved in the metadata log (ProducerIds records), so no id is
+ever handed out twice, even across restarts. As in Kafka, a producer without a
+transactional id always gets a fresh id with epoch 0 (also when it asks again after
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID). Transactional ids need the
+transaction coordinator (the transactions issue); until then they are answered with
+COORDINATOR_NOT_AVAILABLE.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server.handlers import handles
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+INIT_PRODUCER_ID_KEY = 22
+
+
+@handles(INIT_PRODUCER_ID_KEY, 0, 5)
+async def init_producer_id(broker: Broker, request: Request) -> Any:
+    module = response_module(INIT_PRODUCER_ID_KEY, request.header.api_version)
+    body = request.body
+
+    def respond(error: str, producer_id: int = -1, epoch: int = -1) -> Any:
+        return make(
+            module.InitProducerIdResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=error_code(error),
+            producer_id=producer_id,
+            producer_epoch=epoch,
+        )
+
+    if body.transactional_id is not None:
+        return respond("COORDINATOR_NOT_AVAILABLE")
+    return respond("NONE", await broker.next_producer_id(), 0)

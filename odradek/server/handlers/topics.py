@@ -1,0 +1,116 @@
+"""CreateTopics (key 19): validated by the controller, committed to the metadata log."""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.metadata.controller import ControllerError, NewTopic
+from odradek.metadata.image import MetadataImage
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server.handlers import handles
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+CREATE_TOPICS_KEY = 19
+DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs ConfigSource.DEFAULT_CONFIG
+TOPIC_CONFIG_SOURCE = 1  # ConfigSource.TOPIC_CONFIG
+
+
+@handles(CREATE_TOPICS_KEY, 2, 7)
+async def create_topics(broker: Broker, request: Request) -> Any:
+    module = response_module(CREATE_TOPICS_KEY, request.header.api_version)
+    body = request.body
+    wanted = [
+        NewTopic(
+            name=topic.name,
+            num_partitions=topic.num_partitions,
+            replication_factor=topic.replication_factor,
+            assignments={a.partition_index: tuple(a.broker_ids) for a in topic.assignments} or None,
+            configs={c.name: c.value for c in topic.configs},
+        )
+        for topic in body.topics
+    ]
+    outcomes = await broker.controller.create_topics(wanted, body.validate_only)
+    results = []
+    for topic, outcome in zip(wanted, outcomes, strict=True):
+        if isinstance(outcome, ControllerError):
+            results.append(_failed(module, topic.name, outcome))
+        else:
+            results.append(_created(broker, module, topic, outcome, body.validate_only))
+    return make(
+        module.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results)
+    )
+
+
+def _failed(module: Any, name: str, error: ControllerError) -> Any:
+    return make(
+        module.CreatableTopicResult,
+        name=name,
+        topic_id=None,
+        error_code=error_code(error.code),
+        error_message=str(error),
+        topic_config_error_code=0,
+        num_partitions=-1,
+        replication_factor=-1,
+        configs=None,
+    )
+
+
+def _created(
+    broker: Broker, module: Any, topic: NewTopic, image: MetadataImage, validate_only: bool
+) -> Any:
+    created = image.topics.get(topic.name)
+    if created is not None and not validate_only:
+        partitions = len(created.partitions)
+        factor = len(next(iter(created.partitions.values())).replicas)
+        topic_id = created.topic_id
+    else:  # validate_only: report what would have been created
+        defaults = broker.dynamic_defaults()
+        partitions = (
+            topic.num_partitions
+            if topic.num_partitions > 0
+            else (len(topic.assignments) if topic.assignments else defaults["num.partitions"])
+        )
+        factor = (
+            topic.replication_factor
+            if topic.replication_factor > 0
+            else (
+                len(next(iter(topic.assignments.values())))
+                if topic.assignments
+                else defaults["default.replication.factor"]
+            )
+        )
+        topic_id = None
+    explicit = {k: v for k, v in (topic.configs or {}).items() if v is not None}
+    if not hasattr(module, "CreatableTopicConfigs"):  # configs are reported from v5
+        configs = None
+    else:
+        configs = _configs(broker, module, topic.name, explicit)
+    return make(
+        module.CreatableTopicResult,
+        name=topic.name,
+        topic_id=topic_id,
+        error_code=error_code("NONE"),
+        error_message=None,
+        topic_config_error_code=0,
+        num_partitions=partitions,
+        replication_factor=factor,
+        configs=configs,
+    )
+
+
+def _configs(broker: Broker, module: Any, name: str, explicit: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(
+        make(
+            module.CreatableTopicConfigs,
+            name=key,
+            value=str(value).lower() if isinstance(value, bool) else str(value),
+            read_only=False,
+            config_source=TOPIC_CONFIG_SOURCE if key in explicit else DEFAULT_CONFIG_SOURCE,
+            is_sensitive=False,
+        )
+        for key, value in sorted(broker.effective_topic_config(name, explicit).items())
+    )
