@@ -525,6 +525,7 @@ class Log:
     def _after_truncation(self) -> None:
         end = self.log_end_offset
         self.epoch_cache.truncate_from_end(end)
+        self.log_start_offset = min(self.log_start_offset, end)  # start <= HW <= end
         self.recovery_point = min(self.recovery_point, end)
         self._high_watermark = min(self._high_watermark, end)
         self.rebuild_producer_state()

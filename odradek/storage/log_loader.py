@@ -90,6 +90,8 @@ def open_log(
     directory.mkdir(parents=True, exist_ok=True)
     stats = LoadStats()
     bases = sorted(_remove_leftovers(directory))
+    # A segment whose offset index is missing is rebuilt (creating the segment makes one).
+    missing_index = {b for b in bases if not (directory / f"{b:020d}{INDEX_SUFFIX}").exists()}
     segments = [_new_segment(directory, base, config, clock) for base in bases]
     if not segments:
         start = max(log_start_offset, 0)
@@ -106,6 +108,7 @@ def open_log(
             stats.segments_dropped += 1
             continue
         needs_recovery = not clean_shutdown and index >= first_unflushed
+        needs_recovery = needs_recovery or segment.base_offset in missing_index
         if not needs_recovery:
             try:
                 segment.load()
@@ -113,7 +116,8 @@ def open_log(
                 logger.warning("%s: %s; rebuilding from the log", directory.name, error)
                 needs_recovery = True
         if needs_recovery:
-            result = segment.recover()
+            following = segments[index + 1].base_offset if index + 1 < len(segments) else None
+            result = segment.recover(next_segment_base=following)
             stats.recovered_segments += 1
             stats.batches_recovered += result.batches
             stats.bytes_recovered += result.valid_bytes
@@ -126,7 +130,11 @@ def open_log(
             continue
         kept.append(segment)
     stats.segments = len(kept)
+    # A missing (or zero-byte) checkpoint after a crash is rebuilt from the batch headers too.
+    epoch_path = directory / LEADER_EPOCH_CHECKPOINT
+    epoch_file_missing = not epoch_path.exists() or epoch_path.stat().st_size == 0
     epoch_cache, rebuild_epochs = _open_epoch_cache(directory)
+    rebuild_epochs = rebuild_epochs or (epoch_file_missing and not clean_shutdown)
     producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
     log = Log(
         directory,

@@ -128,6 +128,16 @@ class LogSegment:
         last_indexed_offset, position = self.offset_index.lookup(2**63 - 1)
         last_header = None
         for header in self.iter_headers(position):
+            # An entry (o, p) means "the batch at p ends at o": check the last one.
+            if (
+                last_header is None
+                and self.offset_index.entries
+                and header.last_offset != last_indexed_offset
+            ):
+                raise IndexCorruptError(
+                    f"{self.log_path}: index entry {last_indexed_offset} points at a "
+                    f"batch ending at {header.last_offset}"
+                )
             last_header = header
         if last_header is None:
             if self.size:
@@ -151,11 +161,17 @@ class LogSegment:
             return header.max_timestamp
         return None
 
-    def recover(self, on_batch: Callable[[BatchHeader], None] | None = None) -> RecoveryResult:
+    def recover(
+        self,
+        on_batch: Callable[[BatchHeader], None] | None = None,
+        next_segment_base: int | None = None,
+    ) -> RecoveryResult:
         """Re-validate every batch, rebuild both indexes, cut a torn or corrupt tail.
 
         Batches must have valid length, magic and CRC and strictly increasing
-        offsets starting at or after the base offset.
+        offsets starting at or after the base offset, within int32 of it and below
+        ``next_segment_base`` (baseOffset is outside the CRC, so a flipped bit there
+        is only caught by these bounds).
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -177,6 +193,13 @@ class LogSegment:
                         f"batch at position {header.position} has offset {header.base_offset} "
                         f"below the segment's next offset {self.next_offset}"
                     )
+                if header.last_offset - self.base_offset > 0x7FFFFFFF or (
+                    next_segment_base is not None and header.last_offset >= next_segment_base
+                ):
+                    raise CorruptRecordError(
+                        f"batch at position {header.position} has offsets up to "
+                        f"{header.last_offset}, outside the segment"
+                    )
                 self._index_batch(
                     BatchMeta(
                         header.base_offset, header.last_offset, header.max_timestamp, header.size
@@ -194,7 +217,8 @@ class LogSegment:
         if truncated:
             os.ftruncate(self.fd, position)
         self.size = position
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
+        if self.size:  # an empty segment has no timestamp to index
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
         return RecoveryResult(position, truncated, batches, corruption)
 
     def _scan_full(self, file_size: int) -> Iterator[tuple[BatchHeader, bool]]:
@@ -207,6 +231,11 @@ class LogSegment:
                 chunk = os.pread(self.fd, max(RECOVERY_CHUNK_BYTES, HEADER_SIZE), position)
                 chunk_start, relative = position, 0
             header = unpack_header(chunk, relative)
+            if position + header.size > file_size:  # before reading a garbled length
+                raise CorruptRecordError(
+                    f"batch at position {position} declares {header.size} bytes "
+                    f"but only {file_size - position} remain in the file"
+                )
             if relative + header.size > len(chunk):
                 chunk = os.pread(self.fd, max(RECOVERY_CHUNK_BYTES, header.size), position)
                 chunk_start, relative = position, 0
@@ -252,7 +281,12 @@ class LogSegment:
         if meta.max_timestamp > self.max_timestamp:
             self.max_timestamp = meta.max_timestamp
             self.offset_of_max_timestamp = meta.last_offset
-        if self.bytes_since_last_index_entry > self.index_interval_bytes:
+        # A full index takes no more entries (segment.index.bytes is a hard limit: one
+        # request of several batches may fill it mid-append; the next append rolls).
+        if (
+            self.bytes_since_last_index_entry > self.index_interval_bytes
+            and not self.offset_index.is_full
+        ):
             self.offset_index.append(meta.last_offset, position)
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp)
             self.bytes_since_last_index_entry = 0
@@ -376,7 +410,8 @@ class LogSegment:
 
     def on_become_inactive(self) -> None:
         """Called on roll: make the time index end with the segment's max timestamp."""
-        self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
+        if self.size:
+            self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
         self.offset_index.write_pending()
         self.time_index.write_pending()
 
@@ -397,7 +432,7 @@ class LogSegment:
     def close(self) -> None:
         if self.fd < 0:
             return
-        if not self.deleted:
+        if not self.deleted and self.size:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
         self.offset_index.close()
         self.time_index.close()
