@@ -72,7 +72,7 @@ NO_PARTITION_LEADER_EPOCH: Final = -1
 NO_TIMESTAMP: Final = -1
 
 _HEADER = struct.Struct(">qiibIhiqqqhii")
-_PREFIX = struct.Struct(">qi")  # baseOffset, batchLength
+_PREFIX = struct.Struct(">qii")  # baseOffset, batchLength, partitionLeaderEpoch
 _OFFSET_AND_EPOCH = struct.Struct(">q4xi")  # baseOffset, (length skipped), leaderEpoch
 _INT64 = struct.Struct(">q")
 _INT32 = struct.Struct(">i")
@@ -221,9 +221,19 @@ def is_crc_valid(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bo
 
 
 def check_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
-    """Parse and fully validate (length, magic, CRC) the batch at ``position``."""
-    header = parse_header(buf, position)
-    if not is_crc_valid(buf, header):
+    """Parse and fully validate (length, magic, CRC) the batch at ``position``.
+
+    This is on the produce path for every batch, hence written flat rather than
+    as parse_header + is_crc_valid.
+    """
+    header = unpack_header(buf, position)
+    end = position + header.batch_length + LOG_OVERHEAD
+    if end > len(buf):
+        raise CorruptRecordError(
+            f"batch at position {position} declares {end - position} bytes "
+            f"but only {len(buf) - position} remain"
+        )
+    if crc32c(memoryview(buf)[position + CRC_START : end]) != header.crc:
         raise CorruptRecordError(
             f"batch at position {position} (base offset {header.base_offset}) "
             f"fails its CRC32C check"
@@ -237,10 +247,11 @@ def iter_batches(
     """Yield the header of every batch in ``buf``; the batches must fill it exactly."""
     position = 0
     end = len(buf)
+    check = check_batch if verify_crc else parse_header
     while position < end:
-        header = check_batch(buf, position) if verify_crc else parse_header(buf, position)
+        header = check(buf, position)
         yield header
-        position += header.size
+        position += header.batch_length + LOG_OVERHEAD
 
 
 def stamp(buf: bytearray | memoryview, position: int, base_offset: int, leader_epoch: int) -> None:
@@ -255,7 +266,7 @@ def stamped_prefix(header: BatchHeader, base_offset: int, leader_epoch: int) -> 
     Lets the append path write ``prefix + original[16:]`` with ``os.writev`` instead
     of copying a (possibly megabyte-sized) batch just to change 12 bytes.
     """
-    return _PREFIX.pack(base_offset, header.batch_length) + _INT32.pack(leader_epoch)
+    return _PREFIX.pack(base_offset, header.batch_length, leader_epoch)
 
 
 def set_log_append_time(buf: bytearray, position: int, size: int, timestamp_ms: int) -> None:

@@ -152,11 +152,15 @@ class OffsetIndex(_IndexFile):
         return self._offsets[-1] if self._offsets else self.base_offset
 
     def append(self, offset: int, position: int) -> None:
+        relative = offset - self.base_offset
+        assert 0 <= relative <= 0x7FFFFFFF
         assert not self._offsets or (offset > self._offsets[-1] and position > self._positions[-1])
-        assert 0 <= offset - self.base_offset <= 0x7FFFFFFF
         self._offsets.append(offset)
         self._positions.append(position)
-        self._stage(_OFFSET_ENTRY.pack(offset - self.base_offset, position))
+        self._pending += _OFFSET_ENTRY.pack(relative, position)
+        self._pending_count += 1
+        if self._pending_count >= PENDING_ENTRIES_MAX:
+            self.write_pending()
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """The entry with the largest offset <= ``offset``, or (base_offset, 0)."""

@@ -33,9 +33,13 @@ from typing import Final
 from odradek.storage import batch as batch_format
 from odradek.storage.batch import (
     COMPRESSION_BY_NAME,
+    COMPRESSION_MASK,
+    CONTROL_MASK,
     HEADER_SIZE,
-    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
     NO_TIMESTAMP,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_MASK,
     BatchHeader,
     check_batch,
     set_log_append_time,
@@ -110,6 +114,7 @@ class Log:
         assert segments, "a log always has an active segment"
         self.directory = directory
         self.config = config
+        self._target_codec = _target_codec(config)  # None: keep the producer's codec
         self.clock = clock
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -165,32 +170,17 @@ class Log:
         view = memoryview(records)
         now_ms = self.clock()
         headers = self._validate_client_batches(view, now_ms)
-        staged: dict[int, ProducerEntry] = {}
-        for header in headers:
-            if header.producer_id >= 0:
-                duplicate = self.producer_state.check(header, staged)
-                if duplicate is not None:
-                    if len(headers) != 1:
-                        raise InvalidRecordError("a duplicate batch must be sent alone")
-                    return AppendInfo(
-                        duplicate.first_offset,
-                        duplicate.last_offset,
-                        duplicate.timestamp,
-                        -1,
-                        self.log_start_offset,
-                        header.record_count,
-                        0,
-                        duplicate=True,
-                    )
-                self.producer_state.stage(header, staged)  # sequences of later batches
-        staged.clear()
-        append_time = now_ms if self.config.uses_log_append_time else -1
-        target_codec = COMPRESSION_BY_NAME.get(
-            self.config.compression_type.replace("uncompressed", "none")
-        )
-        if target_codec is not None and any(h.compression != target_codec for h in headers):
-            view = memoryview(self._recompress(view, headers, target_codec))
+        idempotent = any(h.producer_id >= 0 for h in headers)
+        if idempotent:
+            duplicate = self._check_producers(headers)
+            if duplicate is not None:
+                return duplicate
+        if self._target_codec is not None and any(
+            h.compression != self._target_codec for h in headers
+        ):
+            view = memoryview(self._recompress(view, headers, self._target_codec))
             headers = list(batch_format.iter_batches(view))
+        append_time = now_ms if self.config.uses_log_append_time else -1
         if append_time >= 0:
             copy = bytearray(view)
             for header in headers:
@@ -198,29 +188,63 @@ class Log:
                 header.max_timestamp = append_time
                 header.attributes |= batch_format.TIMESTAMP_TYPE_MASK
             view = memoryview(copy)
-        next_offset = self.log_end_offset
+        # Offsets are assigned by writing a new 16-byte prefix in front of each
+        # batch's original bytes (one pwritev; the batch itself is never copied).
+        first_offset = next_offset = self.log_end_offset
         buffers: list[bytes | memoryview] = []
         metas = []
+        max_timestamp = NO_TIMESTAMP
+        record_count = 0
         for header in headers:
             buffers.append(stamped_prefix(header, next_offset, leader_epoch))
-            buffers.append(view[header.position + 16 : header.position + header.size])
+            buffers.append(view[header.position + 16 : header.position + header.batch_length + 12])
             header.base_offset = next_offset
             header.partition_leader_epoch = leader_epoch
-            metas.append(
-                BatchMeta(next_offset, header.last_offset, header.max_timestamp, header.size)
-            )
-            next_offset = header.next_offset
-        self._append(headers, metas, buffers, len(view), now_ms)
-        first, last = metas[0].base_offset, metas[-1].last_offset
+            last_offset = next_offset + header.last_offset_delta
+            metas.append(BatchMeta(next_offset, last_offset, header.max_timestamp, header.size))
+            next_offset = last_offset + 1
+            max_timestamp = max(max_timestamp, header.max_timestamp)
+            record_count += header.record_count
+        self._append(headers, metas, buffers, len(view), now_ms, max_timestamp, record_count)
+        latest = self.epoch_cache.latest_epoch
+        if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
+            self.epoch_cache.assign(leader_epoch, first_offset)
+        if idempotent:
+            self.producer_state.replay(headers, next_offset)
+        else:
+            self.producer_state.map_end_offset = next_offset
         return AppendInfo(
-            first,
-            last,
-            max(m.max_timestamp for m in metas),
+            first_offset,
+            next_offset - 1,
+            max_timestamp,
             append_time,
             self.log_start_offset,
-            sum(h.record_count for h in headers),
+            record_count,
             len(view),
         )
+
+    def _check_producers(self, headers: list[BatchHeader]) -> AppendInfo | None:
+        """Sequence/epoch checks; the original append's result if this is a retry."""
+        staged: dict[int, ProducerEntry] = {}
+        for header in headers:
+            if header.producer_id < 0:
+                continue
+            duplicate = self.producer_state.check(header, staged)
+            if duplicate is not None:
+                if len(headers) != 1:
+                    raise InvalidRecordError("a duplicate batch must be sent alone")
+                return AppendInfo(
+                    duplicate.first_offset,
+                    duplicate.last_offset,
+                    duplicate.timestamp,
+                    -1,
+                    self.log_start_offset,
+                    header.record_count,
+                    0,
+                    duplicate=True,
+                )
+            self.producer_state.stage(header, staged)  # sequences of later batches
+        return None
 
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry offsets and epochs (replication, recovery tools)."""
@@ -238,7 +262,13 @@ class Log:
                 raise CorruptRecordError(f"{self.name}: negative last offset delta")
             expected = header.next_offset
         metas = [BatchMeta(h.base_offset, h.last_offset, h.max_timestamp, h.size) for h in headers]
-        self._append(headers, metas, [view], len(view), self.clock())
+        max_timestamp = max(h.max_timestamp for h in headers)
+        record_count = sum(h.record_count for h in headers)
+        self._append(headers, metas, [view], len(view), self.clock(), max_timestamp, record_count)
+        for header in headers:
+            if header.partition_leader_epoch >= 0:
+                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        self.producer_state.replay(headers, self.log_end_offset)
         return AppendInfo(
             headers[0].base_offset,
             headers[-1].last_offset,
@@ -256,46 +286,50 @@ class Log:
         buffers: list[bytes | memoryview],
         size: int,
         now_ms: int,
+        max_timestamp: int,
+        record_count: int,
     ) -> None:
+        """Write batches whose offsets are final; the caller updates epochs and producers."""
         assert not self.closed
-        max_timestamp = max(m.max_timestamp for m in metas)
         segment = self._maybe_roll(
             size, metas[0].base_offset, metas[-1].last_offset, max_timestamp, now_ms
         )
         segment.append(metas, buffers, size)
-        for header in headers:
-            if header.partition_leader_epoch >= 0:
-                self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        self.producer_state.replay(headers, self.log_end_offset)
-        self.unflushed_messages += sum(h.record_count for h in headers)
+        self.unflushed_messages += record_count
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
     def _validate_client_batches(self, view: memoryview, now_ms: int) -> list[BatchHeader]:
+        """Header checks only (records stay opaque); raw attribute tests, as this is hot."""
         if not len(view):
             raise InvalidRecordError(f"{self.name}: empty produce data")
         config = self.config
+        check_time = not config.uses_log_append_time
         headers = []
         for header in batch_format.iter_batches(view):
-            if header.size > config.max_message_bytes:
+            size = header.batch_length + LOG_OVERHEAD
+            attributes = header.attributes
+            if size > config.max_message_bytes:
                 raise RecordTooLargeError(
-                    f"batch of {header.size} bytes exceeds "
-                    f"max.message.bytes={config.max_message_bytes}"
+                    f"batch of {size} bytes exceeds max.message.bytes={config.max_message_bytes}"
                 )
-            if header.is_control:
+            if attributes & CONTROL_MASK:
                 raise InvalidRecordError("clients may not write control batches")
-            if header.record_count <= 0 or header.last_offset_delta != header.record_count - 1:
+            count = header.record_count
+            if count <= 0 or header.last_offset_delta != count - 1:
                 raise InvalidRecordError(
-                    f"batch claims {header.record_count} records but last offset delta "
-                    f"{header.last_offset_delta}"
+                    f"batch claims {count} records but last offset delta {header.last_offset_delta}"
                 )
-            if header.compression > batch_format.ZSTD:
-                raise InvalidRecordError(f"unknown compression codec {header.compression}")
-            if header.is_transactional and header.producer_id < 0:
-                raise InvalidRecordError("transactional batch without a producer id")
-            if header.producer_id >= 0 and (header.base_sequence < 0 or header.producer_epoch < 0):
+            if attributes & COMPRESSION_MASK > batch_format.ZSTD:
+                raise InvalidRecordError(
+                    f"unknown compression codec {attributes & COMPRESSION_MASK}"
+                )
+            if header.producer_id < 0:
+                if attributes & TRANSACTIONAL_MASK:
+                    raise InvalidRecordError("transactional batch without a producer id")
+            elif header.base_sequence < 0 or header.producer_epoch < 0:
                 raise InvalidRecordError("idempotent batch without sequence or epoch")
-            if not config.uses_log_append_time and header.timestamp_type != LOG_APPEND_TIME:
+            if check_time and not attributes & TIMESTAMP_TYPE_MASK:
                 self._check_timestamps(header, now_ms)
             headers.append(header)
         return headers
@@ -421,12 +455,12 @@ class Log:
         for segment in self._segments[index:]:
             if segment.base_offset >= limit:
                 break
-            file_range = segment.read(offset, max_bytes, limit, min_one_batch)
-            if file_range is not None:
+            found = segment.read_with_first(offset, max_bytes, limit, min_one_batch)
+            if found is not None:
+                file_range, first = found
                 if file_range.length:
                     result.ranges.append(file_range)
-                    first = segment.translate_offset(offset)
-                    result.first_batch_offset = first.base_offset if first else None
+                    result.first_batch_offset = first.base_offset
                 return result
         return result
 
@@ -650,6 +684,7 @@ class Log:
     # -- lifecycle -------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        self._target_codec = _target_codec(config)
 
     def close(self) -> None:
         """Write indexes, a producer snapshot at the log end, and close every file."""
@@ -676,6 +711,11 @@ class Log:
             f"Log({self.name}, start={self.log_start_offset}, hw={self._high_watermark}, "
             f"end={self.log_end_offset}, segments={len(self._segments)})"
         )
+
+
+def _target_codec(config: LogConfig) -> int | None:
+    """The codec a topic's compression.type imposes, or None for ``producer``."""
+    return COMPRESSION_BY_NAME.get(config.compression_type.replace("uncompressed", "none"))
 
 
 def _segment_timestamp(segment: LogSegment) -> int:

@@ -48,7 +48,9 @@ TIME_INDEX_SUFFIX: Final = ".timeindex"
 DELETED_SUFFIX: Final = ".deleted"
 # Header scans read this much at a time: several small batches per read, and a
 # large batch costs one read per header rather than per byte.
-SCAN_CHUNK_BYTES: Final = 16 * 1024
+SCAN_CHUNK_BYTES: Final = 8 * 1024
+# pwritev takes at most this many buffers per call (POSIX IOV_MAX; 1024 on Linux).
+IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # Recovery reads the log in chunks of this size (plus any batch larger than it).
 RECOVERY_CHUNK_BYTES: Final = 4 * 1024 * 1024
 
@@ -265,12 +267,17 @@ class LogSegment:
 
     def _write_all(self, buffers: list[bytes | memoryview], size: int) -> None:
         try:
-            written = os.pwritev(self.fd, buffers, self.size)
-            if written != size:  # short write (rare): finish it byte-wise
-                rest = b"".join(bytes(b) for b in buffers)[written:]
-                while rest:
-                    count = os.pwrite(self.fd, rest, self.size + size - len(rest))
-                    rest = rest[count:]
+            position = self.size
+            for first in range(0, len(buffers), IOV_MAX):
+                group = buffers[first : first + IOV_MAX]
+                expected = sum(len(b) for b in group) if len(buffers) > IOV_MAX else size
+                written = os.pwritev(self.fd, group, position)
+                if written != expected:  # short write (rare): finish it byte-wise
+                    rest = b"".join(bytes(b) for b in group)[written:]
+                    while rest:
+                        count = os.pwrite(self.fd, rest, position + expected - len(rest))
+                        rest = rest[count:]
+                position += expected
         except OSError as error:
             os.ftruncate(self.fd, self.size)  # never leave half a batch behind
             raise StorageError(f"write to {self.log_path} failed: {error}") from error
@@ -333,6 +340,13 @@ class LogSegment:
         bound), fits in ``max_bytes`` unless ``min_one_batch`` lets a single oversized
         first batch through (KIP-74), and always ends on a batch boundary.
         """
+        found = self.read_with_first(start_offset, max_bytes, max_offset, min_one_batch)
+        return found[0] if found is not None else None
+
+    def read_with_first(
+        self, start_offset: int, max_bytes: int, max_offset: int | None, min_one_batch: bool
+    ) -> tuple[FileRange, BatchHeader] | None:
+        """``read`` plus the header of the first batch (so callers need no second lookup)."""
         first = self.translate_offset(start_offset)
         if first is None:
             return None
@@ -343,18 +357,18 @@ class LogSegment:
             if bound is not None:
                 limit = bound.position
         if limit <= start:
-            return FileRange(self.fd, start, 0)
+            return FileRange(self.fd, start, 0), first
         if first.size > max_bytes:
-            return FileRange(self.fd, start, first.size if min_one_batch else 0)
+            return FileRange(self.fd, start, first.size if min_one_batch else 0), first
         target_end = start + max_bytes
         if target_end >= limit:
-            return FileRange(self.fd, start, limit - start)
+            return FileRange(self.fd, start, limit - start), first
         end = max(self.offset_index.lookup_position(target_end), start)
         for header in self.iter_headers(end, limit):
             if header.position + header.size > target_end:
                 break
             end = header.position + header.size
-        return FileRange(self.fd, start, end - start)
+        return FileRange(self.fd, start, end - start), first
 
     def read_bytes(self, file_range: FileRange) -> bytes:
         return os.pread(self.fd, file_range.length, file_range.position)
