@@ -40,6 +40,9 @@ logger = logging.getLogger(__name__)
 METADATA_TOPIC: Final = "__cluster_metadata"
 CONTROLLER_EPOCH: Final = 1  # single voter; the quorum issue makes this a Raft epoch
 MAX_TOPIC_NAME_LENGTH: Final = 249
+# Kafka's controller limit (KAFKA-17870): one request may not create more partitions
+# than this, which also keeps a hostile count from building billions of assignments.
+MAX_PARTITIONS_PER_REQUEST: Final = 10_000
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
@@ -231,6 +234,11 @@ class Controller:
     ) -> list[ControllerError | MetadataImage]:
         """Per topic: the image after creation (the current one if validate_only), or the error."""
         async with self._lock:
+            if self._requested_partitions(topics) > MAX_PARTITIONS_PER_REQUEST:
+                error = ControllerError(
+                    "POLICY_VIOLATION", "Excessively large number of partitions per request."
+                )
+                return [error for _ in topics]
             results: list[ControllerError | list[MetadataRecord]] = []
             names = [t.name for t in topics]
             for topic in topics:
@@ -247,16 +255,34 @@ class Controller:
             image = self.image if validate_only else await self._commit(records)
             return [item if isinstance(item, ControllerError) else image for item in results]
 
-    async def delete_topics(self, names: Sequence[str]) -> list[ControllerError | None]:
+    def _requested_partitions(self, topics: Sequence[NewTopic]) -> int:
+        default = self._defaults()["num.partitions"]
+        total = 0
+        for topic in topics:
+            if topic.assignments:
+                total += len(topic.assignments)
+            elif topic.num_partitions > 0:
+                total += topic.num_partitions
+            elif topic.num_partitions == -1:
+                total += default
+        return total
+
+    async def delete_topics(self, names: Sequence[str | uuid.UUID]) -> list[ControllerError | None]:
+        """Delete topics given by name or by topic id (DeleteTopics v6)."""
         async with self._lock:
             results: list[ControllerError | None] = []
             records = []
             for name in names:
-                topic = self.image.topics.get(name)
-                if topic is None:
-                    results.append(
-                        ControllerError("UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} not found")
+                if isinstance(name, uuid.UUID):
+                    topic = self.image.topic_by_id(name)
+                    missing = ControllerError("UNKNOWN_TOPIC_ID", f"topic id {name} not found")
+                else:
+                    topic = self.image.topics.get(name)
+                    missing = ControllerError(
+                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {name!r} not found"
                     )
+                if topic is None:
+                    results.append(missing)
                     continue
                 records.append(MetadataRecord("RemoveTopic", {"topic_id": str(topic.topic_id)}))
                 results.append(None)
@@ -277,6 +303,10 @@ class Controller:
                     "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic_name!r} not found"
                 )
             current = len(topic.partitions)
+            if count - current > MAX_PARTITIONS_PER_REQUEST:
+                raise ControllerError(
+                    "POLICY_VIOLATION", "Excessively large number of partitions per request."
+                )
             if count <= current:
                 raise ControllerError(
                     "INVALID_PARTITIONS",
@@ -293,7 +323,11 @@ class Controller:
                     )
                 chosen = [list(a) for a in assignments]
                 for replicas in chosen:
-                    if not replicas or any(r not in brokers for r in replicas):
+                    if (
+                        not replicas
+                        or len(set(replicas)) != len(replicas)
+                        or any(r not in brokers for r in replicas)
+                    ):
                         raise ControllerError(
                             "INVALID_REPLICA_ASSIGNMENT", f"invalid replicas {replicas}"
                         )
@@ -318,32 +352,47 @@ class Controller:
         self,
         resource_type: str,
         resource_name: str,
-        changes: Mapping[str, str | None],
+        changes: Mapping[str, str | None] | Callable[[Mapping[str, str]], Mapping[str, str | None]],
         validate_only: bool,
+        *,
+        replace: bool = False,
+        validator: Callable[[Mapping[str, str]], None] | None = None,
     ) -> None:
-        """Set (value) or delete (None) config keys of one resource; validated before commit."""
+        """Set (value) or delete (None) config keys of one resource; validated before commit.
+
+        ``changes`` may be a function of the resource's current configs, called under
+        the lock (IncrementalAlterConfigs APPEND/SUBTRACT); ``replace`` drops every key
+        not in ``changes`` (legacy AlterConfigs); ``validator`` checks the resulting
+        set and raises ControllerError (broker properties: the broker's own table).
+        """
         async with self._lock:
+            if resource_type == TOPIC_RESOURCE and resource_name not in self.image.topics:
+                raise ControllerError(
+                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic {resource_name!r} not found"
+                )
+            current = dict(self.image.configs.get((resource_type, resource_name), {}))
+            if callable(changes):
+                changes = changes(current)
+            merged = {} if replace else dict(current)
+            for key, value in changes.items():
+                if value is None:
+                    merged.pop(key, None)
+                else:
+                    merged[key] = value
             if resource_type == TOPIC_RESOURCE:
-                if resource_name not in self.image.topics:
-                    raise ControllerError(
-                        "UNKNOWN_TOPIC_OR_PARTITION", f"topic {resource_name!r} not found"
-                    )
-                merged = dict(self.image.topic_configs(resource_name))
-                for key, value in changes.items():
-                    if value is None:
-                        merged.pop(key, None)
-                    else:
-                        merged[key] = value
                 try:
                     LogConfig.from_properties(merged)
                 except LogConfigError as error:
                     raise ControllerError("INVALID_CONFIG", str(error)) from None
+            if validator is not None:
+                validator(merged)
             if validate_only:
                 return
             await self._commit(
                 [
-                    _config_record(resource_type, resource_name, key, value)
-                    for key, value in changes.items()
+                    _config_record(resource_type, resource_name, key, merged.get(key))
+                    for key in sorted(set(current) | set(merged))
+                    if current.get(key) != merged.get(key)
                 ]
             )
 

@@ -90,16 +90,15 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reque
         raise UnsupportedRequest(api_key, api_version, correlation_id) from None
     try:
         header, header_size = read_header(frame, 0)
-        body, body_size = read_body(frame, header_size)
+        body, _body_size = read_body(frame, header_size)
     except Exception as error:  # kio raises assorted errors on short or garbled input
         raise MalformedRequest(
             f"cannot decode {schema.__name__} v{api_version}: {type(error).__name__}: {error}"
         ) from None
-    if header_size + body_size != len(frame):
-        raise MalformedRequest(
-            f"{schema.__name__} v{api_version}: {len(frame) - header_size - body_size} "
-            "trailing bytes"
-        )
+    # Bytes after the last field are ignored, as Kafka's request parser does: librdkafka
+    # (confluent-kafka, kcat) sends an "all topics" Metadata v9+ request whose null
+    # topics array is followed by 3 stray bytes (librdkafka#5049), and Kafka reads it
+    # as null topics, allow_auto_topic_creation=false.
     return Request(
         RequestHeader(api_key, api_version, correlation_id, header.client_id),
         body,

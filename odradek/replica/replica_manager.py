@@ -67,6 +67,7 @@ class ReplicaManager:
         self.node_id = node_id
         self.log_manager = log_manager
         self.partitions: dict[tuple[str, int], Partition] = {}
+        self.closing = False  # shutdown: fetches stop long-polling
 
     # -- reacting to metadata ------------------------------------------------------
     def apply_image(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
@@ -151,9 +152,15 @@ class ReplicaManager:
         return info
 
     # -- fetch waits ------------------------------------------------------------------
+    def stop_waiting(self) -> None:
+        """Shutdown: wake every parked fetch so it answers now instead of at max_wait."""
+        self.closing = True
+        for partition in self.partitions.values():
+            partition.wake_waiters()
+
     async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
         """Return when any of ``partitions`` gets an append, or after ``timeout_s``."""
-        if timeout_s <= 0:
+        if timeout_s <= 0 or self.closing:
             return
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         watched = list(partitions)

@@ -122,6 +122,7 @@ class Broker:
         return [b.url() for b in bound]
 
     async def stop(self) -> None:
+        self.replica_manager.stop_waiting()
         await self.server.stop()
         if self._housekeeping is not None:
             self._housekeeping.cancel()

@@ -51,10 +51,14 @@ def load_all() -> None:
     """Import every handler module so that its ``@handles`` entries register."""
     from odradek.server.handlers import (  # noqa: F401
         api_versions,
+        cluster_admin,
+        configs,
         fetch,
         metadata,
         offsets,
         produce,
         producer_ids,
+        records_admin,
         topics,
+        topics_admin,
     )

@@ -55,6 +55,8 @@ async def fetch(broker: Broker, request: Request) -> Response:
         remaining = deadline - time.monotonic()
         if failed or total >= body.min_bytes or remaining <= 0 or not partitions:
             break
+        if broker.replica_manager.closing:  # shutting down: answer with what there is
+            break
         await broker.replica_manager.wait_for_data(partitions, remaining)
     return Response(encode_fetch_response(header.api_version, header.correlation_id, results))
 

@@ -31,6 +31,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
     body = request.body
     image = broker.image
     requested = body.topics
+    unknown_ids: list[Any] = []  # v12 topic ids that name no topic
     if requested is None or (version == 0 and not requested):
         names = sorted(image.topics)
         errors: dict[str, str] = {}
@@ -42,7 +43,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 topic = image.topic_by_id(item.topic_id)
                 name = topic.name if topic else None
                 if name is None:
-                    errors[str(item.topic_id)] = "UNKNOWN_TOPIC_ID"
+                    unknown_ids.append(item.topic_id)
                     continue
             names.append(name)
         allow_create = getattr(body, "allow_auto_topic_creation", True)
@@ -59,6 +60,18 @@ async def metadata(broker: Broker, request: Request) -> Any:
             )
         else:
             topics.append(_topic(module, topic))
+    for topic_id in unknown_ids:
+        topics.append(
+            make(
+                module.MetadataResponseTopic,
+                error_code=error_code("UNKNOWN_TOPIC_ID"),
+                name=None,
+                topic_id=topic_id,
+                is_internal=False,
+                partitions=(),
+                topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            )
+        )
     listener = request_listener(broker, request)
     brokers = tuple(
         make(

@@ -69,6 +69,7 @@ def _lookup(partition: Partition, timestamp: int) -> tuple[int, int, int]:
         max_timestamp, offset = log.max_timestamp_and_offset()
         if offset < 0:
             return -1, -1, -1
+        offset = _record_with_timestamp(partition, offset, max_timestamp)
         return max_timestamp, offset, _epoch_at(partition, offset)
     if timestamp < 0:
         raise PartitionError("INVALID_REQUEST", f"unknown special timestamp {timestamp}")
@@ -77,6 +78,22 @@ def _lookup(partition: Partition, timestamp: int) -> tuple[int, int, int]:
         return -1, -1, -1
     offset_found, timestamp_found = found
     return timestamp_found, offset_found, _epoch_at(partition, offset_found)
+
+
+def _record_with_timestamp(partition: Partition, batch_offset: int, timestamp: int) -> int:
+    """Offset of the first record carrying ``timestamp`` in the batch holding ``batch_offset``.
+
+    Segments track the max timestamp per batch (its last offset, as Kafka's time index
+    does); MAX_TIMESTAMP answers with the record itself (KIP-734, KAFKA-16310), so the
+    one batch is decoded here.
+    """
+    from odradek.storage.records import decode_batch
+
+    for data in partition.log.read_batches(batch_offset, batch_offset + 1):
+        for record in decode_batch(data).records:
+            if record.timestamp == timestamp:
+                return record.offset
+    return batch_offset
 
 
 def _epoch_at(partition: Partition, offset: int) -> int:

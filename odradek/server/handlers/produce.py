@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.replica.replica_manager import PartitionError
@@ -50,6 +51,10 @@ async def produce(broker: Broker, request: Request) -> Any:
             )
         )
     if acks == 0:
+        # No response is expected; on any error Kafka closes the connection instead, so
+        # the producer notices (and refreshes its metadata).
+        if any(p.error_code != error_code("NONE") for t in topics for p in t.partition_responses):
+            raise CloseConnection()
         return None
     return make(
         module.ProduceResponse, responses=tuple(topics), throttle_time=datetime.timedelta(0)

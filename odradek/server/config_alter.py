@@ -1,0 +1,156 @@
+"""AlterConfigs and IncrementalAlterConfigs: turning a request into a checked config change.
+
+How this works and why: the controller owns the commit (``Controller.alter_configs``),
+reading a resource's current dynamic configs under its lock. This module supplies
+what only the broker knows: which resource a request names (a topic, this node, or
+the cluster-wide broker defaults ""), how SET/DELETE/APPEND/SUBTRACT combine with the
+current configs (``incremental_changes``, called by the controller with the current
+set), and whether a set of broker properties may be applied at runtime
+(``broker_validator``: only properties marked dynamic in ``BROKER_CONFIGS``, each
+parsed by its own parser, and the merged result must still make valid topic
+defaults).
+
+Error codes follow Kafka: a bad topic config is INVALID_CONFIG; a bad or
+non-dynamic broker property is INVALID_REQUEST ("Cannot update these configs
+dynamically"), as Kafka answers broker config validation failures (KAFKA-13609).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Final
+
+from odradek.metadata.controller import ControllerError, validate_topic_name
+from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from odradek.server.config import CONFIGS_BY_NAME, BrokerConfig, ConfigError
+from odradek.server.config_describe import (
+    BROKER_TYPE,
+    TOPIC_TYPE,
+    BrokerLayers,
+    check_broker_name,
+    is_list_config,
+    render,
+)
+from odradek.storage.log_config import CONFIGS_BY_NAME as TOPIC_CONFIGS_BY_NAME
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+# IncrementalAlterConfigs config_operation.
+SET: Final = 0
+DELETE: Final = 1
+APPEND: Final = 2
+SUBTRACT: Final = 3
+_OP_NAMES: Final = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
+
+Validator = Callable[[Mapping[str, str]], None]
+Changes = dict[str, str | None]
+
+
+def resolve(broker: Broker, resource_type: int, name: str) -> tuple[str, Validator | None]:
+    """(metadata resource type, validator of the resulting configs) for a request resource."""
+    if resource_type == TOPIC_TYPE:
+        validate_topic_name(name)
+        return TOPIC_RESOURCE, None
+    if resource_type == BROKER_TYPE:
+        check_broker_name(name, broker.node_id)
+        return BROKER_RESOURCE, broker_validator(broker, name)
+    raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")
+
+
+def broker_validator(broker: Broker, resource_name: str) -> Validator:
+    def validate(merged: Mapping[str, str]) -> None:
+        unknown = sorted(k for k in merged if k not in CONFIGS_BY_NAME)
+        if unknown:
+            raise ControllerError("INVALID_REQUEST", f"unknown broker configs: {unknown}")
+        static = sorted(k for k in merged if not CONFIGS_BY_NAME[k].dynamic)
+        if static:
+            raise ControllerError(
+                "INVALID_REQUEST", f"Cannot update these configs dynamically: {static}"
+            )
+        layers = BrokerLayers.of(broker)
+        cluster = merged if resource_name == "" else layers.cluster
+        node = merged if resource_name != "" else layers.node
+        properties = {**layers.static.original, **cluster, **node}
+        try:
+            for key, value in merged.items():
+                CONFIGS_BY_NAME[key].parse(key, value)
+            BrokerConfig(properties)
+        except ConfigError as error:
+            raise ControllerError("INVALID_REQUEST", str(error)) from None
+
+    return validate
+
+
+def check_unique(names: Sequence[str]) -> None:
+    duplicated = sorted({n for n in names if names.count(n) > 1})
+    if duplicated:
+        raise ControllerError("INVALID_REQUEST", f"duplicate config keys: {duplicated}")
+
+
+def replacement(configs: Sequence[tuple[str, str | None]]) -> Changes:
+    """Legacy AlterConfigs: the new complete set of the resource's dynamic configs."""
+    check_unique([name for name, _ in configs])
+    missing = [name for name, value in configs if value is None]
+    if missing:
+        raise ControllerError("INVALID_REQUEST", f"null value not supported for: {missing}")
+    return {name: value for name, value in configs}
+
+
+def incremental_changes(
+    broker: Broker,
+    resource_type: str,
+    resource_name: str,
+    ops: Sequence[tuple[str, int, str | None]],
+) -> Callable[[Mapping[str, str]], Changes]:
+    """Check the ops now; combine them with the current configs when the controller asks."""
+    check_unique([name for name, _, _ in ops])
+    is_broker = resource_type == BROKER_RESOURCE
+    for name, op, value in ops:
+        if op not in _OP_NAMES:
+            raise ControllerError("INVALID_REQUEST", f"{name}: unknown config operation {op}")
+        if not is_broker and name not in TOPIC_CONFIGS_BY_NAME:
+            raise ControllerError("INVALID_CONFIG", f"{name}: unknown topic config")
+        if op in (APPEND, SUBTRACT) and not is_list_config(is_broker, name):
+            raise ControllerError(
+                "INVALID_CONFIG", f"Can't {_OP_NAMES[op]} to key {name} because it is not a list"
+            )
+        if op != DELETE and value is None:
+            raise ControllerError("INVALID_REQUEST", f"{name}: null value for {_OP_NAMES[op]}")
+
+    def combine(current: Mapping[str, str]) -> Changes:
+        changes: Changes = {}
+        for name, op, value in ops:
+            if op == SET:
+                changes[name] = value
+            elif op == DELETE:
+                changes[name] = None
+            else:
+                base = current.get(name)
+                if base is None:
+                    base = _effective_value(broker, resource_type, resource_name, name)
+                items = _split(base)
+                given = _split(value)
+                if op == APPEND:
+                    items += [item for item in given if item not in items]
+                else:
+                    items = [item for item in items if item not in given]
+                changes[name] = ",".join(items)
+        return changes
+
+    return combine
+
+
+def _split(value: str | None) -> list[str]:
+    return [part.strip() for part in (value or "").split(",") if part.strip()]
+
+
+def _effective_value(broker: Broker, resource_type: str, resource_name: str, name: str) -> str:
+    """The value a list config has now when the resource does not set it itself."""
+    if resource_type == TOPIC_RESOURCE:
+        return render(broker.effective_topic_config(resource_name)[name])
+    layers = BrokerLayers.of(broker)
+    if resource_name == "":
+        value = layers.cluster.get(name, layers.static.original.get(name))
+        return value if value is not None else (CONFIGS_BY_NAME[name].default or "")
+    return layers.value(name) or ""

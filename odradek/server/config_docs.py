@@ -1,0 +1,51 @@
+"""One-line documentation of broker properties, for DescribeConfigs ``include_documentation``.
+
+Topic configs carry their doc in ``storage/log_config.py``; a broker ``log.*``
+property that provides a topic config's default is documented from that entry
+(``config_describe.broker_documentation``), so only the other properties are here.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+BROKER_DOCS: Final[dict[str, str]] = {
+    "node.id": "the id of this node in the cluster",
+    "broker.id": "legacy name of node.id; must match it when both are set",
+    "process.roles": "broker, controller, or both (combined mode)",
+    "listeners": "NAME://HOST:PORT addresses to accept connections on",
+    "advertised.listeners": "addresses given to clients, when they differ from listeners",
+    "controller.listener.names": "listeners that serve the controller quorum, not clients",
+    "controller.quorum.voters": "id@host:port of each controller voter",
+    "controller.quorum.bootstrap.servers": "host:port of controllers to discover the quorum",
+    "inter.broker.listener.name": "listener brokers use to talk to each other",
+    "listener.security.protocol.map": "listener name to security protocol",
+    "log.dirs": "directories that hold partition logs",
+    "log.dir": "the log directory when log.dirs is not set",
+    "num.partitions": "partition count of topics created without one",
+    "default.replication.factor": "replication factor of topics created without one",
+    "auto.create.topics.enable": "create a topic when a client asks for metadata of it",
+    "delete.topic.enable": "allow DeleteTopics",
+    "socket.request.max.bytes": "largest request frame accepted",
+    "connections.max.idle.ms": "close connections idle for this long",
+    "queued.max.requests": "requests queued per connection before reading pauses",
+    "num.network.threads": "accepted for compatibility; one event loop serves all sockets",
+    "num.io.threads": "accepted for compatibility; one event loop serves all requests",
+    "num.recovery.threads.per.data.dir": "threads recovering logs at start-up",
+    "socket.send.buffer.bytes": "SO_SNDBUF of client sockets; -1 = OS default",
+    "socket.receive.buffer.bytes": "SO_RCVBUF of client sockets; -1 = OS default",
+    "offsets.topic.num.partitions": "partitions of __consumer_offsets",
+    "offsets.topic.replication.factor": "replication factor of __consumer_offsets",
+    "transaction.state.log.num.partitions": "partitions of __transaction_state",
+    "transaction.state.log.replication.factor": "replication factor of __transaction_state",
+    "transaction.state.log.min.isr": "min.insync.replicas of __transaction_state",
+    "group.initial.rebalance.delay.ms": "wait before a new group's first rebalance",
+    "producer.id.expiration.ms": "forget an idle producer id after this long",
+    "log.retention.check.interval.ms": "how often retention deletes old segments",
+    "log.flush.scheduler.interval.ms": "how often logs are checked for a time-based flush",
+    "log.flush.offset.checkpoint.interval.ms": "how often recovery points are checkpointed",
+    "replica.high.watermark.checkpoint.interval.ms": "how often high watermarks are checkpointed",
+    "replica.fetch.wait.max.ms": "max wait of a follower's fetch",
+    "replica.lag.time.max.ms": "a follower this far behind leaves the ISR",
+    "unclean.leader.election.enable": "allow an out-of-sync replica to become leader",
+}

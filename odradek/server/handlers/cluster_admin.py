@@ -1,0 +1,136 @@
+"""DescribeCluster (key 60) and DescribeLogDirs (key 35).
+
+DescribeCluster answers with the brokers' endpoints on the listener the request came
+in on (as Metadata does) and this node as controller; a node serving clients
+describes brokers only, so endpoint_type 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE,
+as on a Kafka broker. DescribeLogDirs lists every log dir with the size of each
+partition in it; there are no future replicas or intra-broker moves yet, so
+offset_lag is 0 and is_future_key false.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server.handlers import handles
+from odradek.server.handlers.metadata import NO_AUTHORIZED_OPERATIONS, request_listener
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+    from odradek.storage.log import Log
+
+DESCRIBE_LOG_DIRS_KEY = 35
+DESCRIBE_CLUSTER_KEY = 60
+BROKERS_ENDPOINT: Final = 1
+# AclOperation codes a CLUSTER resource supports; with no authorizer every one is
+# allowed: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
+# ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
+CLUSTER_OPERATIONS: Final = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
+
+
+@handles(DESCRIBE_CLUSTER_KEY, 0, 1)
+async def describe_cluster(broker: Broker, request: Request) -> Any:
+    module = response_module(DESCRIBE_CLUSTER_KEY, request.header.api_version)
+    body = request.body
+    endpoint_type = getattr(body, "endpoint_type", BROKERS_ENDPOINT)
+    common = {
+        "throttle_time": datetime.timedelta(0),
+        "endpoint_type": endpoint_type,
+        "cluster_id": broker.cluster_id,
+    }
+    if endpoint_type != BROKERS_ENDPOINT:
+        return make(
+            module.DescribeClusterResponse,
+            **common,
+            error_code=error_code("UNSUPPORTED_ENDPOINT_TYPE"),
+            error_message=f"endpoint type {endpoint_type} is not served by brokers",
+            controller_id=-1,
+            brokers=(),
+            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        )
+    brokers = tuple(
+        make(
+            module.DescribeClusterBroker, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack
+        )
+        for e in broker.brokers_for_listener(broker.image, request_listener(broker, request))
+    )
+    return make(
+        module.DescribeClusterResponse,
+        **common,
+        error_code=error_code("NONE"),
+        error_message=None,
+        controller_id=broker.node_id,
+        brokers=brokers,
+        cluster_authorized_operations=CLUSTER_OPERATIONS
+        if body.include_cluster_authorized_operations
+        else NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+@handles(DESCRIBE_LOG_DIRS_KEY, 1, 4)
+async def describe_log_dirs(broker: Broker, request: Request) -> Any:
+    module = response_module(DESCRIBE_LOG_DIRS_KEY, request.header.api_version)
+    wanted = _wanted(request.body.topics)
+    by_dir: dict[Path, dict[str, list[tuple[int, Log]]]] = {}
+    for (topic, index), log in sorted(broker.log_manager.logs.items()):
+        if wanted is None or index in wanted.get(topic, ()):
+            by_dir.setdefault(log.directory.parent.resolve(), {}).setdefault(topic, []).append(
+                (index, log)
+            )
+    results = []
+    for log_dir in broker.log_manager.log_dirs:
+        path = log_dir.resolve()
+        total, usable = _disk_space(path)
+        topics = tuple(
+            make(
+                module.DescribeLogDirsTopic,
+                name=topic,
+                partitions=tuple(
+                    make(
+                        module.DescribeLogDirsPartition,
+                        partition_index=index,
+                        partition_size=log.size,
+                        offset_lag=0,
+                        is_future_key=False,
+                    )
+                    for index, log in partitions
+                ),
+            )
+            for topic, partitions in by_dir.get(path, {}).items()
+        )
+        results.append(
+            make(
+                module.DescribeLogDirsResult,
+                error_code=error_code("NONE"),
+                log_dir=str(path),
+                topics=topics,
+                total_bytes=total,
+                usable_bytes=usable,
+            )
+        )
+    return make(
+        module.DescribeLogDirsResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=error_code("NONE"),
+        results=tuple(results),
+    )
+
+
+def _wanted(topics: Any) -> dict[str, set[int]] | None:
+    if topics is None:
+        return None
+    wanted: dict[str, set[int]] = {}
+    for topic in topics:
+        wanted.setdefault(topic.topic, set()).update(topic.partitions)
+    return wanted
+
+
+def _disk_space(path: Path) -> tuple[int, int]:
+    """(total, usable) bytes of the file system holding ``path``."""
+    stats = os.statvfs(path)
+    return stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize

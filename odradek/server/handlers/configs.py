@@ -1,0 +1,140 @@
+"""DescribeConfigs (32), AlterConfigs (33) and IncrementalAlterConfigs (44).
+
+Topic and broker resources (the broker resource is this node's id, or "" for the
+cluster-wide defaults). Values, sources and synonyms come from
+``server/config_describe.py``; changes are checked by ``server/config_alter.py`` and
+committed by the controller, after which the broker's metadata listener hands every
+affected log its new LogConfig. AlterConfigs replaces a resource's whole set of
+dynamic configs; IncrementalAlterConfigs applies SET/DELETE/APPEND/SUBTRACT.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.metadata.controller import ControllerError
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server import config_alter
+from odradek.server.config_describe import ConfigEntry, describe
+from odradek.server.handlers import handles
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+DESCRIBE_CONFIGS_KEY = 32
+ALTER_CONFIGS_KEY = 33
+INCREMENTAL_ALTER_CONFIGS_KEY = 44
+
+
+@handles(DESCRIBE_CONFIGS_KEY, 1, 4)
+async def describe_configs(broker: Broker, request: Request) -> Any:
+    module = response_module(DESCRIBE_CONFIGS_KEY, request.header.api_version)
+    body = request.body
+    synonyms = body.include_synonyms
+    documentation = getattr(body, "include_documentation", False)
+    results = []
+    for resource in body.resources:
+        keys = resource.configuration_keys or None  # null or empty: every config
+        try:
+            entries = describe(broker, resource.resource_type, resource.resource_name, keys)
+            error = None
+        except ControllerError as failure:
+            entries, error = [], failure
+        results.append(
+            make(
+                module.DescribeConfigsResult,
+                error_code=error_code(error.code if error else "NONE"),
+                error_message=str(error) if error else None,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+                configs=tuple(_entry(module, e, synonyms, documentation) for e in entries),
+            )
+        )
+    return make(
+        module.DescribeConfigsResponse,
+        throttle_time=datetime.timedelta(0),
+        results=tuple(results),
+    )
+
+
+def _entry(module: Any, entry: ConfigEntry, synonyms: bool, documentation: bool) -> Any:
+    return make(
+        module.DescribeConfigsResourceResult,
+        name=entry.name,
+        value=entry.value,
+        read_only=entry.read_only,
+        config_source=entry.source,
+        is_sensitive=False,
+        synonyms=tuple(
+            make(module.DescribeConfigsSynonym, name=s.name, value=s.value, source=s.source)
+            for s in entry.synonyms
+        )
+        if synonyms
+        else (),
+        config_type=entry.config_type,
+        documentation=entry.documentation if documentation else None,
+    )
+
+
+@handles(ALTER_CONFIGS_KEY, 0, 2)
+async def alter_configs(broker: Broker, request: Request) -> Any:
+    async def apply(resource: Any, resource_type: str, validator: Any, validate_only: bool) -> None:
+        changes = config_alter.replacement([(c.name, c.value) for c in resource.configs])
+        await broker.controller.alter_configs(
+            resource_type,
+            resource.resource_name,
+            changes,
+            validate_only,
+            replace=True,
+            validator=validator,
+        )
+
+    return await _alter(broker, request, ALTER_CONFIGS_KEY, apply)
+
+
+@handles(INCREMENTAL_ALTER_CONFIGS_KEY, 0, 1)
+async def incremental_alter_configs(broker: Broker, request: Request) -> Any:
+    async def apply(resource: Any, resource_type: str, validator: Any, validate_only: bool) -> None:
+        ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
+        changes = config_alter.incremental_changes(
+            broker, resource_type, resource.resource_name, ops
+        )
+        await broker.controller.alter_configs(
+            resource_type, resource.resource_name, changes, validate_only, validator=validator
+        )
+
+    return await _alter(broker, request, INCREMENTAL_ALTER_CONFIGS_KEY, apply)
+
+
+async def _alter(broker: Broker, request: Request, api_key: int, apply: Any) -> Any:
+    module = response_module(api_key, request.header.api_version)
+    body = request.body
+    resources = [(r.resource_type, r.resource_name) for r in body.resources]
+    responses = []
+    for resource in body.resources:
+        try:
+            if resources.count((resource.resource_type, resource.resource_name)) > 1:
+                raise ControllerError("INVALID_REQUEST", "resource listed more than once")
+            resource_type, validator = config_alter.resolve(
+                broker, resource.resource_type, resource.resource_name
+            )
+            await apply(resource, resource_type, validator, body.validate_only)
+            error = None
+        except ControllerError as failure:
+            error = failure
+        responses.append(
+            make(
+                module.AlterConfigsResourceResponse,
+                error_code=error_code(error.code if error else "NONE"),
+                error_message=str(error) if error else None,
+                resource_type=resource.resource_type,
+                resource_name=resource.resource_name,
+            )
+        )
+    return make(
+        getattr(module, type(body).__name__.replace("Request", "Response")),
+        throttle_time=datetime.timedelta(0),
+        responses=tuple(responses),
+    )

@@ -1,0 +1,236 @@
+"""``odradek serve`` as a command: bad arguments, config files, signals, locked log dirs."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from tests.server.test_protocol import (
+    assert_clean_log,
+    assert_serves,
+    fetch_request,
+    make_topic,
+    metadata,
+)
+from tests.support.broker import BrokerProcess
+from tests.support.wire import WireClient
+
+
+def serve(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``odradek serve`` expecting it to exit by itself (bad input)."""
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", "serve", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=cwd,
+    )
+
+
+def message_lines(stderr: str) -> list[str]:
+    """The error lines (argparse also prints its usage lines first)."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return [line for line in lines if not line.startswith(("usage:", " "))]
+
+
+def start_with_args(data_dir: Path, args: list[str], cwd: Path | None = None) -> BrokerProcess:
+    """A BrokerProcess started with exactly ``args`` (no --data-dir/--listen added)."""
+    process = BrokerProcess(data_dir)
+    log = open(process.log_path, "ab")  # noqa: SIM115 - closed below, the child keeps its copy
+    process.process = subprocess.Popen(
+        [sys.executable, "-m", "odradek", "serve", *args],
+        stdout=subprocess.PIPE,
+        stderr=log,
+        cwd=cwd,
+    )
+    log.close()
+    line = process._read_ready_line()
+    process.bootstrap = line.split()[2].split("://", 1)[1]
+    process.port = int(process.bootstrap.rsplit(":", 1)[1])
+    return process
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["--node-id", "abc"], "--node-id"),
+        (["--log-level", "LOUD"], "--log-level"),
+        (["--listen", "nonsense"], "listeners"),
+        (["--listen", "127.0.0.1:99999"], "listeners"),
+        (["--override", "no-equals-sign"], "--override"),
+        (["--override", "num.partitions=x"], "num.partitions"),
+        (["--override", "num.partitions=0"], "num.partitions"),
+        (["--override", "auto.create.topics.enable=perhaps"], "auto.create.topics.enable"),
+        (["--override", "log.segment.bytes=-1"], "log.segment.bytes"),
+        (["--override", "log.cleanup.policy=shred"], "log.cleanup.policy"),
+        (["--config", "/nonexistent/server.properties"], "/nonexistent/server.properties"),
+    ],
+)
+def test_bad_arguments_exit_2_with_one_line(tmp_path: Path, args: list[str], needle: str) -> None:
+    result = serve("--data-dir", str(tmp_path / "data"), *args)
+    assert result.returncode == 2, result
+    assert "Traceback" not in result.stderr
+    (line,) = message_lines(result.stderr)
+    assert line.startswith("odradek serve: ") and needle in line, result.stderr
+    assert result.stdout == ""
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+
+
+def test_unknown_argument_exits_2(tmp_path: Path) -> None:
+    result = serve("--data-dir", str(tmp_path / "data"), "--bogus")
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    (line,) = message_lines(result.stderr)
+    assert "--bogus" in line
+
+
+KAFKA_SERVER_PROPERTIES = """\
+# A KRaft server.properties as Kafka ships it (ports changed to 0 for the test).
+############################# Server Basics #############################
+process.roles=broker,controller
+node.id=1
+controller.quorum.voters=1@localhost:9093
+
+############################# Socket Server Settings #############################
+listeners=PLAINTEXT://127.0.0.1:0,CONTROLLER://127.0.0.1:0
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SSL:SSL
+num.network.threads=3
+num.io.threads=8
+socket.send.buffer.bytes=102400
+socket.receive.buffer.bytes=102400
+socket.request.max.bytes=104857600
+
+############################# Log Basics #############################
+log.dirs={log_dirs}
+num.partitions=3
+num.recovery.threads.per.data.dir=1
+
+############################# Internal Topic Settings  #############################
+offsets.topic.replication.factor=1
+share.coordinator.state.topic.replication.factor=1
+share.coordinator.state.topic.min.isr=1
+transaction.state.log.replication.factor=1
+transaction.state.log.min.isr=1
+
+############################# Log Retention Policy #############################
+log.retention.hours=168
+log.segment.bytes=1073741824
+log.retention.check.interval.ms=300000
+
+! odradek does not know these:
+zookeeper.connection.timeout.ms: 18000
+group.coordinator.rebalance.protocols = classic,consumer
+"""
+
+
+def test_kafka_server_properties_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kafka-logs"
+    config = tmp_path / "server.properties"
+    config.write_text(KAFKA_SERVER_PROPERTIES.format(log_dirs=data_dir))
+    broker = start_with_args(data_dir, ["--config", str(config)], cwd=tmp_path)
+    try:
+        assert (data_dir / "meta.properties").exists()
+        with WireClient(broker.bootstrap) as client:
+            (topic,) = metadata(client, ["auto-three"]).topics
+            assert topic.error_code == ErrorCode.none
+            assert len(topic.partitions) == 3
+            assert [b.port for b in metadata(client, None).brokers] == [broker.port]
+        assert_serves(broker.bootstrap)
+        log = broker.log()
+        for unknown in (
+            "share.coordinator.state.topic.replication.factor",
+            "zookeeper.connection.timeout.ms",
+            "group.coordinator.rebalance.protocols",
+        ):
+            assert f"unknown configuration '{unknown}' ignored" in log
+        assert "num.partitions" not in log.split("ignored")[0]  # known keys are not warned
+    finally:
+        try:
+            assert broker.stop() == 0
+        finally:
+            broker.kill()
+    assert_clean_log(broker)
+
+
+def test_overrides_win_over_the_config_file(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    config = tmp_path / "server.properties"
+    config.write_text(f"log.dirs={tmp_path / 'elsewhere'}\nnum.partitions=3\nmystery.key=1\n")
+    broker = BrokerProcess(
+        data_dir, ["--config", str(config), "--override", "num.partitions=2"]
+    ).start()
+    try:
+        with WireClient(broker.bootstrap) as client:
+            (topic,) = metadata(client, ["auto-two"]).topics
+            assert len(topic.partitions) == 2
+        assert (data_dir / "meta.properties").exists()  # --data-dir beats log.dirs
+        assert not (tmp_path / "elsewhere").exists()
+        assert "unknown configuration 'mystery.key' ignored" in broker.log()
+    finally:
+        try:
+            assert broker.stop() == 0
+        finally:
+            broker.kill()
+
+
+def test_sigint_exits_0(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        assert_serves(broker.bootstrap)
+        os.kill(broker.pid, signal.SIGINT)
+        assert broker.process is not None
+        assert broker.process.wait(20) == 0
+    finally:
+        broker.kill()
+    assert (tmp_path / "data" / ".kafka_cleanshutdown").exists()
+    assert_clean_log(broker)
+
+
+def test_sigterm_with_open_connections_exits_0(tmp_path: Path) -> None:
+    broker = BrokerProcess(tmp_path / "data").start()
+    try:
+        with WireClient(broker.bootstrap) as idle, WireClient(broker.bootstrap) as polling:
+            topic = make_topic(idle, "shutdown")
+            polling.send(fetch_request({topic: [(0, 0, 1024)]}, max_wait_ms=30000, min_bytes=1))
+            time.sleep(0.2)  # the fetch is parked
+            started = time.monotonic()
+            assert broker.stop() == 0
+            # A parked long poll is answered at shutdown, not after its 30 s max_wait.
+            assert time.monotonic() - started < 5
+    finally:
+        broker.kill()
+    assert_clean_log(broker)
+
+
+def test_second_broker_on_the_same_data_dir_fails_with_one_line(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    first = BrokerProcess(data_dir).start()
+    try:
+        result = serve("--data-dir", str(data_dir), "--listen", "127.0.0.1:0")
+        assert result.returncode != 0
+        assert "Traceback" not in result.stderr
+        errors = [line for line in result.stderr.splitlines() if "odradek serve:" in line]
+        assert len(errors) == 1 and "in use" in errors[0] and str(data_dir) in errors[0]
+        assert "odradek ready" not in result.stdout
+        # The same port, another data dir: also one line, and the first broker is unharmed.
+        taken = serve("--data-dir", str(tmp_path / "other"), "--listen", f"127.0.0.1:{first.port}")
+        assert taken.returncode != 0
+        assert "Traceback" not in taken.stderr
+        errors = [line for line in taken.stderr.splitlines() if "odradek serve:" in line]
+        assert len(errors) == 1 and "in use" in errors[0].lower(), taken.stderr
+        assert_serves(first.bootstrap)
+    finally:
+        try:
+            assert first.stop() == 0
+        finally:
+            first.kill()
+    assert_clean_log(first)

@@ -1,0 +1,117 @@
+"""Start and stop real ``odradek serve`` processes for integration tests.
+
+Each broker binds port 0 and reports its real port on the ``odradek ready`` line;
+every process a test starts is stopped by that test (SIGTERM, then SIGKILL by pid).
+"""
+
+from __future__ import annotations
+
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+
+READY_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 20.0
+
+
+class BrokerProcess:
+    def __init__(self, data_dir: Path, extra_args: Sequence[str] = ()) -> None:
+        self.data_dir = data_dir
+        self.extra_args = list(extra_args)
+        self.process: subprocess.Popen[bytes] | None = None
+        self.bootstrap = ""
+        self.port = 0
+        self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
+
+    def start(self, listen: str = "127.0.0.1:0") -> BrokerProcess:
+        assert self.process is None or self.process.poll() is not None
+        log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
+        self.process = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "odradek",
+                "serve",
+                "--data-dir",
+                str(self.data_dir),
+                "--listen",
+                listen,
+                *self.extra_args,
+            ],
+            stdout=subprocess.PIPE,
+            stderr=log,
+        )
+        log.close()
+        line = self._read_ready_line()
+        url = line.split()[2]
+        self.bootstrap = url.split("://", 1)[1]
+        self.port = int(self.bootstrap.rsplit(":", 1)[1])
+        return self
+
+    def _read_ready_line(self) -> str:
+        assert self.process is not None and self.process.stdout is not None
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        buffer = b""
+        fd = self.process.stdout.fileno()
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([fd], [], [], 0.2)
+            if ready:
+                chunk = os.read(fd, 4096)
+                if not chunk:
+                    break
+                buffer += chunk
+                if b"\n" in buffer:
+                    line = buffer.split(b"\n", 1)[0].decode()
+                    if line.startswith("odradek ready "):
+                        return line
+                    raise RuntimeError(f"unexpected output: {line!r}")
+            if self.process.poll() is not None:
+                break
+        self.kill()
+        raise RuntimeError(f"broker did not become ready; log:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def pid(self) -> int:
+        assert self.process is not None
+        return self.process.pid
+
+    def stop(self) -> int:
+        """SIGTERM and wait for a clean exit; returns the exit status."""
+        if self.process is None or self.process.poll() is not None:
+            return self.process.returncode if self.process else 0
+        os.kill(self.process.pid, signal.SIGTERM)
+        try:
+            return self.process.wait(STOP_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise
+
+    def kill(self) -> None:
+        """kill -9: the crash every acknowledged write must survive."""
+        if self.process is not None and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
+    def alive(self) -> bool:
+        return self.process is not None and self.process.poll() is None
+
+
+@contextmanager
+def running_broker(data_dir: Path, extra_args: Sequence[str] = ()) -> Iterator[BrokerProcess]:
+    broker = BrokerProcess(data_dir, extra_args).start()
+    try:
+        yield broker
+    finally:
+        try:
+            broker.stop()
+        finally:
+            broker.kill()

@@ -1,0 +1,77 @@
+"""A minimal Kafka wire client for tests: send kio request entities, read responses."""
+
+from __future__ import annotations
+
+import io
+import socket
+import struct
+from typing import Any
+
+from kio.index import load_response_schema
+from kio.serial import entity_reader, entity_writer
+
+
+class WireClient:
+    def __init__(self, bootstrap: str, client_id: str = "odradek-tests", timeout_s: float = 30.0):
+        host, port = bootstrap.rsplit(":", 1)
+        self.sock = socket.create_connection((host, int(port)), timeout=timeout_s)
+        self.client_id = client_id
+        self.correlation_id = 0
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> WireClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def send_raw(self, payload: bytes) -> None:
+        self.sock.sendall(payload)
+
+    def encode(self, request: Any) -> tuple[bytes, int]:
+        self.correlation_id += 1
+        header_schema = request.__header_schema__
+        header = header_schema(
+            request_api_key=request.__api_key__,
+            request_api_version=request.__version__,
+            correlation_id=self.correlation_id,
+            client_id=self.client_id,
+        )
+        buffer = io.BytesIO()
+        entity_writer(header_schema)(buffer, header)
+        entity_writer(type(request))(buffer, request)
+        body = buffer.getvalue()
+        return struct.pack(">i", len(body)) + body, self.correlation_id
+
+    def send(self, request: Any) -> int:
+        frame, correlation_id = self.encode(request)
+        self.sock.sendall(frame)
+        return correlation_id
+
+    def read_frame(self) -> bytes:
+        size = struct.unpack(">i", self._read_exactly(4))[0]
+        return self._read_exactly(size)
+
+    def _read_exactly(self, count: int) -> bytes:
+        chunks, remaining = [], count
+        while remaining:
+            chunk = self.sock.recv(min(remaining, 1 << 20))
+            if not chunk:
+                raise ConnectionError("connection closed by broker")
+            chunks.append(chunk)
+            remaining -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self, request: Any, correlation_id: int) -> Any:
+        schema = load_response_schema(request.__api_key__, request.__version__)
+        frame = self.read_frame()
+        header, offset = entity_reader(schema.__header_schema__)(frame, 0)
+        assert header.correlation_id == correlation_id, (header, correlation_id)
+        body, size = entity_reader(schema)(frame, offset)
+        assert offset + size == len(frame), "trailing bytes in response"
+        return body
+
+    def request(self, request: Any) -> Any:
+        return self.receive(request, self.send(request))
