@@ -184,7 +184,7 @@ def test_frame_shorter_than_a_header_closes_the_connection(target: BrokerProcess
         (9999, 0),  # no such API
         (-1, 0),
         (74, 0),  # a real Kafka API that odradek does not implement (yet)
-        (PRODUCE, 2),  # below the supported range
+        (PRODUCE, 2),  # advertised for old librdkafka, never served (KAFKA-18659)
         (PRODUCE, 99),
         (FETCH, 3),
         (METADATA, 13),

@@ -24,7 +24,14 @@ PRODUCE_KEY = 0
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
-@handles(PRODUCE_KEY, 3, 11)
+# Versions 0-2 are advertised but never served, exactly as Kafka 4.0 does
+# (KAFKA-18659): librdkafka before 2.11 (Debian's kcat) enables gzip/snappy/lz4 only
+# when the broker lists Produce v0, yet always sends v3+. A real v0-2 request has no
+# kio schema, so the dispatcher closes the connection, as for any unsupported version.
+LEGACY_PRODUCE_VERSIONS = range(0, 3)
+
+
+@handles(PRODUCE_KEY, 0, 11)
 async def produce(broker: Broker, request: Request) -> Any:
     body = request.body
     module = response_module(PRODUCE_KEY, request.header.api_version)
