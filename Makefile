@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench lint serve clean kcat
+.PHONY: test bench bench-tools lint serve clean kcat
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -28,7 +28,21 @@ kcat:
 test: $(STAMP) kcat
 	$(BIN)/python -m pytest -q
 
-bench: $(STAMP)
+# bench/broker.py compares odradek with librdkafka's mock cluster, a few lines of C
+# built against Debian's librdkafka-dev (installed here like kcat; without it the mock
+# column is skipped), and profiles the broker with py-spy (into the venv only).
+bench-tools:
+	@command -v gcc >/dev/null 2>&1 && pkg-config --exists rdkafka 2>/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; PKGS="librdkafka-dev pkg-config gcc libc6-dev"; \
+	  $$SUDO apt-get install -y -qq $$PKGS >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && \
+	    $$SUDO apt-get install -y -qq $$PKGS >/dev/null 2>&1; } || \
+	  echo "make: could not install librdkafka-dev; bench/broker.py skips the mock cluster" >&2; }
+	@test -x $(BIN)/py-spy || $(BIN)/pip install --quiet py-spy==0.4.3 || \
+	  echo "make: could not install py-spy; bench/broker.py skips its profile" >&2
+
+bench: $(STAMP) bench-tools
 	$(BIN)/python bench/run.py
 
 lint: $(STAMP)

@@ -55,6 +55,8 @@ class Request:
     header: RequestHeader
     body: Any  # a kio request entity
     size: int
+    listener: str = ""  # name of the listener the request arrived on
+    peer: str = ""  # "host:port" of the client
 
 
 @cache
@@ -78,7 +80,9 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
     return int(api_key), int(api_version), int(correlation_id)
 
 
-def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Request:
+def decode_request(
+    frame: bytes, supported: dict[int, tuple[int, int]], *, listener: str = "", peer: str = ""
+) -> Request:
     """Decode header and body; UnsupportedRequest / MalformedRequest on bad input."""
     api_key, api_version, correlation_id = peek_header(frame)
     versions = supported.get(api_key)
@@ -103,6 +107,8 @@ def decode_request(frame: bytes, supported: dict[int, tuple[int, int]]) -> Reque
         RequestHeader(api_key, api_version, correlation_id, header.client_id),
         body,
         len(frame),
+        listener,
+        peer,
     )
 
 

@@ -21,13 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from odradek.coordinator.group.classic import GroupSettings
+from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.metadata.controller import METADATA_TOPIC, Controller, ControllerError, NewTopic
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig
 from odradek.server.dispatcher import Dispatcher
-from odradek.storage.log import Log
+from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from odradek.storage.log_manager import (
@@ -51,6 +53,23 @@ class Endpoint:
     host: str
     port: int
     rack: str | None
+
+
+def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
+    return CoordinatorSettings(
+        partitions=config["offsets.topic.num.partitions"],
+        replication_factor=config["offsets.topic.replication.factor"],
+        segment_bytes=config["offsets.topic.segment.bytes"],
+        metadata_max_bytes=config["offset.metadata.max.bytes"],
+        retention_ms=config["offsets.retention.minutes"] * 60_000,
+        retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+        group=GroupSettings(
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_size=config["group.max.size"],
+        ),
+    )
 
 
 def new_cluster_id() -> str:
@@ -87,6 +106,7 @@ class Broker:
             idle_timeout_ms=config["connections.max.idle.ms"],
         )
         self.default_listener_name = config.listeners[0].name
+        self.group_coordinator = GroupCoordinator(self, coordinator_settings(config), wall_clock_ms)
         self._housekeeping: asyncio.Task[None] | None = None
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end of the reserved block
         self.stopped = asyncio.Event()
@@ -117,12 +137,15 @@ class Broker:
         await self.controller.register_broker(endpoints, None)
         self.replica_manager.apply_image(self.controller.image, self.topic_config)
         self.controller.add_listener(self._on_metadata)
+        self.group_coordinator.on_metadata(self.controller.image)
+        self.group_coordinator.start()
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self.server.start()
         return [b.url() for b in bound]
 
     async def stop(self) -> None:
         self.replica_manager.stop_waiting()
+        await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
@@ -165,6 +188,7 @@ class Broker:
 
     def _on_metadata(self, previous: MetadataImage, image: MetadataImage) -> None:
         self.replica_manager.apply_image(image, self.topic_config)
+        self.group_coordinator.on_metadata(image)
 
     def brokers_for_listener(self, image: MetadataImage, listener: str) -> list[Endpoint]:
         endpoints = []

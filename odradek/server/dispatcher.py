@@ -37,7 +37,9 @@ class Dispatcher:
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
         try:
-            request = decode_request(frame, self.supported)
+            request = decode_request(
+                frame, self.supported, listener=context.listener, peer=context.peer
+            )
         except UnsupportedRequest as error:
             if error.api_key == API_VERSIONS_KEY:
                 from odradek.server.handlers.api_versions import unsupported_version_response

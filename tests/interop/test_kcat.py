@@ -156,7 +156,13 @@ def test_produce_keys_and_headers_then_consume_with_format(
     ]
     assert {tuple(m.headers()) for m in messages} == {(("h", b"1"), ("h", b"2"), ("empty", b""))}
     stored = {b.compression for b in stored_batches(interop_broker.data_dir, topic_name, 0)}
-    assert stored == {codec(compression if kcat_compresses(compression) else "none")}
+    if compression in ("none", "zstd") or _librdkafka_version() > (2, 11, 0):
+        assert stored == {codec(compression if kcat_compresses(compression) else "none")}
+    else:
+        # librdkafka <= 2.11 decides gzip/snappy/lz4 per batch from the broker's
+        # features and, seen here, sends some or all batches uncompressed even when
+        # Produce v0 is advertised; whatever it sends is stored as sent.
+        assert stored <= {codec(compression), codec("none")}
 
 
 def test_consume_what_confluent_kafka_produced(bootstrap: str, topic_name: str) -> None:

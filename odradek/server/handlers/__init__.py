@@ -54,6 +54,8 @@ def load_all() -> None:
         cluster_admin,
         configs,
         fetch,
+        group_offsets,
+        groups,
         metadata,
         offsets,
         produce,

@@ -1,0 +1,569 @@
+"""GroupCoordinator: groups and committed offsets, persisted in ``__consumer_offsets``.
+
+How this works and why (seeds/000 Group Coordinator, 进度跟踪, 故障恢复): a group
+belongs to partition ``abs(hash(group_id)) % offsets.topic.num.partitions`` of
+``__consumer_offsets``, and the broker leading that partition is its coordinator.
+The protocol logic is the sans-IO ``ClassicGroup`` (classic.py); this module is its
+asyncio adapter: it turns parked JoinGroup/SyncGroup requests into futures, runs the
+timers (one ticker for all groups), and writes what must survive a restart —
+committed offsets and group metadata — as records in that partition, appended like
+any produce with acks=all before the client hears "done". When a broker becomes
+leader of a partition it replays the partition (``load``) and answers
+COORDINATOR_LOAD_IN_PROGRESS until that is done; groups come back Stable with their
+members, so clients that reconnect keep their assignment without a rebalance.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+from odradek.coordinator.group.classic import (
+    ClassicGroup,
+    GroupSettings,
+    GroupState,
+    JoinRequest,
+    JoinResult,
+    SyncResult,
+)
+from odradek.coordinator.group.records import (
+    GroupKey,
+    GroupValue,
+    MemberValue,
+    OffsetKey,
+    OffsetValue,
+    RecordFormatError,
+    decode_group_value,
+    decode_key,
+    decode_offset_value,
+    encode_group_key,
+    encode_group_value,
+    encode_offset_key,
+    encode_offset_value,
+    partition_for_group,
+)
+from odradek.metadata.controller import ControllerError, NewTopic
+from odradek.metadata.image import MetadataImage
+from odradek.replica.replica_manager import PartitionError
+from odradek.storage.records import Record, decode_batch, encode_batch
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+logger = logging.getLogger(__name__)
+
+OFFSETS_TOPIC: Final = "__consumer_offsets"
+TICK_S: Final = 0.05  # timer resolution of all groups' deadlines
+
+
+class CoordinatorError(Exception):
+    """A request-level error: ``code`` is the Kafka error name."""
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(message or code)
+        self.code = code
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetCommit:
+    topic: str
+    partition: int
+    offset: int
+    leader_epoch: int
+    metadata: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class CoordinatorSettings:
+    partitions: int = 50
+    replication_factor: int = 3
+    segment_bytes: int = 104_857_600
+    metadata_max_bytes: int = 4096
+    retention_ms: int = 7 * 24 * 3_600_000
+    retention_check_interval_ms: int = 600_000
+    group: GroupSettings = field(default_factory=GroupSettings)
+
+
+class GroupCoordinator:
+    def __init__(self, broker: Broker, settings: CoordinatorSettings, clock: Callable[[], int]):
+        self.broker = broker
+        self.settings = settings
+        self.clock = clock
+        self.groups: dict[str, ClassicGroup] = {}
+        self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        self._owned: set[int] = set()
+        self._loading: set[int] = set()
+        self._ticker: asyncio.Task[None] | None = None
+        self._loads: set[asyncio.Task[None]] = set()
+        self._create_lock = asyncio.Lock()
+        self._last_retention_ms = clock()
+
+    # -- lifecycle -------------------------------------------------------------------
+    def start(self) -> None:
+        self._ticker = asyncio.create_task(self._tick_loop())
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._ticker, *self._loads) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        for group in self.groups.values():
+            group.mark_dead()
+            self._deliver(group)
+
+    # -- partitions of __consumer_offsets ---------------------------------------------
+    def partition_for(self, group_id: str) -> int:
+        return partition_for_group(group_id, self.settings.partitions)
+
+    def on_metadata(self, image: MetadataImage) -> None:
+        """Load partitions this broker now leads; drop groups of partitions it lost."""
+        topic = image.topics.get(OFFSETS_TOPIC)
+        led = set()
+        if topic is not None:
+            led = {
+                p for p, state in topic.partitions.items() if state.leader == self.broker.node_id
+            }
+        for partition in sorted(led - self._owned):
+            self._owned.add(partition)
+            self._loading.add(partition)
+            task = asyncio.get_running_loop().create_task(self._load(partition))
+            self._loads.add(task)
+            task.add_done_callback(self._loads.discard)
+        for partition in self._owned - led:
+            self._owned.discard(partition)
+            self._loading.discard(partition)
+            self._unload(partition)
+
+    def _unload(self, partition: int) -> None:
+        for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
+            group = self.groups.pop(group_id)
+            group.mark_dead("NOT_COORDINATOR")
+            self._deliver(group)
+            self.offsets.pop(group_id, None)
+
+    async def _load(self, partition: int) -> None:
+        started = self.clock()
+        try:
+            log = self.broker.replica_manager.leader_partition(OFFSETS_TOPIC, partition).log
+        except PartitionError:
+            self._loading.discard(partition)
+            return
+        groups: dict[str, GroupValue | None] = {}
+        offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
+        count = 0
+        for data in log.read_batches(log.log_start_offset, log.high_watermark):
+            for record in decode_batch(data).records:
+                count += 1
+                self._replay(record, groups, offsets)
+            await asyncio.sleep(0)  # let other work run during long loads
+        for group_id, value in groups.items():
+            if value is not None and group_id not in self.groups:
+                self.groups[group_id] = self._restore(group_id, value)
+        for group_id, committed in offsets.items():
+            self.offsets.setdefault(group_id, {}).update(committed)
+        self._loading.discard(partition)
+        if count:
+            logger.info(
+                "loaded %s-%d: %d records, %d groups in %d ms",
+                OFFSETS_TOPIC,
+                partition,
+                count,
+                sum(1 for v in groups.values() if v is not None),
+                self.clock() - started,
+            )
+
+    @staticmethod
+    def _replay(
+        record: Record,
+        groups: dict[str, GroupValue | None],
+        offsets: dict[str, dict[tuple[str, int], OffsetValue]],
+    ) -> None:
+        if record.key is None:
+            return
+        try:
+            key = decode_key(record.key)
+            if isinstance(key, OffsetKey):
+                committed = offsets.setdefault(key.group, {})
+                if record.value is None:
+                    committed.pop((key.topic, key.partition), None)
+                else:
+                    committed[(key.topic, key.partition)] = decode_offset_value(record.value)
+            else:
+                if record.value is None:
+                    groups[key.group] = None
+                    offsets.pop(key.group, None)
+                else:
+                    groups[key.group] = decode_group_value(record.value)
+        except RecordFormatError as error:
+            logger.warning(
+                "skipping malformed %s record at %d: %s", OFFSETS_TOPIC, record.offset, error
+            )
+
+    def _restore(self, group_id: str, value: GroupValue) -> ClassicGroup:
+        return ClassicGroup.restore(
+            group_id,
+            self.settings.group,
+            clock=self.clock,
+            new_member_id=new_member_id,
+            protocol_type=value.protocol_type,
+            generation_id=value.generation,
+            protocol_name=value.protocol,
+            leader_id=value.leader or "",
+            members=list(value.members),
+            state_timestamp_ms=value.state_timestamp,
+        )
+
+    def _check_owner(self, group_id: str) -> None:
+        if not group_id:
+            raise CoordinatorError("INVALID_GROUP_ID", "empty group id")
+        partition = self.partition_for(group_id)
+        if partition in self._loading:
+            raise CoordinatorError("COORDINATOR_LOAD_IN_PROGRESS")
+        if partition not in self._owned:
+            raise CoordinatorError("NOT_COORDINATOR")
+
+    async def ensure_offsets_topic(self) -> bool:
+        """Create __consumer_offsets on first use; True once it exists."""
+        if OFFSETS_TOPIC in self.broker.image.topics:
+            return True
+        async with self._create_lock:
+            if OFFSETS_TOPIC in self.broker.image.topics:
+                return True
+            brokers = max(1, len(self.broker.image.brokers))
+            topic = NewTopic(
+                OFFSETS_TOPIC,
+                self.settings.partitions,
+                min(self.settings.replication_factor, brokers),
+                configs={
+                    "cleanup.policy": "compact",
+                    "compression.type": "producer",
+                    "segment.bytes": str(self.settings.segment_bytes),
+                },
+            )
+            (outcome,) = await self.broker.controller.create_topics([topic], False)
+            if isinstance(outcome, ControllerError) and outcome.code != "TOPIC_ALREADY_EXISTS":
+                logger.warning("cannot create %s: %s", OFFSETS_TOPIC, outcome)
+                return False
+            return True
+
+    # -- group protocol ------------------------------------------------------------------
+    def _group(self, group_id: str, create: bool) -> ClassicGroup | None:
+        group = self.groups.get(group_id)
+        if group is None or group.state is GroupState.DEAD:
+            if not create:
+                return None
+            group = ClassicGroup(
+                group_id, self.settings.group, clock=self.clock, new_member_id=new_member_id
+            )
+            self.groups[group_id] = group
+        return group
+
+    async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
+        self._check_owner(group_id)
+        group = self._group(group_id, create=True)
+        assert group is not None
+        waiter: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
+        immediate = group.join(request, waiter)
+        await self._after(group)
+        if immediate is not None:
+            return immediate
+        result = await waiter
+        assert isinstance(result, JoinResult)
+        return result
+
+    async def sync(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        protocol_type: str | None,
+        protocol_name: str | None,
+        assignments: Mapping[str, bytes],
+    ) -> SyncResult:
+        self._check_owner(group_id)
+        group = self._group(group_id, create=False)
+        if group is None:
+            return SyncResult("UNKNOWN_MEMBER_ID")
+        waiter: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
+        immediate = group.sync(
+            generation_id,
+            member_id,
+            group_instance_id,
+            protocol_type,
+            protocol_name,
+            assignments,
+            waiter,
+        )
+        await self._after(group)
+        if immediate is not None:
+            return immediate
+        result = await waiter
+        assert isinstance(result, SyncResult)
+        return result
+
+    async def heartbeat(
+        self, group_id: str, generation_id: int, member_id: str, group_instance_id: str | None
+    ) -> str:
+        self._check_owner(group_id)
+        group = self._group(group_id, create=False)
+        if group is None:
+            return "UNKNOWN_MEMBER_ID"
+        error = group.heartbeat(generation_id, member_id, group_instance_id)
+        await self._after(group)
+        return error
+
+    async def leave(self, group_id: str, members: Sequence[tuple[str, str | None]]) -> list[str]:
+        self._check_owner(group_id)
+        group = self._group(group_id, create=False)
+        if group is None:
+            return ["UNKNOWN_MEMBER_ID" for _ in members]
+        errors = [group.leave(member_id, instance_id) for member_id, instance_id in members]
+        await self._after(group)
+        return errors
+
+    async def _after(self, group: ClassicGroup) -> None:
+        """Persist what the group asks to persist, then answer parked requests."""
+        if group.take_persist_request():
+            try:
+                await self._append(group.group_id, [self._group_record(group)])
+            except CoordinatorError as error:
+                logger.warning("could not persist group %s: %s", group.group_id, error)
+        self._deliver(group)
+
+    @staticmethod
+    def _deliver(group: ClassicGroup) -> None:
+        for waiter, result in group.drain():
+            assert isinstance(waiter, asyncio.Future)
+            if not waiter.done():
+                waiter.set_result(result)
+
+    def _group_record(self, group: ClassicGroup) -> tuple[bytes, bytes | None]:
+        key = encode_group_key(GroupKey(group.group_id))
+        if group.state is GroupState.DEAD:
+            return key, None
+        members = tuple(
+            MemberValue(
+                m.member_id,
+                m.group_instance_id,
+                m.client_id,
+                m.client_host,
+                m.rebalance_timeout_ms,
+                m.session_timeout_ms,
+                m.metadata_for(group.protocol_name) if group.protocol_name else b"",
+                m.assignment,
+            )
+            for m in group.members.values()
+        )
+        value = GroupValue(
+            group.protocol_type or "",
+            group.generation_id,
+            group.protocol_name,
+            group.leader_id or None,
+            group.state_timestamp_ms,
+            members,
+        )
+        return key, encode_group_value(value)
+
+    async def _tick_loop(self) -> None:
+        while True:
+            await asyncio.sleep(TICK_S)
+            now = self.clock()
+            for group in list(self.groups.values()):
+                deadline = group.next_deadline_ms()
+                if deadline is not None and deadline <= now:
+                    group.tick()
+                    try:
+                        await self._after(group)
+                    except Exception:  # one group's failure must not stop the timers
+                        logger.exception("timer of group %s failed", group.group_id)
+            if now - self._last_retention_ms >= self.settings.retention_check_interval_ms:
+                self._last_retention_ms = now
+                await self.expire_offsets()
+
+    # -- offsets ---------------------------------------------------------------------------
+    async def _append(self, group_id: str, records: Iterable[tuple[bytes, bytes | None]]) -> None:
+        partition = self.partition_for(group_id)
+        now = self.clock()
+        encoded = [Record(i, now, key, value) for i, (key, value) in enumerate(records)]
+        if not encoded:
+            return
+        try:
+            self.broker.replica_manager.append(OFFSETS_TOPIC, partition, encode_batch(encoded), -1)
+        except PartitionError as error:
+            raise CoordinatorError(
+                "NOT_COORDINATOR"
+                if error.code == "NOT_LEADER_OR_FOLLOWER"
+                else "COORDINATOR_NOT_AVAILABLE",
+                str(error),
+            ) from None
+
+    async def commit_offsets(
+        self,
+        group_id: str,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        commits: Sequence[OffsetCommit],
+    ) -> dict[tuple[str, int], str]:
+        """Per (topic, partition): the error name; all-or-nothing per request otherwise."""
+        self._check_owner(group_id)
+        group = self._group(group_id, create=False)
+        if group is None:
+            if generation_id >= 0 or member_id:
+                return {(c.topic, c.partition): "UNKNOWN_MEMBER_ID" for c in commits}
+            group = self._group(group_id, create=True)  # a standalone consumer's group
+            assert group is not None
+        error = group.validate_offset_commit(generation_id, member_id, group_instance_id)
+        if error != "NONE":
+            return {(c.topic, c.partition): error for c in commits}
+        results: dict[tuple[str, int], str] = {}
+        accepted: list[OffsetCommit] = []
+        image = self.broker.image
+        for commit in commits:
+            topic = image.topics.get(commit.topic)
+            if topic is None or commit.partition not in topic.partitions:
+                results[(commit.topic, commit.partition)] = "UNKNOWN_TOPIC_OR_PARTITION"
+            elif (
+                commit.metadata is not None
+                and len(commit.metadata.encode()) > self.settings.metadata_max_bytes
+            ):
+                results[(commit.topic, commit.partition)] = "OFFSET_METADATA_TOO_LARGE"
+            else:
+                accepted.append(commit)
+        now = self.clock()
+        values = [
+            (
+                OffsetKey(group_id, c.topic, c.partition),
+                OffsetValue(c.offset, c.leader_epoch, c.metadata or "", now),
+            )
+            for c in accepted
+        ]
+        try:
+            await self._append(
+                group_id, [(encode_offset_key(k), encode_offset_value(v)) for k, v in values]
+            )
+        except CoordinatorError as failure:
+            results.update({(c.topic, c.partition): failure.code for c in accepted})
+            return results
+        committed = self.offsets.setdefault(group_id, {})
+        for key, value in values:
+            committed[(key.topic, key.partition)] = value
+            results[(key.topic, key.partition)] = "NONE"
+        return results
+
+    def fetch_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+    ) -> dict[tuple[str, int], OffsetValue | None]:
+        self._check_owner(group_id)
+        committed = self.offsets.get(group_id, {})
+        if partitions is None:
+            return dict(committed)
+        return {tp: committed.get(tp) for tp in partitions}
+
+    async def delete_offsets(
+        self, group_id: str, partitions: Sequence[tuple[str, int]]
+    ) -> dict[tuple[str, int], str]:
+        self._check_owner(group_id)
+        group = self._group(group_id, create=False)
+        committed = self.offsets.get(group_id)
+        if group is None and not committed:
+            raise CoordinatorError("GROUP_ID_NOT_FOUND")
+        subscribed = group.subscribed_topics() if group is not None else set()
+        results = {}
+        tombstones = []
+        for topic, partition in partitions:
+            if topic in subscribed and group is not None and group.state is not GroupState.EMPTY:
+                results[(topic, partition)] = "GROUP_SUBSCRIBED_TO_TOPIC"
+            elif committed and (topic, partition) in committed:
+                tombstones.append((topic, partition))
+                results[(topic, partition)] = "NONE"
+            else:
+                results[(topic, partition)] = "NONE"
+        await self._append(
+            group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in tombstones]
+        )
+        for tp in tombstones:
+            if committed is not None:
+                committed.pop(tp, None)
+        return results
+
+    async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, str]:
+        results = {}
+        for group_id in group_ids:
+            try:
+                self._check_owner(group_id)
+            except CoordinatorError as error:
+                results[group_id] = error.code
+                continue
+            group = self._group(group_id, create=False)
+            if group is None and group_id not in self.offsets:
+                results[group_id] = "GROUP_ID_NOT_FOUND"
+                continue
+            if group is not None and group.state is not GroupState.EMPTY:
+                results[group_id] = "NON_EMPTY_GROUP"
+                continue
+            records = [
+                (encode_offset_key(OffsetKey(group_id, t, p)), None)
+                for t, p in self.offsets.get(group_id, {})
+            ]
+            records.append((encode_group_key(GroupKey(group_id)), None))
+            try:
+                await self._append(group_id, records)
+            except CoordinatorError as error:
+                results[group_id] = error.code
+                continue
+            if group is not None:
+                group.mark_dead()
+                self._deliver(group)
+            self.groups.pop(group_id, None)
+            self.offsets.pop(group_id, None)
+            results[group_id] = "NONE"
+        return results
+
+    async def expire_offsets(self) -> int:
+        """offsets.retention.minutes: drop offsets of empty groups committed long ago."""
+        horizon = self.clock() - self.settings.retention_ms
+        expired = 0
+        for group_id, committed in list(self.offsets.items()):
+            group = self.groups.get(group_id)
+            if group is not None and group.state is not GroupState.EMPTY:
+                continue
+            if self.partition_for(group_id) not in self._owned:
+                continue
+            old = [tp for tp, value in committed.items() if value.commit_timestamp < horizon]
+            if not old:
+                continue
+            try:
+                await self._append(
+                    group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in old]
+                )
+            except CoordinatorError:
+                continue
+            for tp in old:
+                committed.pop(tp, None)
+            expired += len(old)
+        return expired
+
+    # -- listing -------------------------------------------------------------------------
+    def list_groups(self) -> list[ClassicGroup]:
+        return [
+            g
+            for g in self.groups.values()
+            if g.state is not GroupState.DEAD and self.partition_for(g.group_id) in self._owned
+        ]
+
+    def describe(self, group_id: str) -> ClassicGroup | None:
+        self._check_owner(group_id)
+        return self._group(group_id, create=False)
+
+
+def new_member_id(client_id: str) -> str:
+    return f"{client_id}-{uuid.uuid4()}"

@@ -1,0 +1,157 @@
+"""Committed offsets: OffsetCommit, OffsetFetch (single and multi-group), OffsetDelete.
+
+The GroupCoordinator checks generation and membership and persists commits in
+``__consumer_offsets`` before answering; this module only maps the per-version
+request and response shapes.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.coordinator.group.coordinator import CoordinatorError, OffsetCommit
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server.handlers import handles
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+OFFSET_COMMIT_KEY = 8
+OFFSET_FETCH_KEY = 9
+OFFSET_DELETE_KEY = 47
+_ZERO = datetime.timedelta(0)
+
+
+@handles(OFFSET_COMMIT_KEY, 2, 9)
+async def offset_commit(broker: Broker, request: Request) -> Any:
+    module = response_module(OFFSET_COMMIT_KEY, request.header.api_version)
+    body = request.body
+    generation = getattr(body, "generation_id_or_member_epoch", None)
+    if generation is None:
+        generation = body.generation_id
+    commits = [
+        OffsetCommit(
+            topic.name,
+            p.partition_index,
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata,
+        )
+        for topic in body.topics
+        for p in topic.partitions
+    ]
+    try:
+        results = await broker.group_coordinator.commit_offsets(
+            body.group_id,
+            generation,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            commits,
+        )
+    except CoordinatorError as failure:
+        results = {(c.topic, c.partition): failure.code for c in commits}
+    topics = tuple(
+        make(
+            module.OffsetCommitResponseTopic,
+            name=topic.name,
+            partitions=tuple(
+                make(
+                    module.OffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=error_code(results[(topic.name, p.partition_index)]),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in body.topics
+    )
+    return make(module.OffsetCommitResponse, throttle_time=_ZERO, topics=topics)
+
+
+@handles(OFFSET_FETCH_KEY, 1, 9)
+async def offset_fetch(broker: Broker, request: Request) -> Any:
+    module = response_module(OFFSET_FETCH_KEY, request.header.api_version)
+    body = request.body
+    if hasattr(body, "groups"):  # v8+: several groups per request
+        groups = tuple(
+            _fetch_group(broker, module, g.group_id, g.topics, grouped=True) for g in body.groups
+        )
+        return make(module.OffsetFetchResponse, throttle_time=_ZERO, groups=groups)
+    topics, error = _fetch_group(broker, module, body.group_id, body.topics, grouped=False)
+    return make(
+        module.OffsetFetchResponse, throttle_time=_ZERO, topics=topics, error_code=error_code(error)
+    )
+
+
+def _fetch_group(broker: Broker, module: Any, group_id: str, wanted: Any, grouped: bool) -> Any:
+    partitions = None
+    if wanted is not None:
+        partitions = [(t.name, p) for t in wanted for p in t.partition_indexes]
+    error = "NONE"
+    try:
+        found = broker.group_coordinator.fetch_offsets(group_id, partitions)
+    except CoordinatorError as failure:
+        error, found = failure.code, {}
+        if partitions is not None:
+            found = dict.fromkeys(partitions)
+    by_topic: dict[str, list[Any]] = {}
+    topic_class = module.OffsetFetchResponseTopics if grouped else module.OffsetFetchResponseTopic
+    partition_class = (
+        module.OffsetFetchResponsePartitions if grouped else module.OffsetFetchResponsePartition
+    )
+    for (topic, partition), value in sorted(found.items()):
+        by_topic.setdefault(topic, []).append(
+            make(
+                partition_class,
+                partition_index=partition,
+                committed_offset=value.offset if value else -1,
+                committed_leader_epoch=value.leader_epoch if value else -1,
+                metadata=value.metadata if value else "",
+                error_code=error_code("NONE" if grouped or error == "NONE" else error),
+            )
+        )
+    topics = tuple(make(topic_class, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
+    if grouped:
+        return make(
+            module.OffsetFetchResponseGroup,
+            group_id=group_id,
+            topics=topics,
+            error_code=error_code(error),
+        )
+    return topics, error
+
+
+@handles(OFFSET_DELETE_KEY, 0, 0)
+async def offset_delete(broker: Broker, request: Request) -> Any:
+    module = response_module(OFFSET_DELETE_KEY, request.header.api_version)
+    body = request.body
+    wanted = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    try:
+        results = await broker.group_coordinator.delete_offsets(body.group_id, wanted)
+        top = "NONE"
+    except CoordinatorError as failure:
+        results, top = {}, failure.code
+    topics = (
+        tuple(
+            make(
+                module.OffsetDeleteResponseTopic,
+                name=t.name,
+                partitions=tuple(
+                    make(
+                        module.OffsetDeleteResponsePartition,
+                        partition_index=p.partition_index,
+                        error_code=error_code(results.get((t.name, p.partition_index), "NONE")),
+                    )
+                    for p in t.partitions
+                ),
+            )
+            for t in body.topics
+        )
+        if top == "NONE"
+        else ()
+    )
+    return make(
+        module.OffsetDeleteResponse, error_code=error_code(top), throttle_time=_ZERO, topics=topics
+    )

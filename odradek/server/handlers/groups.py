@@ -1,0 +1,324 @@
+"""Consumer-group APIs: FindCoordinator, JoinGroup, SyncGroup, Heartbeat, LeaveGroup,
+ListGroups, DescribeGroups, DeleteGroups.
+
+Thin: each decodes its fields (which vary by version) and calls the GroupCoordinator
+(odradek/coordinator/group/), which owns the protocol. Request-level coordinator
+errors (NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, INVALID_GROUP_ID) become the
+response's error code.
+"""
+
+from __future__ import annotations
+
+import datetime
+from typing import TYPE_CHECKING, Any
+
+from odradek.coordinator.group.classic import JoinRequest, JoinResult
+from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, CoordinatorError
+from odradek.protocol.build import error_code, make, response_module
+from odradek.protocol.messages import Request
+from odradek.server.handlers import handles
+from odradek.server.handlers.metadata import request_listener
+
+if TYPE_CHECKING:
+    from odradek.server.broker import Broker
+
+FIND_COORDINATOR_KEY = 10
+JOIN_GROUP_KEY = 11
+HEARTBEAT_KEY = 12
+LEAVE_GROUP_KEY = 13
+SYNC_GROUP_KEY = 14
+DESCRIBE_GROUPS_KEY = 15
+LIST_GROUPS_KEY = 16
+DELETE_GROUPS_KEY = 42
+GROUP_KEY_TYPE = 0
+TRANSACTION_KEY_TYPE = 1
+_ZERO = datetime.timedelta(0)
+NO_AUTHORIZED_OPERATIONS = -(2**31)
+
+
+def _ms(value: datetime.timedelta | int) -> int:
+    return int(value.total_seconds() * 1000) if isinstance(value, datetime.timedelta) else value
+
+
+# -- FindCoordinator ----------------------------------------------------------------------
+@handles(FIND_COORDINATOR_KEY, 0, 6)
+async def find_coordinator(broker: Broker, request: Request) -> Any:
+    module = response_module(FIND_COORDINATOR_KEY, request.header.api_version)
+    body = request.body
+    key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
+    batched = hasattr(body, "coordinator_keys")
+    keys = list(body.coordinator_keys) if batched else [body.key]
+    found = [await _locate(broker, request, key_type, key) for key in keys]
+    if batched:
+        coordinators = tuple(
+            make(
+                module.Coordinator,
+                key=key,
+                node_id=node,
+                host=host,
+                port=port,
+                error_code=error_code(error),
+                error_message=None if error == "NONE" else error,
+            )
+            for key, (error, node, host, port) in zip(keys, found, strict=True)
+        )
+        return make(module.FindCoordinatorResponse, throttle_time=_ZERO, coordinators=coordinators)
+    error, node, host, port = found[0]
+    return make(
+        module.FindCoordinatorResponse,
+        throttle_time=_ZERO,
+        error_code=error_code(error),
+        error_message=None if error == "NONE" else error,
+        node_id=node,
+        host=host,
+        port=port,
+    )
+
+
+async def _locate(
+    broker: Broker, request: Request, key_type: int, key: str
+) -> tuple[str, int, str, int]:
+    missing = ("COORDINATOR_NOT_AVAILABLE", -1, "", -1)
+    if key_type == TRANSACTION_KEY_TYPE:
+        return missing  # transactions arrive with their own issue
+    if key_type != GROUP_KEY_TYPE:
+        return ("INVALID_REQUEST", -1, "", -1)
+    if not key:
+        return ("INVALID_REQUEST", -1, "", -1)
+    coordinator = broker.group_coordinator
+    if not await coordinator.ensure_offsets_topic():
+        return missing
+    topic = broker.image.topics.get(OFFSETS_TOPIC)
+    partition = topic.partitions.get(coordinator.partition_for(key)) if topic else None
+    if partition is None:
+        return missing
+    for endpoint in broker.brokers_for_listener(broker.image, request_listener(broker, request)):
+        if endpoint.node_id == partition.leader:
+            return ("NONE", endpoint.node_id, endpoint.host, endpoint.port)
+    return missing
+
+
+# -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------------
+@handles(JOIN_GROUP_KEY, 0, 9)
+async def join_group(broker: Broker, request: Request) -> Any:
+    version = request.header.api_version
+    module = response_module(JOIN_GROUP_KEY, version)
+    body = request.body
+    session_ms = _ms(body.session_timeout)
+    join = JoinRequest(
+        member_id=body.member_id,
+        group_instance_id=getattr(body, "group_instance_id", None),
+        client_id=request.header.client_id or "",
+        client_host="/" + request.peer.rsplit(":", 1)[0] if request.peer else "",
+        session_timeout_ms=session_ms,
+        rebalance_timeout_ms=_ms(getattr(body, "rebalance_timeout", session_ms)),
+        protocol_type=body.protocol_type,
+        protocols=tuple((p.name, bytes(p.metadata)) for p in body.protocols),
+        require_known_member_id=version >= 4,
+        supports_skip_assignment=version >= 9,
+        reason=getattr(body, "reason", None),
+    )
+    try:
+        result = await broker.group_coordinator.join(body.group_id, join)
+    except CoordinatorError as error:
+        result = JoinResult(error.code, member_id=body.member_id)
+    return make(
+        module.JoinGroupResponse,
+        throttle_time=_ZERO,
+        error_code=error_code(result.error),
+        generation_id=result.generation_id,
+        protocol_type=result.protocol_type,
+        protocol_name=result.protocol_name if version >= 7 or result.protocol_name else "",
+        leader=result.leader_id,
+        skip_assignment=result.skip_assignment,
+        member_id=result.member_id,
+        members=tuple(
+            make(
+                module.JoinGroupResponseMember,
+                member_id=m.member_id,
+                group_instance_id=m.group_instance_id,
+                metadata=m.metadata,
+            )
+            for m in result.members
+        ),
+    )
+
+
+@handles(SYNC_GROUP_KEY, 0, 5)
+async def sync_group(broker: Broker, request: Request) -> Any:
+    module = response_module(SYNC_GROUP_KEY, request.header.api_version)
+    body = request.body
+    assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+    try:
+        result = await broker.group_coordinator.sync(
+            body.group_id,
+            body.generation_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+            getattr(body, "protocol_type", None),
+            getattr(body, "protocol_name", None),
+            assignments,
+        )
+        error, assignment = result.error, result.assignment
+        protocol_type, protocol_name = result.protocol_type, result.protocol_name
+    except CoordinatorError as failure:
+        error, assignment, protocol_type, protocol_name = failure.code, b"", None, None
+    return make(
+        module.SyncGroupResponse,
+        throttle_time=_ZERO,
+        error_code=error_code(error),
+        protocol_type=protocol_type,
+        protocol_name=protocol_name,
+        assignment=assignment,
+    )
+
+
+@handles(HEARTBEAT_KEY, 0, 4)
+async def heartbeat(broker: Broker, request: Request) -> Any:
+    module = response_module(HEARTBEAT_KEY, request.header.api_version)
+    body = request.body
+    try:
+        error = await broker.group_coordinator.heartbeat(
+            body.group_id,
+            body.generation_id,
+            body.member_id,
+            getattr(body, "group_instance_id", None),
+        )
+    except CoordinatorError as failure:
+        error = failure.code
+    return make(module.HeartbeatResponse, throttle_time=_ZERO, error_code=error_code(error))
+
+
+@handles(LEAVE_GROUP_KEY, 0, 5)
+async def leave_group(broker: Broker, request: Request) -> Any:
+    module = response_module(LEAVE_GROUP_KEY, request.header.api_version)
+    body = request.body
+    batched = hasattr(body, "members")
+    leaving = (
+        [(m.member_id, m.group_instance_id) for m in body.members]
+        if batched
+        else [(body.member_id, None)]
+    )
+    try:
+        errors = await broker.group_coordinator.leave(body.group_id, leaving)
+        top = "NONE" if batched else errors[0]
+    except CoordinatorError as failure:
+        errors, top = [], failure.code
+    members = (
+        tuple(
+            make(module.MemberResponse, member_id=m, group_instance_id=i, error_code=error_code(e))
+            for (m, i), e in zip(leaving, errors, strict=False)
+        )
+        if batched
+        else ()
+    )
+    return make(
+        module.LeaveGroupResponse, throttle_time=_ZERO, error_code=error_code(top), members=members
+    )
+
+
+# -- ListGroups / DescribeGroups / DeleteGroups ------------------------------------------
+@handles(LIST_GROUPS_KEY, 0, 5)
+async def list_groups(broker: Broker, request: Request) -> Any:
+    module = response_module(LIST_GROUPS_KEY, request.header.api_version)
+    body = request.body
+    states = {s.lower() for s in getattr(body, "states_filter", ())}
+    types = {t.lower() for t in getattr(body, "types_filter", ())}
+    listed = []
+    for group in broker.group_coordinator.list_groups():
+        state = group.state.value
+        if states and state.lower() not in states:
+            continue
+        if types and "classic" not in types:
+            continue
+        listed.append(
+            make(
+                module.ListedGroup,
+                group_id=group.group_id,
+                protocol_type=group.protocol_type or "",
+                group_state=state,
+                group_type="classic",
+            )
+        )
+    return make(
+        module.ListGroupsResponse,
+        throttle_time=_ZERO,
+        error_code=error_code("NONE"),
+        groups=tuple(listed),
+    )
+
+
+@handles(DESCRIBE_GROUPS_KEY, 0, 5)
+async def describe_groups(broker: Broker, request: Request) -> Any:
+    module = response_module(DESCRIBE_GROUPS_KEY, request.header.api_version)
+    described = []
+    for group_id in request.body.groups:
+        try:
+            group = broker.group_coordinator.describe(group_id)
+        except CoordinatorError as failure:
+            described.append(_described(module, group_id, failure.code, "Dead", "", "", ()))
+            continue
+        if group is None:
+            described.append(_described(module, group_id, "NONE", "Dead", "", "", ()))
+            continue
+        info = group.describe()
+        members = tuple(
+            make(
+                module.DescribedGroupMember,
+                member_id=m["member_id"],
+                group_instance_id=m["group_instance_id"],
+                client_id=m["client_id"],
+                client_host=m["client_host"],
+                member_metadata=m["metadata"],
+                member_assignment=m["assignment"],
+            )
+            for m in info["members"]
+        )
+        described.append(
+            _described(
+                module,
+                group_id,
+                "NONE",
+                info["state"],
+                info["protocol_type"],
+                info["protocol_name"],
+                members,
+            )
+        )
+    return make(module.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(described))
+
+
+def _described(
+    module: Any,
+    group_id: str,
+    error: str,
+    state: str,
+    protocol_type: str,
+    protocol: str,
+    members: tuple[Any, ...],
+) -> Any:
+    return make(
+        module.DescribedGroup,
+        error_code=error_code(error),
+        error_message=None,
+        group_id=group_id,
+        group_state=state,
+        protocol_type=protocol_type,
+        protocol_data=protocol,
+        members=members,
+        authorized_operations=NO_AUTHORIZED_OPERATIONS,
+    )
+
+
+@handles(DELETE_GROUPS_KEY, 0, 2)
+async def delete_groups(broker: Broker, request: Request) -> Any:
+    module = response_module(DELETE_GROUPS_KEY, request.header.api_version)
+    results = await broker.group_coordinator.delete_groups(list(request.body.groups_names))
+    return make(
+        module.DeleteGroupsResponse,
+        throttle_time=_ZERO,
+        results=tuple(
+            make(module.DeletableGroupResult, group_id=g, error_code=error_code(e))
+            for g, e in results.items()
+        ),
+    )
