@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Final, TextIO
 
 from crc32c import crc32c
 
+from odradek.cli import offsets_decoder
 from odradek.storage.batch import (
     COMPRESSION_NAMES,
     CRC_START,
@@ -111,6 +112,7 @@ class Options:
     print_data: bool = False
     verify_only: bool = False
     max_bytes: int | None = None
+    offsets_decoder: bool = False  # decode keys/values as __consumer_offsets records
 
 
 class DumpError(Exception):
@@ -158,6 +160,12 @@ def add_parser(subparsers: Subparsers) -> None:
         help="check .index/.timeindex entries against the sibling .log instead of printing them",
     )
     parser.add_argument(
+        "--offsets-decoder",
+        action="store_true",
+        help="decode records as __consumer_offsets commits and group metadata "
+        "(automatic for files under a __consumer_offsets-N directory)",
+    )
+    parser.add_argument(
         "--max-bytes",
         type=_positive_int,
         metavar="N",
@@ -177,7 +185,9 @@ def _positive_int(text: str) -> int:
 
 
 def run(args: argparse.Namespace) -> int:
-    options = Options(args.print_data_log, args.verify_index_only, args.max_bytes)
+    options = Options(
+        args.print_data_log, args.verify_index_only, args.max_bytes, args.offsets_decoder
+    )
     for stream in (sys.stdout, sys.stderr):  # odd file names or terminals never crash a dump
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
@@ -388,8 +398,11 @@ def _dump_records(target: _Target, window: _Window, header: BatchHeader) -> None
     buffer, start = window.view(header.position, header.size)
     local = unpack_header(buffer, start)  # the same header, positioned in ``buffer``
     try:
+        decode_offsets = target.options.offsets_decoder or target.path.parent.name.startswith(
+            offsets_decoder.OFFSETS_TOPIC_PREFIX
+        )
         for record in iter_records(buffer, local):
-            target.emit(_record_line(record, local))
+            target.emit(_record_line(record, local, decode_offsets))
     except CorruptRecordError as error:
         reason = _RECORDS_ERROR_PREFIX.sub("", str(error))
         raise _InvalidBatch(header.position, reason) from None
@@ -411,7 +424,7 @@ def _batch_line(header: BatchHeader, crc_ok: bool) -> str:
     )
 
 
-def _record_line(record: Record, header: BatchHeader) -> str:
+def _record_line(record: Record, header: BatchHeader, decode_offsets: bool = False) -> str:
     header_keys = ",".join(h.key for h in record.headers)
     line = (
         f"| offset: {record.offset} {_timestamp_label(header)}: {record.timestamp} "
@@ -420,6 +433,9 @@ def _record_line(record: Record, header: BatchHeader) -> str:
     )
     if header.is_control:
         return f"{line} {_control_text(record)}"
+    if decode_offsets:
+        key, payload = offsets_decoder.describe(record.key, record.value)
+        return f"{line} key: {key} payload: {payload}"
     return f"{line} key: {_text(record.key)} payload: {_text(record.value)}"
 
 
