@@ -644,14 +644,23 @@ class Log:
 
     def purge_deleted_segments(self, force: bool = False) -> int:
         """Unlink segments whose delete delay has passed (all of them when ``force``)."""
+        due = self.take_due_deletions(force)
+        for segment in due:
+            segment.delete_files()
+        return len(due)
+
+    def take_due_deletions(self, force: bool = False) -> list[LogSegment]:
+        """Segments whose delete delay has passed, handed over for ``delete_files``.
+
+        They are no longer part of the log, so the caller may close and unlink them
+        on a worker thread.
+        """
         now_ms = self.clock()
-        due = [(t, s) for t, s in self.pending_deletions if force or t <= now_ms]
-        for item in due:
-            item[1].delete_files()
+        due = [s for t, s in self.pending_deletions if force or t <= now_ms]
         self.pending_deletions = [
             (t, s) for t, s in self.pending_deletions if not (force or t <= now_ms)
         ]
-        return len(due)
+        return due
 
     # -- flushing ------------------------------------------------------------------
     def prepare_flush(self) -> tuple[list[LogSegment], int]:

@@ -43,6 +43,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.log import Log, wall_clock_ms, write_partition_metadata
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
+from odradek.storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
@@ -310,6 +311,7 @@ class LogManager:
 
     async def run_once(self) -> None:
         """One pass of every housekeeping job that is due."""
+        loop = asyncio.get_running_loop()
         now_ms = self.clock()
         settings = self.settings
         if self._due("retention", settings.retention_check_interval_ms, now_ms):
@@ -318,8 +320,9 @@ class LogManager:
             for log in list(self.logs.values()):
                 if log.flush_due:
                     await self.flush_log(log)
-        for log in list(self.logs.values()):
-            log.purge_deleted_segments()
+        due = [segment for log in list(self.logs.values()) for segment in log.take_due_deletions()]
+        if due:  # closing and unlinking can block: off the loop
+            await loop.run_in_executor(None, _delete_segment_files, due)
         if self._due("expire", settings.producer_id_expiration_check_interval_ms, now_ms):
             for log in self.logs.values():
                 log.producer_state.remove_expired(now_ms)
@@ -329,7 +332,8 @@ class LogManager:
             settings.high_watermark_checkpoint_interval_ms,
         )
         if self._due("checkpoint", checkpoint_interval, now_ms):
-            self.write_checkpoints()
+            # fsyncs the checkpoint files: on a worker thread (offsets are plain ints)
+            await loop.run_in_executor(None, self.write_checkpoints)
         for log_dir in self.log_dirs:
             leftovers = [p for p in log_dir.iterdir() if _DELETED_DIR_NAME.match(p.name)]
             for path in leftovers:
@@ -359,3 +363,8 @@ class LogManager:
             os.close(fd)
         self._lock_fds.clear()
         self.started = False
+
+
+def _delete_segment_files(segments: list[LogSegment]) -> None:
+    for segment in segments:
+        segment.delete_files()

@@ -267,12 +267,18 @@ class GroupCoordinator:
 
     async def join(self, group_id: str, request: JoinRequest) -> JoinResult:
         self._check_owner(group_id)
-        group = self._group(group_id, create=True)
-        assert group is not None
+        # Only a new member (no member id) creates a group, as in Kafka; a join that
+        # fails at once leaves no empty group behind for ListGroups to show.
+        created = self._group(group_id, create=False) is None
+        group = self._group(group_id, create=not request.member_id)
+        if group is None:
+            return JoinResult("UNKNOWN_MEMBER_ID", member_id=request.member_id)
         waiter: asyncio.Future[JoinResult | SyncResult] = asyncio.get_running_loop().create_future()
         immediate = group.join(request, waiter)
         await self._after(group)
         if immediate is not None:
+            if created and not group.members and not group.pending_member_ids:
+                self.groups.pop(group_id, None)
             return immediate
         result = await waiter
         assert isinstance(result, JoinResult)
