@@ -162,6 +162,9 @@ class BrokerConnection:
         async with self._write_lock:
             if expect_response:
                 future = asyncio.get_running_loop().create_future()
+                # A caller that stopped waiting (cancelled) must not leave an
+                # unretrieved exception behind when the connection later fails.
+                future.add_done_callback(_retrieve_exception)
                 schema = load_response_schema(request.__api_key__, request.__version__)
                 self._pending[correlation_id] = (future, schema)
                 self._order.append(correlation_id)
@@ -222,3 +225,8 @@ class BrokerConnection:
         if self._writer is not None:
             with contextlib.suppress(Exception):
                 await self._writer.wait_closed()
+
+
+def _retrieve_exception(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -1,0 +1,32 @@
+"""The odradek Python client: producer, consumer and admin.
+
+Two faces over one asyncio core: blocking ``Producer``/``Consumer``/``AdminClient``
+shaped like confluent-kafka's, and ``AIOKafkaProducer``/``AIOKafkaConsumer`` shaped
+like aiokafka's. Configuration uses Kafka's property names (``ClientConfig``).
+"""
+
+from odradek.client.admin import AdminClient, NewPartitions, NewTopic
+from odradek.client.blocking import Producer
+from odradek.client.config import ClientConfig, ConfigError
+from odradek.client.consumer_aio import AIOKafkaConsumer
+from odradek.client.consumer_sync import Consumer
+from odradek.client.producer import AIOKafkaProducer, AsyncProducer
+from odradek.client.types import KafkaError, KafkaException, Message, RecordMetadata, TopicPartition
+
+__all__ = [
+    "AIOKafkaConsumer",
+    "AIOKafkaProducer",
+    "AdminClient",
+    "AsyncProducer",
+    "ClientConfig",
+    "ConfigError",
+    "Consumer",
+    "KafkaError",
+    "KafkaException",
+    "Message",
+    "NewPartitions",
+    "NewTopic",
+    "Producer",
+    "RecordMetadata",
+    "TopicPartition",
+]

@@ -1,0 +1,637 @@
+"""Asyncio consumer core: positions, fetchers per leader, offsets, commits.
+
+How this works and why: every assigned partition has a state (position, paused,
+pending reset). One fetcher task per leader broker long-polls Fetch for that
+broker's fetchable partitions — assigned, with a known position, not paused, and
+with nothing still buffered — so a partition never has two fetches in flight and the
+buffer stays bounded by ``max.partition.fetch.bytes`` per partition. Fetched batches
+are decoded by ``fetch_decode.py`` (a truncated last batch is ignored, control batches skipped,
+aborted transactions dropped under read_committed) into per-partition buffers;
+``getmany`` hands records out and advances positions. A seek bumps the partition's
+epoch so that in-flight or buffered data for the old position is dropped.
+
+Positions start unknown and are resolved lazily by the fetchers: a pending
+``seek_to_beginning/end`` first, then the group's committed offset (OffsetFetch via
+the coordinator), then ``auto.offset.reset``. OFFSET_OUT_OF_RANGE resets the same
+way. Commits go to the group coordinator; in ``assign`` mode with generation -1 and
+an empty member id, which the broker accepts for groups without members. Group
+membership (``subscribe``) lives in ``consumer_group.py`` and drives ``assign``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from odradek.client.cluster import Cluster, KafkaError
+from odradek.client.config import ClientConfig
+from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client.fetch_decode import ConsumerRecord, decode_fetched
+
+logger = logging.getLogger(__name__)
+
+FETCH: Final = 1
+LIST_OFFSETS: Final = 2
+OFFSET_COMMIT: Final = 8
+OFFSET_FETCH: Final = 9
+FIND_COORDINATOR: Final = 10
+JOIN_GROUP: Final = 11
+HEARTBEAT: Final = 12
+LEAVE_GROUP: Final = 13
+SYNC_GROUP: Final = 14
+CONSUMER_VERSIONS: Final = {
+    FETCH: (4, 12),
+    LIST_OFFSETS: (1, 8),
+    OFFSET_COMMIT: (7, 9),
+    OFFSET_FETCH: (8, 9),
+    FIND_COORDINATOR: (4, 6),
+    JOIN_GROUP: (5, 9),
+    HEARTBEAT: (3, 4),
+    LEAVE_GROUP: (3, 5),
+    SYNC_GROUP: (3, 5),
+}
+LATEST: Final = -1
+EARLIEST: Final = -2
+_RESET = {"earliest": EARLIEST, "smallest": EARLIEST, "latest": LATEST, "largest": LATEST}
+_REFRESH_ERRORS: Final = frozenset(
+    {
+        ErrorCode.not_leader_or_follower,
+        ErrorCode.unknown_topic_or_partition,
+        ErrorCode.leader_not_available,
+        ErrorCode.fenced_leader_epoch,
+        ErrorCode.unknown_leader_epoch,
+        ErrorCode.kafka_storage_error,
+        ErrorCode.replica_not_available,
+    }
+)
+_COORDINATOR_ERRORS: Final = frozenset(
+    {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
+)
+TP = tuple[str, int]
+
+
+@dataclass(slots=True)
+class _PartState:
+    position: int | None = None
+    paused: bool = False
+    reset_to: int | None = None  # a pending seek_to_beginning/end
+    epoch: int = 0  # bumped by every seek; stale fetch data is dropped
+    high_watermark: int = -1
+
+
+@dataclass(slots=True)
+class _Buffered:
+    records: deque[ConsumerRecord]
+    next_offset: int
+    epoch: int
+
+
+class CommitFailedError(KafkaError):
+    """A group commit was rejected because the member is no longer in the generation."""
+
+
+class ConsumerCore:
+    """The asyncio consumer; create and use it inside one running event loop."""
+
+    def __init__(self, config: ClientConfig) -> None:
+        self.config = config
+        self.cluster = Cluster(
+            config["bootstrap.servers"],
+            client_id=config["client.id"],
+            request_timeout_ms=config["request.timeout.ms"],
+            retry_backoff_ms=config["retry.backoff.ms"],
+            metadata_max_age_ms=config["metadata.max.age.ms"],
+            client_versions=CONSUMER_VERSIONS,
+        )
+        self.group_id: str | None = config["group.id"]
+        self.isolation = 1 if config["isolation.level"] == "read_committed" else 0
+        self.reset_policy: int | None = _RESET.get(config["auto.offset.reset"])
+        self._parts: dict[TP, _PartState] = {}
+        self._buffer: dict[TP, _Buffered] = {}
+        self._fetchers: dict[int, asyncio.Task[None]] = {}
+        self._state_event = asyncio.Event()
+        self._data_event = asyncio.Event()
+        self._resolve_lock = asyncio.Lock()
+        self._error: Exception | None = None
+        self._coordinator_id: int | None = None
+        self.closed = False
+        # Set by the group member: (generation, member id, group instance id).
+        self.generation: Callable[[], tuple[int, str, str | None]] = lambda: (-1, "", None)
+        self.on_commit_failed: Callable[[], None] = lambda: None
+
+    # -- wakeups ---------------------------------------------------------------------
+    def _notify_state(self) -> None:
+        event, self._state_event = self._state_event, asyncio.Event()
+        event.set()
+
+    def _notify_data(self) -> None:
+        event, self._data_event = self._data_event, asyncio.Event()
+        event.set()
+
+    # -- assignment and positions ------------------------------------------------------
+    async def assign(
+        self, partitions: Iterable[TP], offsets: Mapping[TP, int] | None = None
+    ) -> None:
+        """Replace the assignment; ``offsets`` sets starting positions (else resolved)."""
+        wanted = list(dict.fromkeys(partitions))
+        old = self._parts
+        self._parts = {tp: old.get(tp) or _PartState() for tp in wanted}
+        for tp in list(self._buffer):
+            if tp not in self._parts:
+                del self._buffer[tp]
+        for tp, offset in (offsets or {}).items():
+            if tp in self._parts and offset >= 0:
+                self.seek(tp, offset)
+        topics = {t for t, _ in wanted}
+        if topics:
+            self.cluster.want_topics(topics)
+            await self.cluster.with_retry(lambda: self.cluster.refresh(topics))
+        self._spawn_fetchers()
+        self._notify_state()
+
+    def assignment(self) -> list[TP]:
+        return list(self._parts)
+
+    def _state(self, tp: TP) -> _PartState:
+        state = self._parts.get(tp)
+        if state is None:
+            raise KafkaError(
+                ErrorCode.unknown_topic_or_partition, f"{tp[0]}-{tp[1]} is not assigned"
+            )
+        return state
+
+    def seek(self, tp: TP, offset: int) -> None:
+        state = self._state(tp)
+        state.position, state.reset_to = offset, None
+        state.epoch += 1
+        self._buffer.pop(tp, None)
+        self._notify_state()
+
+    def _seek_to(self, partitions: Iterable[TP] | None, timestamp: int) -> None:
+        for tp in list(partitions) if partitions is not None else list(self._parts):
+            state = self._state(tp)
+            state.position, state.reset_to = None, timestamp
+            state.epoch += 1
+            self._buffer.pop(tp, None)
+        self._notify_state()
+
+    def seek_to_beginning(self, partitions: Iterable[TP] | None = None) -> None:
+        self._seek_to(partitions, EARLIEST)
+
+    def seek_to_end(self, partitions: Iterable[TP] | None = None) -> None:
+        self._seek_to(partitions, LATEST)
+
+    async def position(self, tp: TP) -> int:
+        state = self._state(tp)
+        while state.position is None:
+            await self._resolve_positions()
+            self._raise_error()
+            state = self._state(tp)
+        return state.position
+
+    def pause(self, partitions: Iterable[TP]) -> None:
+        for tp in partitions:
+            self._state(tp).paused = True
+
+    def resume(self, partitions: Iterable[TP]) -> None:
+        for tp in partitions:
+            self._state(tp).paused = False
+        self._notify_state()
+
+    def paused(self) -> list[TP]:
+        return [tp for tp, s in self._parts.items() if s.paused]
+
+    def highwater(self, tp: TP) -> int:
+        return self._state(tp).high_watermark
+
+    def _raise_error(self) -> None:
+        error, self._error = self._error, None
+        if error is not None:
+            raise error
+
+    async def _resolve_positions(self) -> None:
+        async with self._resolve_lock:
+            unknown = [tp for tp, s in self._parts.items() if s.position is None]
+            if not unknown:
+                return
+            resets = {tp: self._parts[tp].reset_to for tp in unknown}
+            committed: dict[TP, int] = {}
+            need_committed = [tp for tp in unknown if resets[tp] is None]
+            if self.group_id and need_committed:
+                committed = {
+                    tp: o
+                    for tp, (o, _m) in (await self.committed(need_committed)).items()
+                    if o >= 0
+                }
+            for tp in unknown:
+                if resets[tp] is None and tp not in committed:
+                    if self.reset_policy is None:
+                        self._error = KafkaError(
+                            ErrorCode.offset_out_of_range,
+                            f"{tp[0]}-{tp[1]}: no committed offset and auto.offset.reset=none",
+                        )
+                        self._parts[tp].reset_to = None
+                        continue
+                    resets[tp] = self.reset_policy
+            query = {tp: ts for tp, ts in resets.items() if ts is not None}
+            found = await self.list_offsets(query) if query else {}
+            for tp in unknown:
+                state = self._parts.get(tp)
+                if state is None or state.position is not None:
+                    continue
+                if tp in committed:
+                    state.position = committed[tp]
+                elif tp in found and state.reset_to in (None, query.get(tp)):
+                    state.position, state.reset_to = found[tp][0], None
+        self._notify_state()
+
+    # -- ListOffsets -----------------------------------------------------------------
+    async def list_offsets(self, query: Mapping[TP, int]) -> dict[TP, tuple[int, int]]:
+        """(offset, timestamp) per partition for a timestamp, LATEST or EARLIEST."""
+
+        async def attempt() -> dict[TP, tuple[int, int]]:
+            by_node: dict[int, list[TP]] = {}
+            for tp in query:
+                by_node.setdefault(await self.cluster.leader_for(*tp), []).append(tp)
+            result: dict[TP, tuple[int, int]] = {}
+            for node_id, tps in by_node.items():
+                connection = await self.cluster.connection(node_id)
+                version = connection.version_for(LIST_OFFSETS)
+                topics: dict[str, list[Any]] = {}
+                for t, p in tps:
+                    topics.setdefault(t, []).append(
+                        request_entity(
+                            LIST_OFFSETS,
+                            version,
+                            "ListOffsetsPartition",
+                            partition_index=p,
+                            current_leader_epoch=-1,
+                            timestamp=query[(t, p)],
+                        )
+                    )
+                request = request_entity(
+                    LIST_OFFSETS,
+                    version,
+                    replica_id=-1,
+                    isolation_level=self.isolation,
+                    topics=tuple(
+                        request_entity(
+                            LIST_OFFSETS, version, "ListOffsetsTopic", name=t, partitions=tuple(ps)
+                        )
+                        for t, ps in topics.items()
+                    ),
+                )
+                response = await connection.send(request)
+                for topic in response.topics:
+                    for p in topic.partitions:
+                        if p.error_code != ErrorCode.none:
+                            raise KafkaError(p.error_code, f"{topic.name}-{p.partition_index}")
+                        result[(topic.name, p.partition_index)] = (p.offset, p.timestamp)
+            return result
+
+        return await self.cluster.with_retry(attempt)
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TP, int]
+    ) -> dict[TP, tuple[int, int] | None]:
+        found = await self.list_offsets(timestamps)
+        return {tp: (found[tp] if found.get(tp, (-1, -1))[0] >= 0 else None) for tp in timestamps}
+
+    # -- fetching --------------------------------------------------------------------
+    def _leader(self, tp: TP) -> int:
+        info = self.cluster.metadata.topics.get(tp[0])
+        partition = info.partitions.get(tp[1]) if info is not None else None
+        return partition.leader if partition is not None else -1
+
+    def _spawn_fetchers(self) -> None:
+        for tp in self._parts:
+            node_id = self._leader(tp)
+            task = self._fetchers.get(node_id)
+            if node_id >= 0 and (task is None or task.done()) and not self.closed:
+                self._fetchers[node_id] = asyncio.get_running_loop().create_task(
+                    self._fetch_loop(node_id)
+                )
+
+    def _fetchable(self, node_id: int) -> list[TP]:
+        return [
+            tp
+            for tp, s in self._parts.items()
+            if s.position is not None
+            and not s.paused
+            and tp not in self._buffer
+            and self._leader(tp) == node_id
+        ]
+
+    async def _fetch_loop(self, node_id: int) -> None:
+        while not self.closed:
+            wake = self._state_event
+            try:
+                await self._resolve_positions()
+                partitions = self._fetchable(node_id)
+                if not partitions:
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(wake.wait(), 1.0)
+                    continue
+                await self._fetch_once(node_id, partitions)
+            except asyncio.CancelledError:
+                raise
+            except (KafkaError, KafkaConnectionError) as error:
+                logger.debug("fetch from node %s failed: %s", node_id, error)
+                if isinstance(error, KafkaError) and not error.retriable:
+                    self._error = error
+                    self._notify_data()
+                await asyncio.sleep(self.cluster.retry_backoff_s)
+                with contextlib.suppress(KafkaError, KafkaConnectionError):
+                    await self.cluster.refresh()
+                self._spawn_fetchers()
+            except Exception as error:  # a corrupt batch, a bug: report through poll
+                logger.exception("fetcher for node %s", node_id)
+                self._error = error
+                self._notify_data()
+                await asyncio.sleep(self.cluster.retry_backoff_s)
+
+    async def _fetch_once(self, node_id: int, partitions: list[TP]) -> None:
+        connection = await self.cluster.connection(node_id)
+        version = connection.version_for(FETCH)
+        sent: dict[TP, tuple[int, int]] = {}
+        topics: dict[str, list[Any]] = {}
+        for tp in partitions:
+            state = self._parts[tp]
+            assert state.position is not None
+            sent[tp] = (state.position, state.epoch)
+            topics.setdefault(tp[0], []).append(
+                request_entity(
+                    FETCH,
+                    version,
+                    "FetchPartition",
+                    partition=tp[1],
+                    current_leader_epoch=-1,
+                    fetch_offset=state.position,
+                    last_fetched_epoch=-1,
+                    log_start_offset=-1,
+                    partition_max_bytes=self.config["max.partition.fetch.bytes"],
+                )
+            )
+        request = request_entity(
+            FETCH,
+            version,
+            replica_id=-1,
+            max_wait=datetime.timedelta(milliseconds=self.config["fetch.max.wait.ms"]),
+            min_bytes=self.config["fetch.min.bytes"],
+            max_bytes=self.config["fetch.max.bytes"],
+            isolation_level=self.isolation,
+            session_id=0,
+            session_epoch=-1,
+            topics=tuple(
+                request_entity(FETCH, version, "FetchTopic", topic=t, partitions=tuple(ps))
+                for t, ps in topics.items()
+            ),
+            forgotten_topics_data=(),
+            rack_id="",
+        )
+        response = await connection.send(request)
+        if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
+            raise KafkaError(response.error_code, "fetch")
+        refresh = False
+        for topic in response.responses:
+            for p in topic.partitions:
+                tp = (topic.topic, p.partition_index)
+                part = self._parts.get(tp)
+                if part is None or sent.get(tp) != (part.position, part.epoch):
+                    continue  # unassigned or sought while the fetch was in flight
+                if p.error_code == ErrorCode.none:
+                    part.high_watermark = p.high_watermark
+                    self._add_records(tp, part, p)
+                elif p.error_code == ErrorCode.offset_out_of_range:
+                    logger.info("%s-%s: offset %s out of range", *tp, part.position)
+                    part.position, part.reset_to = None, self.reset_policy
+                    if self.reset_policy is None:
+                        self._error = KafkaError(p.error_code, f"{tp[0]}-{tp[1]}")
+                        self._notify_data()
+                elif p.error_code in _REFRESH_ERRORS:
+                    refresh = True
+                else:
+                    self._error = KafkaError(p.error_code, f"{tp[0]}-{tp[1]}")
+                    self._notify_data()
+        if refresh:
+            await asyncio.sleep(self.cluster.retry_backoff_s)
+            await self.cluster.refresh()
+            self._spawn_fetchers()
+
+    def _add_records(self, tp: TP, state: _PartState, p: Any) -> None:
+        data = p.records
+        if not data or state.position is None:
+            return
+        aborted = None
+        if self.isolation == 1:
+            aborted = [(a.producer_id, a.first_offset) for a in (p.aborted_transactions or ())]
+        records, next_offset = decode_fetched(
+            tp[0], tp[1], bytes(data), state.position, aborted, self.config["check.crcs"]
+        )
+        if records:
+            self._buffer[tp] = _Buffered(deque(records), next_offset, state.epoch)
+            self._notify_data()
+        elif next_offset > state.position:
+            state.position = next_offset  # only control or aborted batches
+
+    def _drain(self, max_records: int) -> list[ConsumerRecord]:
+        out: list[ConsumerRecord] = []
+        for tp in list(self._buffer):
+            buffered = self._buffer[tp]
+            state = self._parts.get(tp)
+            if state is None or buffered.epoch != state.epoch:
+                del self._buffer[tp]
+                continue
+            if state.paused:
+                continue
+            while buffered.records and len(out) < max_records:
+                record = buffered.records.popleft()
+                out.append(record)
+                state.position = record.offset + 1
+            del self._buffer[tp]  # re-inserted at the end: round robin between partitions
+            if buffered.records:
+                self._buffer[tp] = buffered
+            else:
+                state.position = max(state.position or 0, buffered.next_offset)
+                self._notify_state()
+            if len(out) >= max_records:
+                break
+        return out
+
+    async def getmany(self, max_records: int, timeout_s: float) -> list[ConsumerRecord]:
+        """Up to ``max_records`` buffered records, waiting up to ``timeout_s`` for some."""
+        self._raise_error()
+        deadline = time.monotonic() + timeout_s
+        while True:
+            records = self._drain(max_records)
+            if records:
+                return records
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self.closed:
+                return []
+            event = self._data_event
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+            self._raise_error()
+
+    # -- coordinator, commits ----------------------------------------------------------
+    def coordinator_error(self, code: ErrorCode, what: str) -> KafkaError:
+        if code in _COORDINATOR_ERRORS:
+            self._coordinator_id = None
+        return KafkaError(code, what)
+
+    async def coordinator(self) -> BrokerConnection:
+        if not self.group_id:
+            raise KafkaError(ErrorCode.invalid_group_id, "group.id is not set")
+        if self._coordinator_id is not None:
+            try:
+                return await self.cluster.connection(self._coordinator_id)
+            except (KafkaError, KafkaConnectionError):
+                self._coordinator_id = None
+                raise
+        connection = await self.cluster.any_connection()
+        version = connection.version_for(FIND_COORDINATOR)
+        response = await connection.send(
+            request_entity(FIND_COORDINATOR, version, key_type=0, coordinator_keys=(self.group_id,))
+        )
+        found = response.coordinators[0]
+        if found.error_code != ErrorCode.none:
+            raise KafkaError(found.error_code, f"FindCoordinator {self.group_id}")
+        self._coordinator_id = found.node_id
+        return await self.cluster.connection(found.node_id)
+
+    async def committed(self, partitions: Iterable[TP]) -> dict[TP, tuple[int, str | None]]:
+        """(offset, metadata) committed by the group; offset -1 when none."""
+        wanted = list(partitions)
+
+        async def attempt() -> dict[TP, tuple[int, str | None]]:
+            connection = await self.coordinator()
+            version = connection.version_for(OFFSET_FETCH)
+            by_topic: dict[str, list[int]] = {}
+            for t, p in wanted:
+                by_topic.setdefault(t, []).append(p)
+            request = request_entity(
+                OFFSET_FETCH,
+                version,
+                require_stable=True,
+                groups=(
+                    request_entity(
+                        OFFSET_FETCH,
+                        version,
+                        "OffsetFetchRequestGroup",
+                        group_id=self.group_id,
+                        member_id=None,
+                        member_epoch=-1,
+                        topics=tuple(
+                            request_entity(
+                                OFFSET_FETCH,
+                                version,
+                                "OffsetFetchRequestTopics",
+                                name=t,
+                                partition_indexes=tuple(ps),
+                            )
+                            for t, ps in by_topic.items()
+                        ),
+                    ),
+                ),
+            )
+            response = await connection.send(request)
+            group = response.groups[0]
+            if group.error_code != ErrorCode.none:
+                raise self.coordinator_error(group.error_code, f"OffsetFetch {self.group_id}")
+            result: dict[TP, tuple[int, str | None]] = {tp: (-1, None) for tp in wanted}
+            for topic in group.topics:
+                for p in topic.partitions:
+                    if p.error_code != ErrorCode.none:
+                        raise KafkaError(p.error_code, f"{topic.name}-{p.partition_index}")
+                    result[(topic.name, p.partition_index)] = (p.committed_offset, p.metadata)
+            return result
+
+        return await self.cluster.with_retry(attempt)
+
+    async def commit(
+        self, offsets: Mapping[TP, int] | None = None, metadata: str = ""
+    ) -> dict[TP, int]:
+        """Commit ``offsets`` (default: the current positions); returns what was committed."""
+        if offsets is None:
+            offsets = {tp: s.position for tp, s in self._parts.items() if s.position is not None}
+        to_commit = dict(offsets)
+        if not to_commit:
+            return {}
+
+        async def attempt() -> None:
+            connection = await self.coordinator()
+            version = connection.version_for(OFFSET_COMMIT)
+            generation, member_id, instance_id = self.generation()
+            by_topic: dict[str, list[Any]] = {}
+            for (t, p), offset in to_commit.items():
+                by_topic.setdefault(t, []).append(
+                    request_entity(
+                        OFFSET_COMMIT,
+                        version,
+                        "OffsetCommitRequestPartition",
+                        partition_index=p,
+                        committed_offset=offset,
+                        committed_leader_epoch=-1,
+                        committed_metadata=metadata,
+                    )
+                )
+            request = request_entity(
+                OFFSET_COMMIT,
+                version,
+                group_id=self.group_id,
+                generation_id_or_member_epoch=generation,
+                member_id=member_id,
+                group_instance_id=instance_id,
+                topics=tuple(
+                    request_entity(
+                        OFFSET_COMMIT,
+                        version,
+                        "OffsetCommitRequestTopic",
+                        name=t,
+                        partitions=tuple(ps),
+                    )
+                    for t, ps in by_topic.items()
+                ),
+            )
+            response = await connection.send(request)
+            for topic in response.topics:
+                for p in topic.partitions:
+                    code = p.error_code
+                    if code == ErrorCode.none:
+                        continue
+                    if code in (
+                        ErrorCode.illegal_generation,
+                        ErrorCode.unknown_member_id,
+                        ErrorCode.rebalance_in_progress,
+                        ErrorCode.fenced_instance_id,
+                    ):
+                        self.on_commit_failed()
+                        raise CommitFailedError(code, "the group rebalanced; commit failed")
+                    raise self.coordinator_error(code, f"commit {topic.name}-{p.partition_index}")
+
+        await self.cluster.with_retry(attempt)
+        return to_commit
+
+    async def close(self) -> None:
+        self.closed = True
+        tasks = list(self._fetchers.values())
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        for connection in list(self.cluster._connections.values()):
+            for future, _schema in list(connection._pending.values()):
+                future.cancel()  # abandoned fetches: nobody will read their failure
+        await self.cluster.close()
+        self._notify_data()

@@ -1,0 +1,397 @@
+"""Classic consumer-group membership for the asyncio consumer (eager rebalancing).
+
+How this works and why: ``subscribe`` starts two tasks. The rebalance task joins the
+group whenever a rejoin is needed: it commits (auto-commit) and revokes the current
+assignment, sends JoinGroup (repeating once with the member id the broker hands out
+on MEMBER_ID_REQUIRED), and if it is the leader runs the assignor from
+``assignors.py`` over every member's subscription, then SyncGroup gives each member
+its partitions, which go to ``ConsumerCore.assign``. The same task auto-commits
+every ``auto.commit.interval.ms`` and, for regex subscriptions, rejoins when the set
+of matching topics changes. The heartbeat task runs independently of ``poll``:
+REBALANCE_IN_PROGRESS asks for a rejoin, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID /
+FENCED_INSTANCE_ID mean the partitions are lost (``on_lost``, no commit). Static
+members (``group.instance.id``) keep their identity and do not LeaveGroup on close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from odradek.client import assignors, consumer_protocol
+from odradek.client.cluster import KafkaError
+from odradek.client.connection import KafkaConnectionError, request_entity
+from odradek.client.consumer import (
+    HEARTBEAT,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    SYNC_GROUP,
+    TP,
+    CommitFailedError,
+    ConsumerCore,
+)
+
+logger = logging.getLogger(__name__)
+
+Callback = Callable[[list[TP]], Awaitable[None]] | None
+_LOST: Final = frozenset(
+    {ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id}
+)
+_RETRY: Final = frozenset(
+    {
+        ErrorCode.rebalance_in_progress,
+        ErrorCode.not_coordinator,
+        ErrorCode.coordinator_not_available,
+        ErrorCode.coordinator_load_in_progress,
+    }
+)
+
+
+class GroupMember:
+    def __init__(self, core: ConsumerCore) -> None:
+        config = core.config
+        self.core = core
+        self.group_id = core.group_id
+        self.instance_id: str | None = config["group.instance.id"]
+        self.session_timeout_ms: int = config["session.timeout.ms"]
+        self.rebalance_timeout_ms: int = config["max.poll.interval.ms"]
+        self.heartbeat_s: float = config["heartbeat.interval.ms"] / 1000
+        self.auto_commit: bool = config["enable.auto.commit"]
+        self.auto_commit_s: float = config["auto.commit.interval.ms"] / 1000
+        self.strategies = [
+            assignors.get_assignor(s)
+            for s in config["partition.assignment.strategy"].split(",")
+            if s.strip()
+        ]
+        if any(a.rebalance_protocol != assignors.EAGER for a in self.strategies):
+            raise KafkaError(
+                ErrorCode.inconsistent_group_protocol,
+                "cooperative rebalancing is not supported yet; use range, roundrobin or sticky",
+            )
+        self.member_id = ""
+        self.generation_id = -1
+        self.topics: list[str] = []
+        self.patterns: list[re.Pattern[str]] = []
+        self.subscribed_topics: list[str] = []
+        self.on_assign: Callback = None
+        self.on_revoke: Callback = None
+        self.on_lost: Callback = None
+        self.need_rejoin = False
+        self.lost = False
+        self.closed = False
+        self._wake = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+        self.error: Exception | None = None
+        self._rebalancing = False
+        self.owned: list[TP] = []
+        core.generation = lambda: (self.generation_id, self.member_id, self.instance_id)
+        core.on_commit_failed = self.rejoin_lost
+
+    # -- control ---------------------------------------------------------------------
+    def subscribe(
+        self,
+        topics: Iterable[str],
+        on_assign: Callback = None,
+        on_revoke: Callback = None,
+        on_lost: Callback = None,
+    ) -> None:
+        """Subscribe to topic names; a name starting with ``^`` is a regex."""
+        names = list(topics)
+        self.topics = [t for t in names if not t.startswith("^")]
+        self.patterns = [re.compile(t) for t in names if t.startswith("^")]
+        self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
+        self.rejoin()
+        if not self._tasks:
+            loop = asyncio.get_running_loop()
+            self._tasks = [
+                loop.create_task(self._rebalance_loop()),
+                loop.create_task(self._heartbeat_loop()),
+            ]
+
+    def rejoin(self) -> None:
+        self.need_rejoin = True
+        self._wake.set()
+
+    def rejoin_lost(self) -> None:
+        if self._rebalancing:
+            return  # the commit before a revoke failed: the rebalance is under way
+        self.lost = True
+        self.rejoin()
+
+    @property
+    def stable(self) -> bool:
+        return self.generation_id >= 0 and not self.need_rejoin
+
+    # -- the rebalance task ------------------------------------------------------------
+    async def _matching_topics(self) -> list[str]:
+        if not self.patterns:
+            return sorted(self.topics)
+        metadata = await self.core.cluster.refresh(None)
+        names = set(self.topics)
+        for name, info in metadata.topics.items():
+            if not info.is_internal and any(p.match(name) for p in self.patterns):
+                names.add(name)
+        return sorted(names)
+
+    async def _rebalance_loop(self) -> None:
+        next_commit = time.monotonic() + self.auto_commit_s
+        next_check = time.monotonic() + self.core.cluster.metadata_max_age_s
+        while not self.closed:
+            in_rebalance = False
+            try:
+                if self.need_rejoin:
+                    in_rebalance = True
+                    await self._rebalance()
+                    continue
+                now = time.monotonic()
+                if self.auto_commit and now >= next_commit:
+                    next_commit = now + self.auto_commit_s
+                    await self.core.commit()
+                if self.patterns and now >= next_check:
+                    next_check = now + min(self.core.cluster.metadata_max_age_s, 5.0)
+                    if await self._matching_topics() != self.subscribed_topics:
+                        self.rejoin()
+                        continue
+                self._wake.clear()
+                wait = min(next_commit if self.auto_commit else now + 1, next_check) - now
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), max(wait, 0.01))
+            except asyncio.CancelledError:
+                raise
+            except (KafkaError, KafkaConnectionError) as error:
+                logger.info("group %s: %s", self.group_id, error)
+                if in_rebalance:
+                    self.need_rejoin = True  # the rebalance did not finish: try again
+                if (
+                    isinstance(error, KafkaError)
+                    and not error.retriable
+                    and error.code not in _RETRY | _LOST
+                    and not isinstance(error, CommitFailedError)
+                ):
+                    self.error = error
+                await asyncio.sleep(self.core.cluster.retry_backoff_s)
+            except Exception as error:
+                logger.exception("group %s rebalance failed", self.group_id)
+                self.error = error
+                await asyncio.sleep(1.0)
+
+    async def _revoke(self) -> None:
+        old = self.core.assignment()
+        if old:
+            self.owned = old  # what sticky assignors send as the previous assignment
+        lost, self.lost = self.lost, False
+        if old or self.generation_id >= 0:
+            if lost:
+                callback = self.on_lost or self.on_revoke
+            else:
+                callback = self.on_revoke
+                if self.auto_commit and old:
+                    with contextlib.suppress(KafkaError, KafkaConnectionError):
+                        await self.core.commit()
+            if callback is not None:
+                await callback(old)
+        await self.core.assign([])
+
+    async def _rebalance(self) -> None:
+        self.need_rejoin = False
+        self._rebalancing = True
+        try:
+            await self._revoke()
+        finally:
+            self._rebalancing = False
+        topics = await self._matching_topics()
+        self.subscribed_topics = topics
+        self.core.cluster.want_topics(topics)
+        response = await self._join(topics)
+        self.generation_id = response.generation_id
+        self.member_id = response.member_id
+        assignments: dict[str, bytes] = {}
+        if response.leader == self.member_id:
+            assignments = await self._assign(response.protocol_name, response.members)
+        connection = await self.core.coordinator()
+        version = connection.version_for(SYNC_GROUP)
+        sync = await connection.send(
+            request_entity(
+                SYNC_GROUP,
+                version,
+                group_id=self.group_id,
+                generation_id=self.generation_id,
+                member_id=self.member_id,
+                group_instance_id=self.instance_id,
+                protocol_type="consumer",
+                protocol_name=response.protocol_name,
+                assignments=tuple(
+                    request_entity(
+                        SYNC_GROUP,
+                        version,
+                        "SyncGroupRequestAssignment",
+                        member_id=m,
+                        assignment=a,
+                    )
+                    for m, a in assignments.items()
+                ),
+            )
+        )
+        if sync.error_code != ErrorCode.none:
+            self._handle_error(sync.error_code)
+            raise self.core.coordinator_error(sync.error_code, f"SyncGroup {self.group_id}")
+        partitions = [
+            (tp.topic, tp.partition)
+            for tp in consumer_protocol.decode_assignment(sync.assignment).partitions
+        ]
+        if self.need_rejoin:
+            return  # a heartbeat saw the next rebalance already
+        await self.core.assign(partitions)
+        if self.on_assign is not None:
+            await self.on_assign(list(partitions))
+        logger.info(
+            "group %s generation %s: assigned %s", self.group_id, self.generation_id, partitions
+        )
+
+    async def _join(self, topics: list[str]) -> Any:
+        owned = [consumer_protocol.TopicPartition(*tp) for tp in self.owned]
+        protocols = [
+            (
+                a.name,
+                consumer_protocol.encode_subscription(
+                    consumer_protocol.Subscription(
+                        tuple(topics),
+                        a.subscription_user_data(topics, owned, self.generation_id),
+                        tuple(owned),
+                        self.generation_id,
+                    )
+                ),
+            )
+            for a in self.strategies
+        ]
+        while True:
+            connection = await self.core.coordinator()
+            version = connection.version_for(JOIN_GROUP)
+            request = request_entity(
+                JOIN_GROUP,
+                version,
+                group_id=self.group_id,
+                session_timeout=datetime.timedelta(milliseconds=self.session_timeout_ms),
+                rebalance_timeout=datetime.timedelta(milliseconds=self.rebalance_timeout_ms),
+                member_id=self.member_id,
+                group_instance_id=self.instance_id,
+                protocol_type="consumer",
+                protocols=tuple(
+                    request_entity(
+                        JOIN_GROUP, version, "JoinGroupRequestProtocol", name=name, metadata=data
+                    )
+                    for name, data in protocols
+                ),
+                reason=None,
+            )
+            response = await connection.send(request)
+            code = response.error_code
+            if code == ErrorCode.none:
+                return response
+            if code == ErrorCode.member_id_required:
+                self.member_id = response.member_id
+                continue
+            if code == ErrorCode.unknown_member_id:
+                self.member_id = ""
+                continue
+            if code in _RETRY:
+                self.core.coordinator_error(code, "")
+                await asyncio.sleep(self.core.cluster.retry_backoff_s)
+                continue
+            raise KafkaError(code, f"JoinGroup {self.group_id}")
+
+    async def _assign(self, protocol: str | None, members: Any) -> dict[str, bytes]:
+        subscriptions = {
+            m.member_id: consumer_protocol.decode_subscription(m.metadata, m.group_instance_id)
+            for m in members
+        }
+        wanted = sorted({t for s in subscriptions.values() for t in s.topics})
+        self.core.cluster.want_topics(wanted)
+        metadata = await self.core.cluster.refresh(wanted)
+        partitions = {t: len(metadata.topics[t].partitions) for t in wanted if t in metadata.topics}
+        assignor = assignors.get_assignor(protocol or self.strategies[0].name)
+        result = assignor.assign(subscriptions, partitions)
+        return {m: consumer_protocol.encode_assignment(a) for m, a in result.items()}
+
+    def _handle_error(self, code: ErrorCode) -> None:
+        if code in _LOST:
+            if code == ErrorCode.unknown_member_id:
+                self.member_id = ""
+            self.generation_id = -1
+            self.rejoin_lost()
+        elif code == ErrorCode.rebalance_in_progress:
+            self.rejoin()
+
+    # -- the heartbeat task ------------------------------------------------------------
+    async def _heartbeat_loop(self) -> None:
+        while not self.closed:
+            await asyncio.sleep(self.heartbeat_s)
+            if self.generation_id < 0 or self.need_rejoin:
+                continue
+            try:
+                connection = await self.core.coordinator()
+                version = connection.version_for(HEARTBEAT)
+                response = await connection.send(
+                    request_entity(
+                        HEARTBEAT,
+                        version,
+                        group_id=self.group_id,
+                        generation_id=self.generation_id,
+                        member_id=self.member_id,
+                        group_instance_id=self.instance_id,
+                    )
+                )
+                if response.error_code != ErrorCode.none:
+                    logger.info("heartbeat: %s", response.error_code.name)
+                    self.core.coordinator_error(response.error_code, "")
+                    self._handle_error(response.error_code)
+            except asyncio.CancelledError:
+                raise
+            except (KafkaError, KafkaConnectionError) as error:
+                logger.debug("heartbeat failed: %s", error)
+
+    # -- close -----------------------------------------------------------------------
+    async def close(self) -> None:
+        """Commit (auto-commit), revoke, and leave the group (dynamic members only)."""
+        self.closed = True
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if self.generation_id < 0 and not self.member_id:
+            return
+        with contextlib.suppress(KafkaError, KafkaConnectionError):
+            await self._revoke()
+        if self.instance_id is not None or not self.member_id:
+            return
+        with contextlib.suppress(KafkaError, KafkaConnectionError, IndexError):
+            connection = await self.core.coordinator()
+            version = connection.version_for(LEAVE_GROUP)
+            await connection.send(
+                request_entity(
+                    LEAVE_GROUP,
+                    version,
+                    group_id=self.group_id,
+                    member_id=self.member_id,
+                    members=(
+                        request_entity(
+                            LEAVE_GROUP,
+                            version,
+                            "MemberIdentity",
+                            member_id=self.member_id,
+                            group_instance_id=None,
+                            reason="the consumer is closing",
+                        ),
+                    ),
+                )
+            )
+        self.generation_id, self.member_id = -1, ""

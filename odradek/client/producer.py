@@ -1,0 +1,306 @@
+"""The asyncio producer core, and its aiokafka-shaped face ``AIOKafkaProducer``.
+
+How this works and why: ``AsyncProducer.send`` picks a partition (explicit, a custom
+callable, or the configured partitioner: murmur2 of the key like the Java client and
+librdkafka's ``murmur2_random``, sticky for keyless records), appends the record to
+the ``RecordAccumulator`` and returns a future that the ``Sender`` completes with a
+``RecordMetadata`` once the broker acknowledged it (or with the error that ended its
+delivery). Idempotence is on by default, as in Kafka 3+: it needs acks=all, retries
+and at most 5 in flight; when those were *chosen* otherwise it is an error, when they
+were defaults it is quietly turned off.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from kio.schema.errors import ErrorCode
+
+from odradek.client.accumulator import RecordAccumulator
+from odradek.client.cluster import Cluster, KafkaError
+from odradek.client.config import ClientConfig, ConfigError
+from odradek.client.partitioner import (
+    DefaultPartitioner,
+    Partitioner,
+    RoundRobinPartitioner,
+    as_partitioner,
+)
+from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
+from odradek.client.types import RecordMetadata, as_bytes
+from odradek.storage.batch import COMPRESSION_BY_NAME
+from odradek.storage.records import Header
+
+PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4)}
+HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
+DEFAULT_PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "random", "default")
+ROUND_ROBIN_PARTITIONERS = ("round_robin", "roundrobin")
+
+
+def _make_partitioner(setting: Any) -> Partitioner:
+    """``partitioner``: a librdkafka name, a Partitioner, or a kafka-python callable."""
+    if isinstance(setting, str):
+        if setting in DEFAULT_PARTITIONERS:
+            return DefaultPartitioner()
+        if setting in ROUND_ROBIN_PARTITIONERS:
+            return RoundRobinPartitioner()
+        raise ConfigError("partitioner", f"{setting!r} is not a known partitioner")
+    try:
+        return as_partitioner(setting)
+    except TypeError as error:
+        raise ConfigError("partitioner", str(error)) from None
+
+
+def _headers(headers: HeadersLike) -> tuple[Header, ...]:
+    if not headers:
+        return ()
+    items = headers.items() if isinstance(headers, Mapping) else headers
+    return tuple(Header(str(k), as_bytes(v, "header value")) for k, v in items)
+
+
+def _idempotence(config: ClientConfig) -> bool:
+    wanted = config["enable.idempotence"]
+    if not wanted:
+        return False
+    explicit = "enable.idempotence" in config.explicit
+    conflicts = []
+    if config["acks"] != -1:
+        conflicts.append(("acks", "must be all"))
+    if config["retries"] == 0:
+        conflicts.append(("retries", "must be > 0"))
+    if conflicts:
+        if explicit:
+            key, why = conflicts[0]
+            raise ConfigError(key, f"{why} when enable.idempotence is true")
+        return False
+    return True
+
+
+class AsyncProducer:
+    """Producer core; every method runs on one asyncio loop."""
+
+    def __init__(
+        self,
+        config: ClientConfig | Mapping[str, Any],
+        *,
+        transactions: TransactionHook | None = None,
+    ) -> None:
+        if not isinstance(config, ClientConfig):
+            config = ClientConfig(config, "producer")
+        self.config = config
+        self.idempotent = _idempotence(config)
+        self._partitioner = _make_partitioner(config["partitioner"])
+        self.compression = COMPRESSION_BY_NAME[config["compression.type"]]
+        self.max_block_s = config["max.block.ms"] / 1000
+        self._transactions = transactions
+        self.cluster: Cluster | None = None
+        self.accumulator: RecordAccumulator | None = None
+        self.sender: Sender | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        config = self.config
+        self.cluster = Cluster(
+            config["bootstrap.servers"],
+            client_id=config["client.id"],
+            request_timeout_ms=config["request.timeout.ms"],
+            retry_backoff_ms=config["retry.backoff.ms"],
+            metadata_max_age_ms=config["metadata.max.age.ms"],
+            client_versions=PRODUCER_VERSIONS,
+        )
+        self.accumulator = RecordAccumulator(
+            batch_size=config["batch.size"],
+            linger_ms=config["linger.ms"],
+            buffer_memory=config["buffer.memory"],
+            max_block_ms=config["max.block.ms"],
+            delivery_timeout_ms=config["delivery.timeout.ms"],
+            on_batch_closed=self._partitioner.on_new_batch,
+        )
+        self.sender = Sender(
+            self.cluster,
+            self.accumulator,
+            acks=config["acks"],
+            idempotent=self.idempotent,
+            compression=self.compression,
+            max_in_flight=config["max.in.flight.requests.per.connection"],
+            retries=config["retries"],
+            request_timeout_ms=config["request.timeout.ms"],
+            retry_backoff_ms=config["retry.backoff.ms"],
+            retry_backoff_max_ms=config["retry.backoff.max.ms"],
+            max_request_size=config["max.request.size"],
+            transactions=self._transactions,
+        )
+        await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
+        self._task = asyncio.get_running_loop().create_task(self.sender.run())
+
+    def _check_running(self) -> tuple[Cluster, RecordAccumulator]:
+        if self.cluster is None or self.accumulator is None or self._task is None:
+            raise RuntimeError("producer is not started")
+        if self.accumulator.closing:
+            raise RuntimeError("producer is closed")
+        if self._task.done():
+            raise RuntimeError(f"producer sender stopped: {self._task.exception()!r}")
+        return self.cluster, self.accumulator
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: HeadersLike = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        """Queue one record; the returned future resolves when it is acknowledged."""
+        cluster, accumulator = self._check_running()
+        key_bytes = as_bytes(key, "key")
+        value_bytes = as_bytes(value, "value")
+        known = cluster.metadata.topics.get(topic)
+        if known is not None:
+            partitions = known.partitions
+        else:
+            partitions = await asyncio.wait_for(
+                cluster.partitions_for(topic, allow_create=True), self.max_block_s
+            )
+        if partition is None or partition < 0:
+            partition = self._partition(topic, key_bytes, partitions)
+        elif partition not in partitions:
+            raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
+        if not timestamp_ms:
+            timestamp_ms = time.time_ns() // 1_000_000
+        return await accumulator.append(
+            topic, partition, key_bytes, value_bytes, timestamp_ms, _headers(headers)
+        )
+
+    def _partition(self, topic: str, key: bytes | None, partitions: Mapping[int, Any]) -> int:
+        ids = sorted(partitions)
+        available = [p for p in ids if partitions[p].leader >= 0]
+        return self._partitioner.partition(topic, key, ids, available)
+
+    async def flush(self, timeout: float | None = None) -> bool:
+        """Send everything queued now and wait for it; False if the timeout passed."""
+        _, accumulator = self._check_running()
+        accumulator.flushing += 1
+        accumulator.wakeup.set()
+        try:
+            await asyncio.wait_for(accumulator.empty.wait(), timeout)
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            accumulator.flushing -= 1
+
+    def __len__(self) -> int:
+        return self.accumulator.records_pending if self.accumulator else 0
+
+    async def close(self, timeout: float | None = None) -> None:
+        """Deliver what is queued (up to ``timeout``), then stop and disconnect."""
+        if self.accumulator is None or self.accumulator.closing:
+            return
+        self.accumulator.closing = True
+        self.accumulator.wakeup.set()
+        if self._task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._task), timeout)
+            except TimeoutError:
+                self._task.cancel()
+            except Exception:  # the sender's failure was reported per record
+                pass
+        if self.sender is not None:
+            await self.sender.close()
+            failed = RuntimeError("producer closed before delivery")
+            for batch in list(self.accumulator.all_batches()):
+                batch.fail(failed)
+        if self.cluster is not None:
+            await self.cluster.close()
+
+
+# aiokafka keyword → Kafka property name, where not just ``_`` → ``.``
+_AIO_RENAMES = {
+    "max_batch_size": "batch.size",
+    "enable_idempotence": "enable.idempotence",
+    "max_request_size": "max.request.size",
+    "compression_type": "compression.type",
+}
+_AIO_IGNORED = {"loop", "api_version", "key_serializer", "value_serializer"}
+
+
+class AIOKafkaProducer:
+    """aiokafka-shaped asyncio producer over ``AsyncProducer``."""
+
+    def __init__(self, *, bootstrap_servers: str | list[str], **kwargs: Any) -> None:
+        servers = (
+            bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
+        )
+        properties: dict[str, Any] = {"bootstrap.servers": servers}
+        self._key_serializer: Callable[[Any], bytes] | None = kwargs.pop("key_serializer", None)
+        self._value_serializer: Callable[[Any], bytes] | None = kwargs.pop("value_serializer", None)
+        for name, value in kwargs.items():
+            if name in _AIO_IGNORED:
+                continue
+            prop = _AIO_RENAMES.get(name, name.replace("_", "."))
+            if name == "partitioner" and callable(value):
+                prop = "partitioner"
+            if prop == "compression.type" and value is None:
+                value = "none"
+            properties[prop] = value
+        try:
+            config = ClientConfig(properties, "producer")
+        except ConfigError as error:
+            raise ConfigError(
+                next(
+                    (k for k, v in _AIO_RENAMES.items() if v == error.key),
+                    error.key.replace(".", "_"),
+                ),
+                str(error).split(": ", 1)[1],
+            ) from None
+        self._core = AsyncProducer(config)
+
+    async def start(self) -> None:
+        await self._core.start()
+
+    async def stop(self) -> None:
+        await self._core.close()
+
+    async def __aenter__(self) -> AIOKafkaProducer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    async def send(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: HeadersLike = None,
+    ) -> asyncio.Future[RecordMetadata]:
+        if self._key_serializer is not None and key is not None:
+            key = self._key_serializer(key)
+        if self._value_serializer is not None and value is not None:
+            value = self._value_serializer(value)
+        return await self._core.send(topic, value, key, partition, timestamp_ms, headers)
+
+    async def send_and_wait(
+        self,
+        topic: str,
+        value: Any = None,
+        key: Any = None,
+        partition: int | None = None,
+        timestamp_ms: int | None = None,
+        headers: HeadersLike = None,
+    ) -> RecordMetadata:
+        future = await self.send(topic, value, key, partition, timestamp_ms, headers)
+        return await future
+
+    async def flush(self) -> None:
+        await self._core.flush()
+
+    async def partitions_for(self, topic: str) -> set[int]:
+        assert self._core.cluster is not None
+        return set(await self._core.cluster.partitions_for(topic))
