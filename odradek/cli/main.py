@@ -7,6 +7,11 @@ and ``run(args) -> int``, which does the work and returns the exit status. This
 module only lists those modules in ``SUBCOMMANDS``, so adding a command is one new
 module plus one line here, and commands never import each other.
 
+The client tools (``topics``, ``produce``, ``consume``, ``groups``, ``configs``,
+``perf``) are click commands instead (``odradek/cli/tools.py``): ``main`` hands the
+command line to click when its first word names one (``TOOL_COMMANDS``), and lists
+them in ``--help``.
+
 ``main`` turns argparse's ``SystemExit`` into a return value, so tests (and
 ``python -m odradek``) can call it like a function: usage errors give argparse's
 one-line message and status 2, ``--help`` and ``--version`` status 0.
@@ -39,6 +44,15 @@ class Subcommand(Protocol):
 
 
 SUBCOMMANDS: tuple[Subcommand, ...] = (serve, dump_log)
+# The client tools are click commands (odradek/cli/tools.py), imported only when used.
+TOOL_COMMANDS: dict[str, str] = {
+    "topics": "create, list, describe, alter and delete topics",
+    "produce": "send lines of standard input as records",
+    "consume": "print records of a topic",
+    "groups": "list, describe, reset and delete consumer groups",
+    "configs": "describe and alter topic and broker configs",
+    "perf": "measure produce and consume throughput and latency",
+}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,11 +64,24 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers.required = True
     for command in SUBCOMMANDS:
         command.add_parser(subparsers)
+    for name, help_text in TOOL_COMMANDS.items():  # listed here, parsed by click
+        subparsers.add_parser(name, help=help_text, add_help=False)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line ``argv`` (default: ``sys.argv[1:]``); returns the exit status."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv and argv[0] in _tool_names():
+        from odradek.cli.tools import run_tools
+
+        try:
+            return run_tools(argv)
+        except KeyboardInterrupt:
+            return EXIT_INTERRUPTED
+        except BrokenPipeError:
+            _discard_stdout()
+            return 1
     try:
         args = build_parser().parse_args(argv)
     except SystemExit as exit_request:  # usage error, --help or --version
@@ -66,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:  # e.g. `odradek dump-log ... | head`
         _discard_stdout()
         return 1
+
+
+def _tool_names() -> frozenset[str]:
+    return frozenset(TOOL_COMMANDS)
 
 
 def _status(code: object) -> int:

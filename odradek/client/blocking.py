@@ -12,6 +12,7 @@ records whose delivery report has not been served yet.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import queue
@@ -80,6 +81,12 @@ class Producer:
         )
         self._outstanding = 0
         self._lock = threading.Lock()
+        # produce() hands records to the loop thread through this deque.
+        self._handoff: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._handoff_bytes = 0
+        self._handoff_limit = self._config["buffer.memory"]
+        self._handoff_space = threading.Condition(self._lock)
+        self._drain_scheduled = False
         self._core = AsyncProducer(self._config)
         self._thread = LoopThread("odradek-producer")
         self._closed = False
@@ -103,20 +110,71 @@ class Producer:
         if self._closed:
             raise RuntimeError("producer is closed")
         report = on_delivery or callback or self._default_callback
-        with self._lock:
+        size = _size(key) + _size(value)
+        with self._handoff_space:
+            # Backpressure: records wait here while the loop cannot take them (its
+            # accumulator is full), at most max.block.ms, then BufferError as in
+            # confluent-kafka.
+            deadline = time.monotonic() + self._config["max.block.ms"] / 1000
+            while self._buffered_bytes() + size > self._handoff_limit and (
+                self._handoff or self._buffered_bytes()
+            ):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise BufferError("local queue full: buffer.memory exceeded for max.block.ms")
+                # Woken by the drain; the accumulator frees space silently, hence a
+                # short timeout to look again.
+                self._handoff_space.wait(min(remaining, 0.01))
+            self._handoff.append((topic, value, key, partition, timestamp, headers, report, size))
+            self._handoff_bytes += size
             self._outstanding += 1
-        try:
-            self._thread.run(
-                self._produce(topic, value, key, partition, timestamp, headers, report)
-            )
-        except BaseException as error:
-            with self._lock:
-                self._outstanding -= 1
-            if isinstance(error, BufferFullError):
-                raise BufferError(str(error)) from None
-            if isinstance(error, KafkaError):
-                raise KafkaException(error) from None
-            raise
+            schedule = not self._drain_scheduled
+            self._drain_scheduled = True
+        if schedule:
+            # One wake-up of the loop per burst of produce() calls, not per record.
+            self._thread.loop.call_soon_threadsafe(self._start_drain)
+
+    def _buffered_bytes(self) -> int:
+        """Bytes waiting here plus those in the accumulator (read across threads: an int)."""
+        accumulator = self._core.accumulator
+        return self._handoff_bytes + (accumulator.used if accumulator is not None else 0)
+
+    def _start_drain(self) -> None:
+        self._thread.loop.create_task(self._drain())
+
+    async def _drain(self) -> None:
+        """On the loop: move handed-over records into the accumulator, in order."""
+        while True:
+            with self._handoff_space:
+                if not self._handoff:
+                    self._drain_scheduled = False
+                    return
+                item = self._handoff.popleft()
+            topic, value, key, partition, timestamp, headers, report, size = item
+            try:
+                while True:
+                    try:
+                        await self._produce(
+                            topic, value, key, partition, timestamp, headers, report
+                        )
+                        break
+                    except BufferFullError:
+                        # produce() already bounded the wait (max.block.ms): a record
+                        # it accepted waits here for accumulator space, never fails.
+                        continue
+            except BaseException as error:
+                failure = error if isinstance(error, Exception) else RuntimeError(repr(error))
+                if isinstance(error, BufferFullError):
+                    failure = BufferError(str(error))
+                elif isinstance(error, KafkaError):
+                    failure = KafkaException(error)
+                self._reports.put(
+                    (report, _failed_message(topic, partition, key, value, timestamp, failure))
+                )
+            finally:
+                with self._handoff_space:
+                    self._handoff_bytes -= size
+                    self._handoff_space.notify_all()
 
     async def _produce(
         self,
@@ -188,7 +246,7 @@ class Producer:
     def flush(self, timeout: float | None = None) -> int:
         """Send everything, serve the callbacks; the number of records still queued."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        future = asyncio.run_coroutine_threadsafe(self._core.flush(timeout), self._thread.loop)
+        future = asyncio.run_coroutine_threadsafe(self._flush_all(timeout), self._thread.loop)
         while len(self) > 0:
             remaining = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
             if remaining <= 0:
@@ -198,6 +256,26 @@ class Producer:
         with contextlib.suppress(Exception):
             future.cancel()
         return len(self)
+
+    async def _flush_all(self, timeout: float | None) -> bool:
+        """On the loop: wait until every handed-over record is in the accumulator, then flush.
+
+        Flushing starts first, so lingering batches go out and free the space the
+        drain may be waiting for.
+        """
+        accumulator = self._core.accumulator
+        assert accumulator is not None
+        accumulator.flushing += 1
+        accumulator.wakeup.set()
+        try:
+            while True:
+                with self._handoff_space:
+                    if not self._drain_scheduled:
+                        break
+                await asyncio.sleep(0.001)
+            return await self._core.flush(timeout)
+        finally:
+            accumulator.flushing -= 1
 
     def __len__(self) -> int:
         with self._lock:
@@ -224,3 +302,24 @@ class Producer:
             if not self._closed:
                 self._closed = True
                 self._thread.stop()
+
+
+def _size(data: Any) -> int:
+    return len(data) if isinstance(data, (bytes, bytearray, memoryview, str)) else 0
+
+
+def _failed_message(
+    topic: str, partition: int, key: Any, value: Any, timestamp: int, error: Exception
+) -> Message:
+    key_bytes = key.encode() if isinstance(key, str) else key
+    value_bytes = value.encode() if isinstance(value, str) else value
+    return Message(
+        topic,
+        partition,
+        -1001,
+        key_bytes,
+        value_bytes,
+        None,
+        (TIMESTAMP_CREATE_TIME, timestamp),
+        error,
+    )

@@ -161,8 +161,14 @@ class AsyncProducer:
         if known is not None:
             partitions = known.partitions
         else:
+            # Like the Java producer's metadata wait: retriable failures (no broker
+            # reachable yet, leader not available) are retried up to max.block.ms.
             partitions = await asyncio.wait_for(
-                cluster.partitions_for(topic, allow_create=True), self.max_block_s
+                cluster.with_retry(
+                    lambda: cluster.partitions_for(topic, allow_create=True),
+                    deadline_s=self.max_block_s,
+                ),
+                self.max_block_s,
             )
         if partition is None or partition < 0:
             partition = self._partition(topic, key_bytes, partitions)
