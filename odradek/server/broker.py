@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from odradek.coordinator.group.classic import GroupSettings
+from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.metadata.controller import METADATA_TOPIC, Controller, ControllerError, NewTopic
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
@@ -68,6 +69,12 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
             max_session_timeout_ms=config["group.max.session.timeout.ms"],
             initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
             max_size=config["group.max.size"],
+        ),
+        consumer=ConsumerGroupSettings(
+            session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            assignors=config["group.consumer.assignors"],
+            max_size=config["group.consumer.max.size"],
         ),
     )
 

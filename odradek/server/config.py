@@ -63,6 +63,22 @@ def _list(key: str, raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
 
+def _assignors(key: str, raw: str) -> tuple[str, ...]:
+    """group.consumer.assignors: short names (uniform, range) or Kafka's class names."""
+    from odradek.coordinator.group.assignors import assignor_name
+
+    names = []
+    for item in _list(key, raw):
+        name = assignor_name(item)
+        if name is None:
+            raise ConfigError(key, f"unknown assignor {item!r} (uniform or range)")
+        if name not in names:
+            names.append(name)
+    if not names:
+        raise ConfigError(key, "at least one assignor is required")
+    return tuple(names)
+
+
 def _roles(key: str, raw: str) -> tuple[str, ...]:
     roles = _list(key, raw)
     if not roles or any(role not in ("broker", "controller") for role in roles):
@@ -147,6 +163,10 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("group.min.session.timeout.ms", _int(0, INT_MAX), "6000"),
     BrokerConfigDef("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000"),
     BrokerConfigDef("group.max.size", _int(1, INT_MAX), str(INT_MAX)),
+    BrokerConfigDef("group.consumer.session.timeout.ms", _int(1, INT_MAX), "45000"),
+    BrokerConfigDef("group.consumer.heartbeat.interval.ms", _int(1, INT_MAX), "5000"),
+    BrokerConfigDef("group.consumer.assignors", _assignors, "uniform,range"),
+    BrokerConfigDef("group.consumer.max.size", _int(1, INT_MAX), str(INT_MAX)),
     BrokerConfigDef("offsets.topic.segment.bytes", _int(1, INT_MAX), "104857600"),
     BrokerConfigDef("offset.metadata.max.bytes", _int(0, INT_MAX), "4096"),
     BrokerConfigDef("offsets.retention.minutes", _int(1, INT_MAX), "10080"),

@@ -97,6 +97,7 @@ _PARSER_TYPES: Final[dict[Callable[[str, str], Any], int]] = {
     broker_config._text: STRING,
     broker_config._list: LIST,
     broker_config._roles: LIST,
+    broker_config._assignors: LIST,
     broker_config.parse_listeners: LIST,
 }
 

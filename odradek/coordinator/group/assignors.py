@@ -130,21 +130,31 @@ def _balance(
     if len({tuple(s) for s in eligible.values()}) <= 1:
         _balance_homogeneous(eligible, owned)
         return
+    # One move at a time, always from the most loaded member that can give: moving in
+    # bulk between one pair overshoots and sets off chains of further moves.
+    by_topic: dict[str, dict[uuid.UUID, list[TopicPartition]]] = {m: {} for m in members}
+    for member_id in members:
+        for tp in sorted(owned[member_id]):
+            by_topic[member_id].setdefault(tp[0], []).append(tp)
     while True:
-        moved = False
+        move = None
         for giver in sorted(members, key=lambda m: (-len(owned[m]), m)):
-            load = len(owned[giver])
-            for tp in sorted(owned[giver], reverse=True):
-                taker = min(eligible[tp[0]], key=lambda m: (len(owned[m]), m))
-                if len(owned[taker]) <= load - 2:
-                    owned[giver].remove(tp)
-                    owned[taker].add(tp)
-                    moved = True
+            for topic_id in sorted(by_topic[giver], key=str):
+                if not by_topic[giver][topic_id]:
+                    continue
+                taker = min(eligible[topic_id], key=lambda m: (len(owned[m]), m))
+                if len(owned[taker]) <= len(owned[giver]) - 2:
+                    move = giver, topic_id, taker
                     break
-            if moved:
+            if move is not None:
                 break
-        if not moved:
+        if move is None:
             return
+        giver, topic_id, taker = move
+        tp = by_topic[giver][topic_id].pop()  # the highest partition goes
+        owned[giver].remove(tp)
+        owned[taker].add(tp)
+        by_topic[taker].setdefault(topic_id, []).append(tp)
 
 
 def _balance_homogeneous(

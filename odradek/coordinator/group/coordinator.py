@@ -11,6 +11,8 @@ any produce with acks=all before the client hears "done". When a broker becomes
 leader of a partition it replays the partition (``load``) and answers
 COORDINATOR_LOAD_IN_PROGRESS until that is done; groups come back Stable with their
 members, so clients that reconnect keep their assignment without a rebalance.
+Consumer groups of the new protocol (KIP-848, consumer.py) share the offsets and
+timers; their side of the coordinator is the ``ConsumerGroupCoordination`` mixin.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ from odradek.coordinator.group.classic import (
     JoinResult,
     SyncResult,
 )
+from odradek.coordinator.group.consumer import ConsumerGroup
+from odradek.coordinator.group.consumer_coordinator import ConsumerGroupCoordination
+from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.records import (
     GroupKey,
     GroupValue,
@@ -87,19 +92,22 @@ class CoordinatorSettings:
     retention_ms: int = 7 * 24 * 3_600_000
     retention_check_interval_ms: int = 600_000
     group: GroupSettings = field(default_factory=GroupSettings)
+    consumer: ConsumerGroupSettings = field(default_factory=ConsumerGroupSettings)
 
 
-class GroupCoordinator:
+class GroupCoordinator(ConsumerGroupCoordination):
     def __init__(self, broker: Broker, settings: CoordinatorSettings, clock: Callable[[], int]):
         self.broker = broker
         self.settings = settings
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
+        self.consumer_groups: dict[str, ConsumerGroup] = {}  # KIP-848 groups (a disjoint id set)
         self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         self._owned: set[int] = set()
         self._loading: set[int] = set()
         self._ticker: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[None]] = set()
+        self._topic_ids: dict[str, uuid.UUID] = {}  # as of the last image (deletions)
         self._create_lock = asyncio.Lock()
         self._last_retention_ms = clock()
 
@@ -117,6 +125,7 @@ class GroupCoordinator:
         for group in self.groups.values():
             group.mark_dead()
             self._deliver(group)
+        self.drop_consumer_groups(None)
 
     # -- partitions of __consumer_offsets ---------------------------------------------
     def partition_for(self, group_id: str) -> int:
@@ -140,6 +149,45 @@ class GroupCoordinator:
             self._owned.discard(partition)
             self._loading.discard(partition)
             self._unload(partition)
+        self._forget_deleted_topics(image)
+
+    def _forget_deleted_topics(self, image: MetadataImage) -> None:
+        """Kafka's onPartitionsDeleted: the committed offsets of a deleted topic are
+        deleted too, so a topic re-created under its name does not inherit them."""
+        topic_ids = {name: topic.topic_id for name, topic in image.topics.items()}
+        gone = {name for name, id_ in self._topic_ids.items() if topic_ids.get(name) != id_}
+        self._topic_ids = topic_ids
+        if not gone:
+            return
+        stale = {
+            group_id: {tp: value for tp, value in committed.items() if tp[0] in gone}
+            for group_id, committed in self.offsets.items()
+        }
+        stale = {group_id: values for group_id, values in stale.items() if values}
+        if stale:
+            task = asyncio.get_running_loop().create_task(self._delete_stale_offsets(stale))
+            self._loads.add(task)
+            task.add_done_callback(self._loads.discard)
+
+    async def _delete_stale_offsets(
+        self, stale: dict[str, dict[tuple[str, int], OffsetValue]]
+    ) -> None:
+        for group_id, values in stale.items():
+            committed = self.offsets.get(group_id, {})
+            # Only what is still the value seen at deletion (not a newer commit).
+            old = [tp for tp, value in values.items() if committed.get(tp) is value]
+            if not old or self.partition_for(group_id) not in self._owned:
+                continue
+            try:
+                await self._append(
+                    group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in old]
+                )
+            except CoordinatorError as error:
+                logger.warning("could not delete offsets of deleted topics: %s", error)
+                continue
+            for tp in old:
+                if committed.get(tp) is values[tp]:
+                    committed.pop(tp, None)
 
     def _unload(self, partition: int) -> None:
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
@@ -147,6 +195,7 @@ class GroupCoordinator:
             group.mark_dead("NOT_COORDINATOR")
             self._deliver(group)
             self.offsets.pop(group_id, None)
+        self.drop_consumer_groups(partition)
 
     async def _load(self, partition: int) -> None:
         started = self.clock()
@@ -255,6 +304,10 @@ class GroupCoordinator:
 
     # -- group protocol ------------------------------------------------------------------
     def _group(self, group_id: str, create: bool) -> ClassicGroup | None:
+        if not self.take_empty_consumer_group(group_id, convert=create):
+            raise CoordinatorError(
+                "GROUP_ID_NOT_FOUND", f"Group {group_id} is not a classic group."
+            )
         group = self.groups.get(group_id)
         if group is None or group.state is GroupState.DEAD:
             if not create:
@@ -390,6 +443,7 @@ class GroupCoordinator:
                         await self._after(group)
                     except Exception:  # one group's failure must not stop the timers
                         logger.exception("timer of group %s failed", group.group_id)
+            self.tick_consumer_groups(now)
             if now - self._last_retention_ms >= self.settings.retention_check_interval_ms:
                 self._last_retention_ms = now
                 await self.expire_offsets()
@@ -421,13 +475,15 @@ class GroupCoordinator:
     ) -> dict[tuple[str, int], str]:
         """Per (topic, partition): the error name; all-or-nothing per request otherwise."""
         self._check_owner(group_id)
-        group = self._group(group_id, create=False)
-        if group is None:
+        consumer = self.consumer_groups.get(group_id)  # generation_id is its member epoch
+        group = self._group(group_id, create=False) if consumer is None else None
+        if group is None and consumer is None:
             if generation_id >= 0 or member_id:
                 return {(c.topic, c.partition): "UNKNOWN_MEMBER_ID" for c in commits}
             group = self._group(group_id, create=True)  # a standalone consumer's group
-            assert group is not None
-        error = group.validate_offset_commit(generation_id, member_id, group_instance_id)
+        validator = consumer if consumer is not None else group
+        assert validator is not None
+        error = validator.validate_offset_commit(generation_id, member_id, group_instance_id)
         if error != "NONE":
             return {(c.topic, c.partition): error for c in commits}
         results: dict[tuple[str, int], str] = {}
@@ -466,9 +522,18 @@ class GroupCoordinator:
         return results
 
     def fetch_offsets(
-        self, group_id: str, partitions: Sequence[tuple[str, int]] | None
+        self,
+        group_id: str,
+        partitions: Sequence[tuple[str, int]] | None,
+        member_id: str | None = None,
+        member_epoch: int = -1,
     ) -> dict[tuple[str, int], OffsetValue | None]:
+        """``member_id``/``member_epoch`` (OffsetFetch v9) are checked for consumer groups."""
         self._check_owner(group_id)
+        consumer = self.consumer_groups.get(group_id)
+        error = consumer.validate_offset_fetch(member_id, member_epoch) if consumer else "NONE"
+        if error != "NONE":
+            raise CoordinatorError(error)
         committed = self.offsets.get(group_id, {})
         if partitions is None:
             return dict(committed)
@@ -478,15 +543,20 @@ class GroupCoordinator:
         self, group_id: str, partitions: Sequence[tuple[str, int]]
     ) -> dict[tuple[str, int], str]:
         self._check_owner(group_id)
-        group = self._group(group_id, create=False)
+        consumer = self.consumer_groups.get(group_id)
+        group = self._group(group_id, create=False) if consumer is None else None
         committed = self.offsets.get(group_id)
-        if group is None and not committed:
+        if group is None and consumer is None and not committed:
             raise CoordinatorError("GROUP_ID_NOT_FOUND")
-        subscribed = group.subscribed_topics() if group is not None else set()
+        subscribed = set()
+        if consumer is not None and not consumer.is_empty:
+            subscribed = consumer.subscribed_topics()
+        elif group is not None and group.state is not GroupState.EMPTY:
+            subscribed = group.subscribed_topics()
         results = {}
         tombstones = []
         for topic, partition in partitions:
-            if topic in subscribed and group is not None and group.state is not GroupState.EMPTY:
+            if topic in subscribed:
                 results[(topic, partition)] = "GROUP_SUBSCRIBED_TO_TOPIC"
             elif committed and (topic, partition) in committed:
                 tombstones.append((topic, partition))
@@ -509,8 +579,12 @@ class GroupCoordinator:
             except CoordinatorError as error:
                 results[group_id] = error.code
                 continue
+            consumer = self.consumer_groups.get(group_id)
+            if consumer is not None and not consumer.is_empty:
+                results[group_id] = "NON_EMPTY_GROUP"
+                continue
             group = self._group(group_id, create=False)
-            if group is None and group_id not in self.offsets:
+            if group is None and consumer is None and group_id not in self.offsets:
                 results[group_id] = "GROUP_ID_NOT_FOUND"
                 continue
             if group is not None and group.state is not GroupState.EMPTY:
@@ -530,6 +604,8 @@ class GroupCoordinator:
                 group.mark_dead()
                 self._deliver(group)
             self.groups.pop(group_id, None)
+            if consumer is not None:
+                self.consumer_groups.pop(group_id).mark_dead()
             self.offsets.pop(group_id, None)
             results[group_id] = "NONE"
         return results
@@ -541,6 +617,9 @@ class GroupCoordinator:
         for group_id, committed in list(self.offsets.items()):
             group = self.groups.get(group_id)
             if group is not None and group.state is not GroupState.EMPTY:
+                continue
+            consumer = self.consumer_groups.get(group_id)
+            if consumer is not None and not consumer.is_empty:
                 continue
             if self.partition_for(group_id) not in self._owned:
                 continue
@@ -568,6 +647,8 @@ class GroupCoordinator:
 
     def describe(self, group_id: str) -> ClassicGroup | None:
         self._check_owner(group_id)
+        if group_id in self.consumer_groups:
+            return None  # DescribeGroups before v6 shows a consumer group as Dead (Kafka)
         return self._group(group_id, create=False)
 
 

@@ -53,6 +53,7 @@ def load_all() -> None:
         api_versions,
         cluster_admin,
         configs,
+        consumer_groups,
         fetch,
         group_offsets,
         groups,

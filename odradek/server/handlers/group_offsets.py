@@ -76,7 +76,16 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
     body = request.body
     if hasattr(body, "groups"):  # v8+: several groups per request
         groups = tuple(
-            _fetch_group(broker, module, g.group_id, g.topics, grouped=True) for g in body.groups
+            _fetch_group(
+                broker,
+                module,
+                g.group_id,
+                g.topics,
+                True,
+                getattr(g, "member_id", None),
+                getattr(g, "member_epoch", -1),
+            )
+            for g in body.groups
         )
         return make(module.OffsetFetchResponse, throttle_time=_ZERO, groups=groups)
     topics, error = _fetch_group(broker, module, body.group_id, body.topics, grouped=False)
@@ -85,13 +94,23 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
     )
 
 
-def _fetch_group(broker: Broker, module: Any, group_id: str, wanted: Any, grouped: bool) -> Any:
+def _fetch_group(
+    broker: Broker,
+    module: Any,
+    group_id: str,
+    wanted: Any,
+    grouped: bool,
+    member_id: str | None = None,  # v9 (KIP-848): checked against consumer groups
+    member_epoch: int = -1,
+) -> Any:
     partitions = None
     if wanted is not None:
         partitions = [(t.name, p) for t in wanted for p in t.partition_indexes]
     error = "NONE"
     try:
-        found = broker.group_coordinator.fetch_offsets(group_id, partitions)
+        found = broker.group_coordinator.fetch_offsets(
+            group_id, partitions, member_id, member_epoch
+        )
     except CoordinatorError as failure:
         error, found = failure.code, {}
         if partitions is not None:
@@ -128,8 +147,12 @@ async def offset_delete(broker: Broker, request: Request) -> Any:
     module = response_module(OFFSET_DELETE_KEY, request.header.api_version)
     body = request.body
     wanted = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+    # As Kafka's KafkaApis: partitions the cluster does not have are answered here.
+    image = broker.image
+    known = [(t, p) for t, p in wanted if t in image.topics and p in image.topics[t].partitions]
     try:
-        results = await broker.group_coordinator.delete_offsets(body.group_id, wanted)
+        results = await broker.group_coordinator.delete_offsets(body.group_id, known)
+        results.update({tp: "UNKNOWN_TOPIC_OR_PARTITION" for tp in wanted if tp not in results})
         top = "NONE"
     except CoordinatorError as failure:
         results, top = {}, failure.code

@@ -240,6 +240,19 @@ async def list_groups(broker: Broker, request: Request) -> Any:
                 group_type="classic",
             )
         )
+    for consumer_group in broker.group_coordinator.list_consumer_groups():  # KIP-848
+        state = consumer_group.state.value
+        if (states and state.lower() not in states) or (types and "consumer" not in types):
+            continue
+        listed.append(
+            make(
+                module.ListedGroup,
+                group_id=consumer_group.group_id,
+                protocol_type="consumer",
+                group_state=state,
+                group_type="consumer",
+            )
+        )
     return make(
         module.ListGroupsResponse,
         throttle_time=_ZERO,
