@@ -39,6 +39,8 @@ from odradek.client.fetch_decode import ConsumerRecord, decode_fetched
 
 logger = logging.getLogger(__name__)
 
+# How often a fetcher looks again while other partitions' records wait to be read.
+BUFFERED_RECHECK_S = 0.005
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 OFFSET_COMMIT: Final = 8
@@ -341,7 +343,15 @@ class ConsumerCore:
                     with contextlib.suppress(TimeoutError):
                         await asyncio.wait_for(wake.wait(), 1.0)
                     continue
-                await self._fetch_once(node_id, partitions)
+                # While this broker's other partitions still hold unread records, do
+                # not long-poll for the rest: the buffered ones may run dry long before
+                # fetch.max.wait.ms and could not be fetched again until it ends.
+                buffered = any(
+                    tp in self._buffer and self._leader(tp) == node_id for tp in self._parts
+                )
+                got = await self._fetch_once(node_id, partitions, long_poll=not buffered)
+                if buffered and not got:
+                    await asyncio.sleep(BUFFERED_RECHECK_S)
             except asyncio.CancelledError:
                 raise
             except (KafkaError, KafkaConnectionError) as error:
@@ -359,7 +369,8 @@ class ConsumerCore:
                 self._notify_data()
                 await asyncio.sleep(self.cluster.retry_backoff_s)
 
-    async def _fetch_once(self, node_id: int, partitions: list[TP]) -> None:
+    async def _fetch_once(self, node_id: int, partitions: list[TP], long_poll: bool = True) -> bool:
+        """One Fetch for ``partitions``; True if it returned any records."""
         connection = await self.cluster.connection(node_id)
         version = connection.version_for(FETCH)
         sent: dict[TP, tuple[int, int]] = {}
@@ -385,7 +396,9 @@ class ConsumerCore:
             FETCH,
             version,
             replica_id=-1,
-            max_wait=datetime.timedelta(milliseconds=self.config["fetch.max.wait.ms"]),
+            max_wait=datetime.timedelta(
+                milliseconds=self.config["fetch.max.wait.ms"] if long_poll else 0
+            ),
             min_bytes=self.config["fetch.min.bytes"],
             max_bytes=self.config["fetch.max.bytes"],
             isolation_level=self.isolation,
@@ -402,6 +415,7 @@ class ConsumerCore:
         if getattr(response, "error_code", ErrorCode.none) != ErrorCode.none:
             raise KafkaError(response.error_code, "fetch")
         refresh = False
+        got = False
         for topic in response.responses:
             for p in topic.partitions:
                 tp = (topic.topic, p.partition_index)
@@ -410,6 +424,7 @@ class ConsumerCore:
                     continue  # unassigned or sought while the fetch was in flight
                 if p.error_code == ErrorCode.none:
                     part.high_watermark = p.high_watermark
+                    got = bool(p.records) or got
                     self._add_records(tp, part, p)
                 elif p.error_code == ErrorCode.offset_out_of_range:
                     logger.info("%s-%s: offset %s out of range", *tp, part.position)
@@ -426,6 +441,7 @@ class ConsumerCore:
             await asyncio.sleep(self.cluster.retry_backoff_s)
             await self.cluster.refresh()
             self._spawn_fetchers()
+        return got
 
     def _add_records(self, tp: TP, state: _PartState, p: Any) -> None:
         data = p.records

@@ -92,6 +92,7 @@ class AsyncProducer:
         self.config = config
         self.idempotent = _idempotence(config)
         self._partitioner = _make_partitioner(config["partitioner"])
+        self._partition_lists: dict[str, tuple[Any, list[int], list[int]]] = {}
         self.compression = COMPRESSION_BY_NAME[config["compression.type"]]
         self.max_block_s = config["max.block.ms"] / 1000
         self._transactions = transactions
@@ -181,9 +182,15 @@ class AsyncProducer:
         )
 
     def _partition(self, topic: str, key: bytes | None, partitions: Mapping[int, Any]) -> int:
-        ids = sorted(partitions)
-        available = [p for p in ids if partitions[p].leader >= 0]
-        return self._partitioner.partition(topic, key, ids, available)
+        # Sorted ids and the available ones, cached per metadata mapping (the Cluster
+        # replaces the mapping on refresh, so identity is a valid cache key).
+        cached = self._partition_lists.get(topic)
+        if cached is None or cached[0] is not partitions:
+            ids = sorted(partitions)
+            available = [p for p in ids if partitions[p].leader >= 0]
+            cached = (partitions, ids, available)
+            self._partition_lists[topic] = cached
+        return self._partitioner.partition(topic, key, cached[1], cached[2])
 
     async def flush(self, timeout: float | None = None) -> bool:
         """Send everything queued now and wait for it; False if the timeout passed."""

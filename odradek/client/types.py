@@ -117,8 +117,8 @@ class Message:
 
 
 def as_bytes(data: Any, what: str) -> bytes | None:
-    if data is None:
-        return None
+    if data is None or type(data) is bytes:  # the common cases first: per-record path
+        return data
     if isinstance(data, str):
         return data.encode()
     if isinstance(data, bytes | bytearray | memoryview):
