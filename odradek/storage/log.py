@@ -115,6 +115,7 @@ class Log:
         self.directory = directory
         self.config = config
         self._target_codec = _target_codec(config)  # None: keep the producer's codec
+        self._log_append_time = config.uses_log_append_time
         self.clock = clock
         self._segments = segments
         self._bases = [s.base_offset for s in segments]
@@ -170,7 +171,10 @@ class Log:
         view = memoryview(records)
         now_ms = self.clock()
         headers = self._validate_client_batches(view, now_ms)
-        idempotent = any(h.producer_id >= 0 for h in headers)
+        if len(headers) == 1:  # what every produce request v3+ carries
+            idempotent = headers[0].producer_id >= 0
+        else:
+            idempotent = any(h.producer_id >= 0 for h in headers)
         if idempotent:
             duplicate = self._check_producers(headers)
             if duplicate is not None:
@@ -180,7 +184,7 @@ class Log:
         ):
             view = memoryview(self._recompress(view, headers, self._target_codec))
             headers = list(batch_format.iter_batches(view))
-        append_time = now_ms if self.config.uses_log_append_time else -1
+        append_time = now_ms if self._log_append_time else -1
         if append_time >= 0:
             copy = bytearray(view)
             for header in headers:
@@ -196,14 +200,16 @@ class Log:
         max_timestamp = NO_TIMESTAMP
         record_count = 0
         for header in headers:
+            position, size = header.position, header.batch_length + LOG_OVERHEAD
             buffers.append(stamped_prefix(header, next_offset, leader_epoch))
-            buffers.append(view[header.position + 16 : header.position + header.batch_length + 12])
+            buffers.append(view[position + 16 : position + size])
             header.base_offset = next_offset
             header.partition_leader_epoch = leader_epoch
             last_offset = next_offset + header.last_offset_delta
-            metas.append(BatchMeta(next_offset, last_offset, header.max_timestamp, header.size))
+            metas.append(BatchMeta(next_offset, last_offset, header.max_timestamp, size))
             next_offset = last_offset + 1
-            max_timestamp = max(max_timestamp, header.max_timestamp)
+            if header.max_timestamp > max_timestamp:
+                max_timestamp = header.max_timestamp
             record_count += header.record_count
         self._append(headers, metas, buffers, len(view), now_ms, max_timestamp, record_count)
         latest = self.epoch_cache.latest_epoch
@@ -304,9 +310,15 @@ class Log:
         if not len(view):
             raise InvalidRecordError(f"{self.name}: empty produce data")
         config = self.config
-        check_time = not config.uses_log_append_time
+        check_time = not self._log_append_time
         headers = []
-        for header in batch_format.iter_batches(view):
+        first = check_batch(view, 0)
+        batches = (
+            (first,)
+            if first.batch_length + LOG_OVERHEAD == len(view)
+            else batch_format.iter_batches(view)
+        )
+        for header in batches:
             size = header.batch_length + LOG_OVERHEAD
             attributes = header.attributes
             if size > config.max_message_bytes:
@@ -694,6 +706,7 @@ class Log:
     def update_config(self, config: LogConfig) -> None:
         self.config = config
         self._target_codec = _target_codec(config)
+        self._log_append_time = config.uses_log_append_time
 
     def close(self) -> None:
         """Write indexes, a producer snapshot at the log end, and close every file."""

@@ -267,6 +267,10 @@ class LogSegment:
 
     def _write_all(self, buffers: list[bytes | memoryview], size: int) -> None:
         try:
+            if len(buffers) <= IOV_MAX:  # one call: every append of a produce request
+                written = os.pwritev(self.fd, buffers, self.size)
+                if written == size:
+                    return
             position = self.size
             for first in range(0, len(buffers), IOV_MAX):
                 group = buffers[first : first + IOV_MAX]
