@@ -56,6 +56,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from _support import load_average  # noqa: E402
+
 READY_TIMEOUT_S = 60.0
 WORKER_TIMEOUT_S = 600.0
 STALL_S = 30.0
@@ -87,11 +90,6 @@ SETTINGS = {
 
 
 # -- environment ---------------------------------------------------------------------------
-def load_average() -> tuple[float, float, float]:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return (0.0, 0.0, 0.0)
 
 
 def show_load(values: tuple[float, float, float]) -> str:

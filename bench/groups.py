@@ -73,7 +73,6 @@ import queue
 import re
 import select
 import shutil
-import signal
 import socket
 import statistics
 import struct
@@ -89,6 +88,9 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "bench"))
+from _support import load_average, read_line, stop_process  # noqa: E402
+
 READY_TIMEOUT_S = 60.0
 BUSY_LOAD = 1.5
 REBALANCE_GOAL = 1.5  # rebalance latency / slowest member's rejoin time, at most
@@ -105,11 +107,6 @@ ROUNDING_S = 0.0015  # librdkafka log times are truncated to ms; ours are not
 
 
 # -- environment -------------------------------------------------------------------------
-def load_average() -> tuple[float, float, float]:
-    try:
-        return os.getloadavg()
-    except OSError:
-        return (0.0, 0.0, 0.0)
 
 
 def show_load(values: tuple[float, float, float]) -> str:
@@ -134,35 +131,6 @@ def process_cpu_s(pid: int) -> float:
 
 
 # -- the broker ------------------------------------------------------------------------------
-def read_line(process: subprocess.Popen[bytes], what: str, log: Callable[[], str]) -> str:
-    """The next stdout line of ``process``, within READY_TIMEOUT_S."""
-    assert process.stdout is not None
-    fd = process.stdout.fileno()
-    deadline = time.monotonic() + READY_TIMEOUT_S
-    buffer = b""
-    while time.monotonic() < deadline and b"\n" not in buffer:
-        ready, _, _ = select.select([fd], [], [], 0.2)
-        if ready:
-            chunk = os.read(fd, 1)  # byte by byte: nothing after the line is consumed
-            if not chunk:
-                break
-            buffer += chunk
-        elif process.poll() is not None:
-            break
-    if b"\n" not in buffer:
-        raise RuntimeError(f"{what}: no answer; output so far {buffer!r}\n{log()}")
-    return buffer.decode().strip()
-
-
-def stop_process(process: subprocess.Popen[bytes] | None, timeout_s: float = 20.0) -> None:
-    if process is None or process.poll() is not None:
-        return
-    process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout_s)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        process.wait()
 
 
 class Odradek:
