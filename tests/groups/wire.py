@@ -23,6 +23,7 @@ from kio.static.constants import EntityType
 
 from odradek.protocol.build import make
 from tests.support.wire import WireClient
+from tests.support.wire import create_topic as support_create_topic
 
 FIND_COORDINATOR, JOIN_GROUP, HEARTBEAT, LEAVE_GROUP, SYNC_GROUP = 10, 11, 12, 13, 14
 DESCRIBE_GROUPS, LIST_GROUPS, DELETE_GROUPS = 15, 16, 42
@@ -501,26 +502,7 @@ def offset_delete(
 def create_topic(
     client: WireClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None
 ) -> str:
-    module = nested(CREATE_TOPICS, 7)
-    topic = make(
-        module.CreatableTopic,
-        name=name,
-        num_partitions=partitions,
-        replication_factor=1,
-        assignments=(),
-        configs=tuple(
-            make(module.CreatableTopicConfig, name=k, value=v) for k, v in (configs or {}).items()
-        ),
-    )
-    response = client.request(
-        make(
-            module.CreateTopicsRequest,
-            topics=(topic,),
-            timeout=datetime.timedelta(seconds=10),
-            validate_only=False,
-        )
-    )
-    (result,) = response.topics
+    result = support_create_topic(client, name, partitions, configs)
     assert result.error_code == ErrorCode.none, result
     return name
 

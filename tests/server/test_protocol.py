@@ -31,7 +31,7 @@ from odradek.server.handlers import supported_versions
 from odradek.storage.records import Record, decode_batches, encode_batch, new_records
 from odradek.storage.segment import FileRange
 from tests.support.broker import BrokerProcess
-from tests.support.wire import WireClient
+from tests.support.wire import WireClient, create_topic
 
 # -- helpers (also imported by test_bad_input / test_restart) ---------------------------
 
@@ -58,32 +58,6 @@ def now_ms() -> int:
 
 def batch(values: Sequence[bytes], *, timestamp: int | None = None, **fields: Any) -> bytes:
     return encode_batch(new_records(values, timestamp=timestamp), **fields)
-
-
-def create_topic(
-    client: WireClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None
-) -> Any:
-    module = nested(CREATE_TOPICS, 7)
-    topic = make(
-        module.CreatableTopic,
-        name=name,
-        num_partitions=partitions,
-        replication_factor=1,
-        assignments=(),
-        configs=tuple(
-            make(module.CreatableTopicConfig, name=k, value=v) for k, v in (configs or {}).items()
-        ),
-    )
-    response = client.request(
-        make(
-            module.CreateTopicsRequest,
-            topics=(topic,),
-            timeout=datetime.timedelta(seconds=10),
-            validate_only=False,
-        )
-    )
-    (result,) = response.topics
-    return result
 
 
 def make_topic(

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import datetime
 import io
 import socket
 import struct
 from typing import Any
 
-from kio.index import load_response_schema
+from kio.index import load_payload_module, load_response_schema
 from kio.serial import entity_reader, entity_writer
+from kio.static.constants import EntityType
+
+from odradek.protocol.build import make
+
+CREATE_TOPICS_KEY = 19
 
 
 class WireClient:
@@ -75,3 +81,30 @@ class WireClient:
 
     def request(self, request: Any) -> Any:
         return self.receive(request, self.send(request))
+
+
+def create_topic(
+    client: WireClient, name: str, partitions: int = 1, configs: dict[str, str] | None = None
+) -> Any:
+    """CreateTopics v7 for one topic; returns its result entry (error code included)."""
+    module = load_payload_module(CREATE_TOPICS_KEY, 7, EntityType.request)
+    topic = make(
+        module.CreatableTopic,
+        name=name,
+        num_partitions=partitions,
+        replication_factor=1,
+        assignments=(),
+        configs=tuple(
+            make(module.CreatableTopicConfig, name=k, value=v) for k, v in (configs or {}).items()
+        ),
+    )
+    response = client.request(
+        make(
+            module.CreateTopicsRequest,
+            topics=(topic,),
+            timeout=datetime.timedelta(seconds=10),
+            validate_only=False,
+        )
+    )
+    (result,) = response.topics
+    return result
