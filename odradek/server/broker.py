@@ -113,6 +113,7 @@ class Broker:
             idle_timeout_ms=config["connections.max.idle.ms"],
         )
         self.default_listener_name = config.listeners[0].name
+        self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
         self.group_coordinator = GroupCoordinator(self, coordinator_settings(config), wall_clock_ms)
         self._housekeeping: asyncio.Task[None] | None = None
         self._producer_ids: tuple[int, int] = (0, 0)  # next id, end of the reserved block
@@ -222,13 +223,23 @@ class Broker:
         return result
 
     def topic_defaults(self) -> LogConfig:
-        """Static broker log.* defaults overlaid with dynamic broker configs."""
+        """Static broker log.* defaults overlaid with dynamic broker configs.
+
+        Rebuilt only when the dynamic configs change (not once per topic of every
+        metadata change): they are compared as a sorted item tuple.
+        """
         dynamic = self.dynamic_broker_configs()
         if not dynamic:
             return self.config.topic_defaults
+        key = tuple(sorted(dynamic.items()))
+        cached = self._topic_defaults_cache
+        if cached is not None and cached[0] == key:
+            return cached[1]
         merged = dict(self.config.original)
         merged.update(dynamic)
-        return BrokerConfig(merged).topic_defaults
+        defaults = BrokerConfig(merged).topic_defaults
+        self._topic_defaults_cache = (key, defaults)
+        return defaults
 
     def effective_topic_config(
         self, topic: str, explicit: Mapping[str, Any] | None = None
