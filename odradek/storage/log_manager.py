@@ -156,7 +156,8 @@ class LogManager:
 
     def _load_dir(self, log_dir: Path) -> None:
         marker = log_dir / CLEAN_SHUTDOWN_FILE
-        clean = marker.exists()
+        # A dir without checkpoints was never used (they are written at every start-up).
+        clean = marker.exists() or not (log_dir / RECOVERY_POINT_CHECKPOINT).exists()
         recovery_points = self._read_checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT)
         start_offsets = self._read_checkpoint(log_dir / LOG_START_OFFSET_CHECKPOINT)
         high_watermarks = self._read_checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT)
