@@ -5,7 +5,8 @@ changes — on a single node any broker) from an asyncio ``Cluster`` running on 
 background thread and returns ``{name: concurrent.futures.Future}`` like
 confluent-kafka, each future resolving to None or raising ``KafkaException`` with
 that item's error. Implemented so far: create_topics, delete_topics,
-create_partitions, list_topics.
+create_partitions, list_topics here; configs, consumer groups and their offsets,
+describe_cluster, list_offsets and delete_records in ``admin_more.AdminMethods``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client.admin_more import MORE_VERSIONS, AdminMethods
 from odradek.client.blocking import LoopThread
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig
@@ -28,7 +30,12 @@ from odradek.client.types import KafkaException
 CREATE_TOPICS: Final = 19
 DELETE_TOPICS: Final = 20
 CREATE_PARTITIONS: Final = 37
-ADMIN_VERSIONS: Final = {CREATE_TOPICS: (2, 7), DELETE_TOPICS: (1, 6), CREATE_PARTITIONS: (0, 3)}
+ADMIN_VERSIONS: Final = {
+    CREATE_TOPICS: (2, 7),
+    DELETE_TOPICS: (1, 6),
+    CREATE_PARTITIONS: (0, 3),
+    **MORE_VERSIONS,
+}
 
 
 @dataclass
@@ -82,7 +89,7 @@ def _timeout(seconds: float) -> datetime.timedelta:
     return datetime.timedelta(milliseconds=int(max(seconds, 0) * 1000))
 
 
-class AdminClient:
+class AdminClient(AdminMethods):
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = ClientConfig(config, "admin")
         self._thread = LoopThread("odradek-admin")
