@@ -83,7 +83,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from _support import load_average, read_line, stop_process  # noqa: E402
+from _support import OdradekBroker, load_average, read_line, stop_process  # noqa: E402
 
 MOCK_SOURCE = Path(__file__).resolve().parent / "mock_cluster.c"
 KIB = 1024
@@ -160,66 +160,17 @@ class CpuWindow:
 # -- the peers -------------------------------------------------------------------------------
 
 
-class Odradek:
+class Odradek(OdradekBroker):
     name = "odradek"
 
     def __init__(self, workdir: Path, extra_args: tuple[str, ...] = ()) -> None:
-        self.log_path = workdir / "odradek.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed below, kept by the child
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "odradek",
-                "serve",
-                "--data-dir",
-                str(workdir / "odradek-data"),
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "WARNING",
-                *extra_args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=REPO,
+        super().__init__(
+            workdir, extra_args, data_dir="odradek-data", ready_timeout_s=READY_TIMEOUT_S
         )
-        log.close()
-        self.admin: Any = None
-        try:
-            line = read_line(self.process, "odradek serve", self.log)
-            if not line.startswith("odradek ready "):
-                raise RuntimeError(f"odradek serve said {line!r}\n{self.log()}")
-            self.bootstrap = line.split()[2].split("://", 1)[1]
-            from confluent_kafka.admin import AdminClient
-
-            self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def create_topic(
-        self, topic: str, partitions: int, config: dict[str, str] | None = None
-    ) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        new_topic = NewTopic(topic, partitions, 1, config=config or {})
-        futures = self.admin.create_topics([new_topic], request_timeout=30)
-        futures[topic].result(30)
 
     def delete_topic(self, topic: str) -> None:
         futures = self.admin.delete_topics([topic], request_timeout=30)
         futures[topic].result(30)
-
-    def stop(self) -> None:
-        stop_process(self.process)
 
 
 class MockCluster:

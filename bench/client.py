@@ -46,7 +46,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -57,7 +56,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from _support import load_average  # noqa: E402
+from _support import OdradekBroker, load_average  # noqa: E402
 
 READY_TIMEOUT_S = 60.0
 WORKER_TIMEOUT_S = 600.0
@@ -101,69 +100,14 @@ def progress(message: str) -> None:
 
 
 # -- the broker ------------------------------------------------------------------------------
-class Odradek:
+class Odradek(OdradekBroker):
     def __init__(self, workdir: Path) -> None:
-        self.log_path = workdir / "odradek.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed below, kept by the child
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "odradek",
-                "serve",
-                "--data-dir",
-                str(workdir / "data"),
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "WARNING",
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=REPO,
-        )
-        log.close()
-        self.admin: Any = None
-        try:
-            line = self._ready_line()
-            if not line.startswith("odradek ready "):
-                raise RuntimeError(f"odradek serve said {line!r}\n{self.log()}")
-            self.bootstrap = line.split()[2].split("://", 1)[1]
-            from confluent_kafka.admin import AdminClient
+        super().__init__(workdir, ready_timeout_s=READY_TIMEOUT_S)
 
-            self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        except BaseException:
-            self.stop()
-            raise
-
-    def _ready_line(self) -> str:
-        import select
-
-        assert self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        buffer = b""
-        while time.monotonic() < deadline and b"\n" not in buffer:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
-                chunk = os.read(fd, 1)
-                if not chunk:
-                    break
-                buffer += chunk
-            elif self.process.poll() is not None:
-                break
-        if b"\n" not in buffer:
-            raise RuntimeError(f"odradek serve: no answer; output {buffer!r}\n{self.log()}")
-        return buffer.decode().strip()
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def create_topic(self, topic: str) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        futures = self.admin.create_topics([NewTopic(topic, PARTITIONS, 1)], request_timeout=30)
-        futures[topic].result(30)
+    def create_topic(
+        self, topic: str, partitions: int = PARTITIONS, config: dict[str, str] | None = None
+    ) -> None:
+        super().create_topic(topic, partitions, config)
 
     def end_offsets(self, topic: str) -> int:
         from confluent_kafka import Consumer, TopicPartition
@@ -176,16 +120,6 @@ class Odradek:
             )
         finally:
             consumer.close()
-
-    def stop(self) -> None:
-        self.admin = None
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
 
 
 # -- workers (child processes: ``client.py --worker SPEC``) -----------------------------------

@@ -89,7 +89,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from _support import load_average, read_line, stop_process  # noqa: E402
+from _support import OdradekBroker, load_average  # noqa: E402
 
 READY_TIMEOUT_S = 60.0
 BUSY_LOAD = 1.5
@@ -133,55 +133,10 @@ def process_cpu_s(pid: int) -> float:
 # -- the broker ------------------------------------------------------------------------------
 
 
-class Odradek:
+class Odradek(OdradekBroker):
     def __init__(self, workdir: Path, overrides: dict[str, str]) -> None:
-        self.log_path = workdir / "odradek.log"
-        log = open(self.log_path, "ab")  # noqa: SIM115 - closed below, kept by the child
         args = [arg for key, value in overrides.items() for arg in ("--override", f"{key}={value}")]
-        self.process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "odradek",
-                "serve",
-                "--data-dir",
-                str(workdir / "data"),
-                "--listen",
-                "127.0.0.1:0",
-                "--log-level",
-                "WARNING",
-                *args,
-            ],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            cwd=REPO,
-        )
-        log.close()
-        self.admin: Any = None
-        try:
-            line = read_line(self.process, "odradek serve", self.log)
-            if not line.startswith("odradek ready "):
-                raise RuntimeError(f"odradek serve said {line!r}\n{self.log()}")
-            self.bootstrap = line.split()[2].split("://", 1)[1]
-            from confluent_kafka.admin import AdminClient
-
-            self.admin = AdminClient({"bootstrap.servers": self.bootstrap})
-        except BaseException:
-            self.stop()
-            raise
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")[-4000:]
-
-    def create_topic(self, topic: str, partitions: int) -> None:
-        from confluent_kafka.admin import NewTopic
-
-        futures = self.admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=30)
-        futures[topic].result(30)
+        super().__init__(workdir, args, ready_timeout_s=READY_TIMEOUT_S)
 
     def api_versions(self) -> dict[int, tuple[int, int]]:
         """ApiVersions v0, by hand: {api key: (min version, max version)}."""
@@ -200,10 +155,6 @@ class Odradek:
 
     def describe_group(self, group: str) -> Any:
         return self.admin.describe_consumer_groups([group], request_timeout=10)[group].result(15)
-
-    def stop(self) -> None:
-        self.admin = None  # closes its connections now, not noisily after the broker's end
-        stop_process(self.process)
 
 
 def receive(sock: socket.socket, size: int) -> bytes:
