@@ -167,6 +167,21 @@ class AdminMethods:
             by_leader.setdefault(-1 if p is None else p.leader, []).append((topic, partition))
         return by_leader
 
+    async def _leader_connections(
+        self, parts: Iterable[TopicPartition], found: dict[TopicPartition, Any]
+    ) -> list[tuple[BrokerConnection, list[tuple[str, int]]]]:
+        """Connections to each leader with its partitions; unknown ones fail in ``found``."""
+        result = []
+        for leader, led in (await self._leaders(parts)).items():
+            if leader < 0:
+                for t, p in led:
+                    found[TopicPartition(t, p)] = KafkaError(
+                        ErrorCode.unknown_topic_or_partition, f"{t}-{p}"
+                    )
+                continue
+            result.append((await self._cluster.connection(leader), led))
+        return result
+
     # -- configs ---------------------------------------------------------------------
     async def _config_connection(self, resource: ConfigResource) -> BrokerConnection:
         if resource.restype == ResourceType.BROKER and resource.name.isdigit():
@@ -478,14 +493,7 @@ class AdminMethods:
 
         async def work() -> dict[TopicPartition, Any]:
             found: dict[TopicPartition, Any] = {}
-            for leader, parts in (await self._leaders(specs)).items():
-                if leader < 0:
-                    for t, p in parts:
-                        found[TopicPartition(t, p)] = KafkaError(
-                            ErrorCode.unknown_topic_or_partition, f"{t}-{p}"
-                        )
-                    continue
-                connection = await self._cluster.connection(leader)
+            for connection, parts in await self._leader_connections(specs, found):
                 v = connection.version_for(LIST_OFFSETS)
                 topics = tuple(
                     request_entity(
@@ -550,14 +558,7 @@ class AdminMethods:
 
         async def work() -> dict[TopicPartition, Any]:
             found: dict[TopicPartition, Any] = {}
-            for leader, parts in (await self._leaders(items)).items():
-                if leader < 0:
-                    for t, p in parts:
-                        found[TopicPartition(t, p)] = KafkaError(
-                            ErrorCode.unknown_topic_or_partition, f"{t}-{p}"
-                        )
-                    continue
-                connection = await self._cluster.connection(leader)
+            for connection, parts in await self._leader_connections(items, found):
                 v = connection.version_for(DELETE_RECORDS)
                 topics = tuple(
                     request_entity(
