@@ -7,10 +7,13 @@ STAMP := $(VENV)/.installed
 
 .PHONY: test bench bench-tools lint serve clean kcat
 
+# '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
+# the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
+# (pkgutil.iter_modules) finds pyspark_odradek in an editable install.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==24.3.1
-	$(BIN)/pip install --quiet -e '.[dev]'
+	$(BIN)/pip install --quiet -e '.[dev,spark]' --config-settings editable_mode=compat
 	touch $(STAMP)
 
 # kcat (Debian's package) for tests/interop: installed once, quietly, as root or with
