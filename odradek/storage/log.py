@@ -12,7 +12,8 @@ other than ``producer``).
 
 Directory ``<topic>-<partition>/``: segments (segment.py), ``<offset>.snapshot``
 (producer_state.py), ``leader-epoch-checkpoint`` (epoch_cache.py),
-``partition.metadata`` (topic id). Loading and recovery live in log_loader.py.
+``partition.metadata`` (topic id, partition_metadata.py). Loading and recovery live in
+log_loader.py, header validation and recompression in log_validator.py.
 
 Concurrency: every method runs on the event loop that owns the log. ``flush`` has a
 split form (``prepare_flush`` / ``LogSegment.fsync`` / ``mark_flushed``) so the slow
@@ -32,14 +33,9 @@ from typing import Final
 
 from odradek.storage import batch as batch_format
 from odradek.storage.batch import (
-    COMPRESSION_BY_NAME,
-    COMPRESSION_MASK,
-    CONTROL_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
-    TIMESTAMP_TYPE_MASK,
-    TRANSACTIONAL_MASK,
     BatchHeader,
     check_batch,
     set_log_append_time,
@@ -49,19 +45,17 @@ from odradek.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET,
 from odradek.storage.errors import (
     CorruptRecordError,
     InvalidRecordError,
-    InvalidTimestampError,
     OffsetOutOfRangeError,
-    RecordTooLargeError,
     UnexpectedAppendOffsetError,
 )
 from odradek.storage.log_config import LogConfig
+from odradek.storage.log_validator import recompress, target_codec, validate_client_batches
 from odradek.storage.producer_state import ProducerEntry, ProducerStateManager
 from odradek.storage.segment import BatchMeta, FileRange, LogSegment
 
 logger = logging.getLogger(__name__)
 
 EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
-PARTITION_METADATA_FILE: Final = "partition.metadata"
 RELATIVE_OFFSET_MAX: Final = 0x7FFFFFFF  # index entries store offset - base as int32
 
 
@@ -114,7 +108,7 @@ class Log:
         assert segments, "a log always has an active segment"
         self.directory = directory
         self.config = config
-        self._target_codec = _target_codec(config)  # None: keep the producer's codec
+        self._target_codec = target_codec(config)  # None: keep the producer's codec
         self._log_append_time = config.uses_log_append_time
         self.clock = clock
         self._segments = segments
@@ -170,7 +164,9 @@ class Log:
         """Validate client batches, assign offsets from the log end, append."""
         view = memoryview(records)
         now_ms = self.clock()
-        headers = self._validate_client_batches(view, now_ms)
+        headers = validate_client_batches(
+            view, self.config, now_ms, check_time=not self._log_append_time, name=self.name
+        )
         if len(headers) == 1:  # what every produce request v3+ carries
             idempotent = headers[0].producer_id >= 0
         else:
@@ -182,7 +178,7 @@ class Log:
         if self._target_codec is not None and any(
             h.compression != self._target_codec for h in headers
         ):
-            view = memoryview(self._recompress(view, headers, self._target_codec))
+            view = memoryview(recompress(view, headers, self._target_codec))
             headers = list(batch_format.iter_batches(view))
         append_time = now_ms if self._log_append_time else -1
         if append_time >= 0:
@@ -304,88 +300,6 @@ class Log:
         self.unflushed_messages += record_count
         if self.unflushed_messages >= self.config.flush_messages:
             self.flush()
-
-    def _validate_client_batches(self, view: memoryview, now_ms: int) -> list[BatchHeader]:
-        """Header checks only (records stay opaque); raw attribute tests, as this is hot."""
-        if not len(view):
-            raise InvalidRecordError(f"{self.name}: empty produce data")
-        config = self.config
-        check_time = not self._log_append_time
-        headers = []
-        first = check_batch(view, 0)
-        batches = (
-            (first,)
-            if first.batch_length + LOG_OVERHEAD == len(view)
-            else batch_format.iter_batches(view)
-        )
-        for header in batches:
-            size = header.batch_length + LOG_OVERHEAD
-            attributes = header.attributes
-            if size > config.max_message_bytes:
-                raise RecordTooLargeError(
-                    f"batch of {size} bytes exceeds max.message.bytes={config.max_message_bytes}"
-                )
-            if attributes & CONTROL_MASK:
-                raise InvalidRecordError("clients may not write control batches")
-            count = header.record_count
-            if count <= 0 or header.last_offset_delta != count - 1:
-                raise InvalidRecordError(
-                    f"batch claims {count} records but last offset delta {header.last_offset_delta}"
-                )
-            if attributes & COMPRESSION_MASK > batch_format.ZSTD:
-                raise InvalidRecordError(
-                    f"unknown compression codec {attributes & COMPRESSION_MASK}"
-                )
-            if header.producer_id < 0:
-                if attributes & TRANSACTIONAL_MASK:
-                    raise InvalidRecordError("transactional batch without a producer id")
-            elif header.base_sequence < 0 or header.producer_epoch < 0:
-                raise InvalidRecordError("idempotent batch without sequence or epoch")
-            if check_time and not attributes & TIMESTAMP_TYPE_MASK:
-                self._check_timestamps(header, now_ms)
-            headers.append(header)
-        return headers
-
-    def _check_timestamps(self, header: BatchHeader, now_ms: int) -> None:
-        # The header bounds the batch: max timestamp against the future limit, the
-        # first record's timestamp against the past limit (records are not decoded).
-        if header.max_timestamp - now_ms > self.config.message_timestamp_after_max_ms:
-            raise InvalidTimestampError(
-                f"timestamp {header.max_timestamp} is more than "
-                f"message.timestamp.after.max.ms ahead of the broker clock {now_ms}"
-            )
-        if (
-            header.base_timestamp != NO_TIMESTAMP
-            and now_ms - header.base_timestamp > self.config.message_timestamp_before_max_ms
-        ):
-            raise InvalidTimestampError(
-                f"timestamp {header.base_timestamp} is more than "
-                f"message.timestamp.before.max.ms behind the broker clock {now_ms}"
-            )
-
-    def _recompress(self, view: memoryview, headers: list[BatchHeader], codec: int) -> bytes:
-        """Re-encode batches whose codec differs from the topic's compression.type."""
-        from odradek.storage.records import decode_batch, encode_batch
-
-        out = bytearray()
-        for header in headers:
-            if header.compression == codec:
-                out += view[header.position : header.position + header.size]
-                continue
-            decoded = decode_batch(view, header.position)
-            out += encode_batch(
-                decoded.records,
-                base_offset=header.base_offset,
-                partition_leader_epoch=header.partition_leader_epoch,
-                compression=codec,
-                timestamp_type=header.timestamp_type,
-                producer_id=header.producer_id,
-                producer_epoch=header.producer_epoch,
-                base_sequence=header.base_sequence,
-                is_transactional=header.is_transactional,
-                max_timestamp=header.max_timestamp,
-            )
-        return bytes(out)
 
     # -- rolling ---------------------------------------------------------------------
     def _maybe_roll(
@@ -705,7 +619,7 @@ class Log:
     # -- lifecycle -------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
         self.config = config
-        self._target_codec = _target_codec(config)
+        self._target_codec = target_codec(config)
         self._log_append_time = config.uses_log_append_time
 
     def close(self) -> None:
@@ -735,35 +649,11 @@ class Log:
         )
 
 
-def _target_codec(config: LogConfig) -> int | None:
-    """The codec a topic's compression.type imposes, or None for ``producer``."""
-    return COMPRESSION_BY_NAME.get(config.compression_type.replace("uncompressed", "none"))
-
-
 def _segment_timestamp(segment: LogSegment) -> int:
     """A segment's age reference for retention.ms: its largest timestamp, else its mtime."""
     if segment.max_timestamp != NO_TIMESTAMP:
         return segment.max_timestamp
     return int(os.fstat(segment.fd).st_mtime * 1000) if segment.fd >= 0 else 0
-
-
-def read_partition_metadata(directory: Path) -> str | None:
-    """Topic id (base64 text) from ``partition.metadata``, if the file exists."""
-    path = directory / PARTITION_METADATA_FILE
-    if not path.exists():
-        return None
-    for line in path.read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key.strip() == "topic_id":
-            return value.strip()
-    return None
-
-
-def write_partition_metadata(directory: Path, topic_id: str) -> None:
-    path = directory / PARTITION_METADATA_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(f"version: 0\ntopic_id: {topic_id}\n")
-    os.replace(tmp, path)
 
 
 __all__ = [

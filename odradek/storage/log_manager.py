@@ -40,9 +40,10 @@ from odradek.storage.checkpoint import (
     write_offset_checkpoint,
 )
 from odradek.storage.errors import StorageError
-from odradek.storage.log import Log, wall_clock_ms, write_partition_metadata
+from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
+from odradek.storage.partition_metadata import write_partition_metadata
 from odradek.storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
