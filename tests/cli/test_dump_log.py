@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek import __version__
-from odradek.cli import dump_log
+from odradek.cli import dump_common
 from odradek.cli.main import main
 from odradek.storage.batch import (
     COMPRESSION_NAMES,
@@ -340,7 +340,7 @@ def test_small_read_chunks_give_the_same_dump(
 ) -> None:
     segments = sorted(log_dir.glob("*.log"))
     expected = dump(capsys, "--print-data-log", *segments)
-    monkeypatch.setattr(dump_log, "READ_CHUNK_BYTES", 64)  # every batch is "large" now
+    monkeypatch.setattr(dump_common, "READ_CHUNK_BYTES", 64)  # every batch is "large" now
     assert dump(capsys, "--print-data-log", *segments) == expected
     flip(segments[0], batch_positions(segments[0])[1] + 100)
     code, lines, _ = dump(capsys, segments[0])
