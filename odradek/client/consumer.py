@@ -13,9 +13,9 @@ epoch so that in-flight or buffered data for the old position is dropped.
 Positions start unknown and are resolved lazily by the fetchers: a pending
 ``seek_to_beginning/end`` first, then the group's committed offset (OffsetFetch via
 the coordinator), then ``auto.offset.reset``. OFFSET_OUT_OF_RANGE resets the same
-way. Commits go to the group coordinator; in ``assign`` mode with generation -1 and
-an empty member id, which the broker accepts for groups without members. Group
-membership (``subscribe``) lives in ``consumer_group.py`` and drives ``assign``.
+way. Commits and committed offsets go through the group coordinator
+(``consumer_offsets.py``). Group membership (``subscribe``) lives in
+``consumer_group.py`` and drives ``assign``.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import datetime
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -35,6 +35,13 @@ from kio.schema.errors import ErrorCode
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client.consumer_offsets import (
+    FIND_COORDINATOR,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
+    TP,
+    GroupOffsets,
+)
 from odradek.client.fetch_decode import ConsumerRecord, decode_fetched
 
 logger = logging.getLogger(__name__)
@@ -43,9 +50,6 @@ logger = logging.getLogger(__name__)
 BUFFERED_RECHECK_S = 0.005
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
-OFFSET_COMMIT: Final = 8
-OFFSET_FETCH: Final = 9
-FIND_COORDINATOR: Final = 10
 JOIN_GROUP: Final = 11
 HEARTBEAT: Final = 12
 LEAVE_GROUP: Final = 13
@@ -75,10 +79,6 @@ _REFRESH_ERRORS: Final = frozenset(
         ErrorCode.replica_not_available,
     }
 )
-_COORDINATOR_ERRORS: Final = frozenset(
-    {ErrorCode.not_coordinator, ErrorCode.coordinator_not_available}
-)
-TP = tuple[str, int]
 
 
 @dataclass(slots=True)
@@ -95,10 +95,6 @@ class _Buffered:
     records: deque[ConsumerRecord]
     next_offset: int
     epoch: int
-
-
-class CommitFailedError(KafkaError):
-    """A group commit was rejected because the member is no longer in the generation."""
 
 
 class ConsumerCore:
@@ -124,11 +120,8 @@ class ConsumerCore:
         self._data_event = asyncio.Event()
         self._resolve_lock = asyncio.Lock()
         self._error: Exception | None = None
-        self._coordinator_id: int | None = None
+        self.offsets = GroupOffsets(self.cluster, self.group_id)
         self.closed = False
-        # Set by the group member: (generation, member id, group instance id).
-        self.generation: Callable[[], tuple[int, str, str | None]] = lambda: (-1, "", None)
-        self.on_commit_failed: Callable[[], None] = lambda: None
 
     # -- wakeups ---------------------------------------------------------------------
     def _notify_state(self) -> None:
@@ -499,80 +492,16 @@ class ConsumerCore:
                 await asyncio.wait_for(event.wait(), remaining)
             self._raise_error()
 
-    # -- coordinator, commits ----------------------------------------------------------
+    # -- coordinator, commits (consumer_offsets.py) ------------------------------------
     def coordinator_error(self, code: ErrorCode, what: str) -> KafkaError:
-        if code in _COORDINATOR_ERRORS:
-            self._coordinator_id = None
-        return KafkaError(code, what)
+        return self.offsets.coordinator_error(code, what)
 
     async def coordinator(self) -> BrokerConnection:
-        if not self.group_id:
-            raise KafkaError(ErrorCode.invalid_group_id, "group.id is not set")
-        if self._coordinator_id is not None:
-            try:
-                return await self.cluster.connection(self._coordinator_id)
-            except (KafkaError, KafkaConnectionError):
-                self._coordinator_id = None
-                raise
-        connection = await self.cluster.any_connection()
-        version = connection.version_for(FIND_COORDINATOR)
-        response = await connection.send(
-            request_entity(FIND_COORDINATOR, version, key_type=0, coordinator_keys=(self.group_id,))
-        )
-        found = response.coordinators[0]
-        if found.error_code != ErrorCode.none:
-            raise KafkaError(found.error_code, f"FindCoordinator {self.group_id}")
-        self._coordinator_id = found.node_id
-        return await self.cluster.connection(found.node_id)
+        return await self.offsets.coordinator()
 
     async def committed(self, partitions: Iterable[TP]) -> dict[TP, tuple[int, str | None]]:
         """(offset, metadata) committed by the group; offset -1 when none."""
-        wanted = list(partitions)
-
-        async def attempt() -> dict[TP, tuple[int, str | None]]:
-            connection = await self.coordinator()
-            version = connection.version_for(OFFSET_FETCH)
-            by_topic: dict[str, list[int]] = {}
-            for t, p in wanted:
-                by_topic.setdefault(t, []).append(p)
-            request = request_entity(
-                OFFSET_FETCH,
-                version,
-                require_stable=True,
-                groups=(
-                    request_entity(
-                        OFFSET_FETCH,
-                        version,
-                        "OffsetFetchRequestGroup",
-                        group_id=self.group_id,
-                        member_id=None,
-                        member_epoch=-1,
-                        topics=tuple(
-                            request_entity(
-                                OFFSET_FETCH,
-                                version,
-                                "OffsetFetchRequestTopics",
-                                name=t,
-                                partition_indexes=tuple(ps),
-                            )
-                            for t, ps in by_topic.items()
-                        ),
-                    ),
-                ),
-            )
-            response = await connection.send(request)
-            group = response.groups[0]
-            if group.error_code != ErrorCode.none:
-                raise self.coordinator_error(group.error_code, f"OffsetFetch {self.group_id}")
-            result: dict[TP, tuple[int, str | None]] = {tp: (-1, None) for tp in wanted}
-            for topic in group.topics:
-                for p in topic.partitions:
-                    if p.error_code != ErrorCode.none:
-                        raise KafkaError(p.error_code, f"{topic.name}-{p.partition_index}")
-                    result[(topic.name, p.partition_index)] = (p.committed_offset, p.metadata)
-            return result
-
-        return await self.cluster.with_retry(attempt)
+        return await self.offsets.committed(partitions)
 
     async def commit(
         self, offsets: Mapping[TP, int] | None = None, metadata: str = ""
@@ -581,61 +510,8 @@ class ConsumerCore:
         if offsets is None:
             offsets = {tp: s.position for tp, s in self._parts.items() if s.position is not None}
         to_commit = dict(offsets)
-        if not to_commit:
-            return {}
-
-        async def attempt() -> None:
-            connection = await self.coordinator()
-            version = connection.version_for(OFFSET_COMMIT)
-            generation, member_id, instance_id = self.generation()
-            by_topic: dict[str, list[Any]] = {}
-            for (t, p), offset in to_commit.items():
-                by_topic.setdefault(t, []).append(
-                    request_entity(
-                        OFFSET_COMMIT,
-                        version,
-                        "OffsetCommitRequestPartition",
-                        partition_index=p,
-                        committed_offset=offset,
-                        committed_leader_epoch=-1,
-                        committed_metadata=metadata,
-                    )
-                )
-            request = request_entity(
-                OFFSET_COMMIT,
-                version,
-                group_id=self.group_id,
-                generation_id_or_member_epoch=generation,
-                member_id=member_id,
-                group_instance_id=instance_id,
-                topics=tuple(
-                    request_entity(
-                        OFFSET_COMMIT,
-                        version,
-                        "OffsetCommitRequestTopic",
-                        name=t,
-                        partitions=tuple(ps),
-                    )
-                    for t, ps in by_topic.items()
-                ),
-            )
-            response = await connection.send(request)
-            for topic in response.topics:
-                for p in topic.partitions:
-                    code = p.error_code
-                    if code == ErrorCode.none:
-                        continue
-                    if code in (
-                        ErrorCode.illegal_generation,
-                        ErrorCode.unknown_member_id,
-                        ErrorCode.rebalance_in_progress,
-                        ErrorCode.fenced_instance_id,
-                    ):
-                        self.on_commit_failed()
-                        raise CommitFailedError(code, "the group rebalanced; commit failed")
-                    raise self.coordinator_error(code, f"commit {topic.name}-{p.partition_index}")
-
-        await self.cluster.with_retry(attempt)
+        if to_commit:
+            await self.offsets.commit(to_commit, metadata)
         return to_commit
 
     async def close(self) -> None:

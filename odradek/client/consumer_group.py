@@ -35,9 +35,9 @@ from odradek.client.consumer import (
     LEAVE_GROUP,
     SYNC_GROUP,
     TP,
-    CommitFailedError,
     ConsumerCore,
 )
+from odradek.client.consumer_offsets import CommitFailedError
 
 logger = logging.getLogger(__name__)
 
@@ -92,8 +92,8 @@ class GroupMember:
         self.error: Exception | None = None
         self._rebalancing = False
         self.owned: list[TP] = []
-        core.generation = lambda: (self.generation_id, self.member_id, self.instance_id)
-        core.on_commit_failed = self.rejoin_lost
+        core.offsets.generation = lambda: (self.generation_id, self.member_id, self.instance_id)
+        core.offsets.on_commit_failed = lambda _code, _generation: self.rejoin_lost()
 
     # -- control ---------------------------------------------------------------------
     def subscribe(
