@@ -36,6 +36,10 @@ from odradek.coordinator.group.classic import (
 from odradek.coordinator.group.consumer import ConsumerGroup
 from odradek.coordinator.group.consumer_coordinator import ConsumerGroupCoordination
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
+from odradek.coordinator.group.offset_coordinator import (
+    CoordinatorError,
+    OffsetCoordination,
+)
 from odradek.coordinator.group.records import (
     GroupKey,
     GroupValue,
@@ -49,7 +53,6 @@ from odradek.coordinator.group.records import (
     encode_group_key,
     encode_group_value,
     encode_offset_key,
-    encode_offset_value,
     partition_for_group,
 )
 from odradek.metadata.controller import ControllerError, NewTopic
@@ -66,23 +69,6 @@ OFFSETS_TOPIC: Final = "__consumer_offsets"
 TICK_S: Final = 0.05  # timer resolution of all groups' deadlines
 
 
-class CoordinatorError(Exception):
-    """A request-level error: ``code`` is the Kafka error name."""
-
-    def __init__(self, code: str, message: str = "") -> None:
-        super().__init__(message or code)
-        self.code = code
-
-
-@dataclass(frozen=True, slots=True)
-class OffsetCommit:
-    topic: str
-    partition: int
-    offset: int
-    leader_epoch: int
-    metadata: str | None
-
-
 @dataclass(frozen=True, slots=True)
 class CoordinatorSettings:
     partitions: int = 50
@@ -95,7 +81,7 @@ class CoordinatorSettings:
     consumer: ConsumerGroupSettings = field(default_factory=ConsumerGroupSettings)
 
 
-class GroupCoordinator(ConsumerGroupCoordination):
+class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
     def __init__(self, broker: Broker, settings: CoordinatorSettings, clock: Callable[[], int]):
         self.broker = broker
         self.settings = settings
@@ -150,44 +136,6 @@ class GroupCoordinator(ConsumerGroupCoordination):
             self._loading.discard(partition)
             self._unload(partition)
         self._forget_deleted_topics(image)
-
-    def _forget_deleted_topics(self, image: MetadataImage) -> None:
-        """Kafka's onPartitionsDeleted: the committed offsets of a deleted topic are
-        deleted too, so a topic re-created under its name does not inherit them."""
-        topic_ids = {name: topic.topic_id for name, topic in image.topics.items()}
-        gone = {name for name, id_ in self._topic_ids.items() if topic_ids.get(name) != id_}
-        self._topic_ids = topic_ids
-        if not gone:
-            return
-        stale = {
-            group_id: {tp: value for tp, value in committed.items() if tp[0] in gone}
-            for group_id, committed in self.offsets.items()
-        }
-        stale = {group_id: values for group_id, values in stale.items() if values}
-        if stale:
-            task = asyncio.get_running_loop().create_task(self._delete_stale_offsets(stale))
-            self._loads.add(task)
-            task.add_done_callback(self._loads.discard)
-
-    async def _delete_stale_offsets(
-        self, stale: dict[str, dict[tuple[str, int], OffsetValue]]
-    ) -> None:
-        for group_id, values in stale.items():
-            committed = self.offsets.get(group_id, {})
-            # Only what is still the value seen at deletion (not a newer commit).
-            old = [tp for tp, value in values.items() if committed.get(tp) is value]
-            if not old or self.partition_for(group_id) not in self._owned:
-                continue
-            try:
-                await self._append(
-                    group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in old]
-                )
-            except CoordinatorError as error:
-                logger.warning("could not delete offsets of deleted topics: %s", error)
-                continue
-            for tp in old:
-                if committed.get(tp) is values[tp]:
-                    committed.pop(tp, None)
 
     def _unload(self, partition: int) -> None:
         for group_id in [g for g in self.groups if self.partition_for(g) == partition]:
@@ -448,7 +396,7 @@ class GroupCoordinator(ConsumerGroupCoordination):
                 self._last_retention_ms = now
                 await self.expire_offsets()
 
-    # -- offsets ---------------------------------------------------------------------------
+    # -- appends to __consumer_offsets ------------------------------------------------------
     async def _append(self, group_id: str, records: Iterable[tuple[bytes, bytes | None]]) -> None:
         partition = self.partition_for(group_id)
         now = self.clock()
@@ -464,112 +412,6 @@ class GroupCoordinator(ConsumerGroupCoordination):
                 else "COORDINATOR_NOT_AVAILABLE",
                 str(error),
             ) from None
-
-    async def commit_offsets(
-        self,
-        group_id: str,
-        generation_id: int,
-        member_id: str,
-        group_instance_id: str | None,
-        commits: Sequence[OffsetCommit],
-    ) -> dict[tuple[str, int], str]:
-        """Per (topic, partition): the error name; all-or-nothing per request otherwise."""
-        self._check_owner(group_id)
-        consumer = self.consumer_groups.get(group_id)  # generation_id is its member epoch
-        group = self._group(group_id, create=False) if consumer is None else None
-        if group is None and consumer is None:
-            if generation_id >= 0 or member_id:
-                return {(c.topic, c.partition): "UNKNOWN_MEMBER_ID" for c in commits}
-            group = self._group(group_id, create=True)  # a standalone consumer's group
-        validator = consumer if consumer is not None else group
-        assert validator is not None
-        error = validator.validate_offset_commit(generation_id, member_id, group_instance_id)
-        if error != "NONE":
-            return {(c.topic, c.partition): error for c in commits}
-        results: dict[tuple[str, int], str] = {}
-        accepted: list[OffsetCommit] = []
-        image = self.broker.image
-        for commit in commits:
-            topic = image.topics.get(commit.topic)
-            if topic is None or commit.partition not in topic.partitions:
-                results[(commit.topic, commit.partition)] = "UNKNOWN_TOPIC_OR_PARTITION"
-            elif (
-                commit.metadata is not None
-                and len(commit.metadata.encode()) > self.settings.metadata_max_bytes
-            ):
-                results[(commit.topic, commit.partition)] = "OFFSET_METADATA_TOO_LARGE"
-            else:
-                accepted.append(commit)
-        now = self.clock()
-        values = [
-            (
-                OffsetKey(group_id, c.topic, c.partition),
-                OffsetValue(c.offset, c.leader_epoch, c.metadata or "", now),
-            )
-            for c in accepted
-        ]
-        try:
-            await self._append(
-                group_id, [(encode_offset_key(k), encode_offset_value(v)) for k, v in values]
-            )
-        except CoordinatorError as failure:
-            results.update({(c.topic, c.partition): failure.code for c in accepted})
-            return results
-        committed = self.offsets.setdefault(group_id, {})
-        for key, value in values:
-            committed[(key.topic, key.partition)] = value
-            results[(key.topic, key.partition)] = "NONE"
-        return results
-
-    def fetch_offsets(
-        self,
-        group_id: str,
-        partitions: Sequence[tuple[str, int]] | None,
-        member_id: str | None = None,
-        member_epoch: int = -1,
-    ) -> dict[tuple[str, int], OffsetValue | None]:
-        """``member_id``/``member_epoch`` (OffsetFetch v9) are checked for consumer groups."""
-        self._check_owner(group_id)
-        consumer = self.consumer_groups.get(group_id)
-        error = consumer.validate_offset_fetch(member_id, member_epoch) if consumer else "NONE"
-        if error != "NONE":
-            raise CoordinatorError(error)
-        committed = self.offsets.get(group_id, {})
-        if partitions is None:
-            return dict(committed)
-        return {tp: committed.get(tp) for tp in partitions}
-
-    async def delete_offsets(
-        self, group_id: str, partitions: Sequence[tuple[str, int]]
-    ) -> dict[tuple[str, int], str]:
-        self._check_owner(group_id)
-        consumer = self.consumer_groups.get(group_id)
-        group = self._group(group_id, create=False) if consumer is None else None
-        committed = self.offsets.get(group_id)
-        if group is None and consumer is None and not committed:
-            raise CoordinatorError("GROUP_ID_NOT_FOUND")
-        subscribed = set()
-        if consumer is not None and not consumer.is_empty:
-            subscribed = consumer.subscribed_topics()
-        elif group is not None and group.state is not GroupState.EMPTY:
-            subscribed = group.subscribed_topics()
-        results = {}
-        tombstones = []
-        for topic, partition in partitions:
-            if topic in subscribed:
-                results[(topic, partition)] = "GROUP_SUBSCRIBED_TO_TOPIC"
-            elif committed and (topic, partition) in committed:
-                tombstones.append((topic, partition))
-                results[(topic, partition)] = "NONE"
-            else:
-                results[(topic, partition)] = "NONE"
-        await self._append(
-            group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in tombstones]
-        )
-        for tp in tombstones:
-            if committed is not None:
-                committed.pop(tp, None)
-        return results
 
     async def delete_groups(self, group_ids: Sequence[str]) -> dict[str, str]:
         results = {}
@@ -609,33 +451,6 @@ class GroupCoordinator(ConsumerGroupCoordination):
             self.offsets.pop(group_id, None)
             results[group_id] = "NONE"
         return results
-
-    async def expire_offsets(self) -> int:
-        """offsets.retention.minutes: drop offsets of empty groups committed long ago."""
-        horizon = self.clock() - self.settings.retention_ms
-        expired = 0
-        for group_id, committed in list(self.offsets.items()):
-            group = self.groups.get(group_id)
-            if group is not None and group.state is not GroupState.EMPTY:
-                continue
-            consumer = self.consumer_groups.get(group_id)
-            if consumer is not None and not consumer.is_empty:
-                continue
-            if self.partition_for(group_id) not in self._owned:
-                continue
-            old = [tp for tp, value in committed.items() if value.commit_timestamp < horizon]
-            if not old:
-                continue
-            try:
-                await self._append(
-                    group_id, [(encode_offset_key(OffsetKey(group_id, t, p)), None) for t, p in old]
-                )
-            except CoordinatorError:
-                continue
-            for tp in old:
-                committed.pop(tp, None)
-            expired += len(old)
-        return expired
 
     # -- listing -------------------------------------------------------------------------
     def list_groups(self) -> list[ClassicGroup]:
