@@ -317,14 +317,22 @@ class Sender:
             self._complete_duplicate(batch, state)
             return
         retriable = bool(getattr(error, "retriable", False))
+        if code in SEQUENCE_ERRORS and self.idempotent:
+            # The broker and we disagree about this partition's sequences: a new epoch
+            # renumbers from 0. Kafka marks both errors non-retriable, yet as in the Java
+            # client only the first unacknowledged batch's OUT_OF_ORDER means that batch
+            # is lost; a later batch's merely reports the gap left in front of it, and
+            # UNKNOWN_PRODUCER_ID means the broker dropped our state (KIP-360). Both go
+            # again under the new epoch.
+            self.need_epoch_bump = True
+            if code == ErrorCode.unknown_producer_id or batch.base_sequence != state.acked_next:
+                retriable = True
         if (
             retriable
             and batch.attempts <= self.retries
             and time.monotonic() < batch.deadline
             and self.fatal is None
         ):
-            if code in SEQUENCE_ERRORS and batch.base_sequence == state.acked_next:
-                self.need_epoch_bump = True
             if code is None or code != ErrorCode.out_of_order_sequence_number:
                 self._refresh_metadata()
             state.blocked = True
