@@ -1,0 +1,493 @@
+"""The write side of ``format("odradek")``: batch and streaming writes, at-least-once.
+
+How this works and why: Spark calls ``writer()`` / ``streamWriter()`` on the driver while
+it plans the query; ``plan_write`` checks the DataFrame's schema and the options there,
+so a missing ``value`` column, a column of the wrong type, a bad ``kafka.*`` producer
+property or a save mode the sink cannot honour fails at planning with one line naming
+the column or option. The writer it returns is plain picklable data (a ``WritePlan``);
+Spark ships it to the executors, where ``write`` receives the task's rows as Arrow
+record batches (``DataSourceArrowWriter`` / ``DataSourceStreamArrowWriter``: no
+per-row ``Row`` objects), turns each column into a Python list once per batch and
+hands every record to one odradek ``Producer`` per task. Before returning its commit
+message a task flushes the producer and checks every delivery report: a record the
+broker did not acknowledge fails the task (Spark then retries it), so a committed
+write means every record is in the log.
+
+Columns, as in Spark's Kafka sink: ``value`` (required; binary or string, null is a
+tombstone), ``key`` (binary or string), ``topic`` (string; the ``topic`` option wins
+over it), ``partition`` (int; null means the producer's partitioner), ``headers``
+(``array<struct<key:string,value:binary>>``). Other columns are ignored. Only append
+is possible: a topic cannot be truncated, so batch ``mode("overwrite")`` and streaming
+``outputMode("complete")`` (both reach the sink as ``overwrite``) are refused.
+
+Delivery guarantee: at-least-once. A retried task or a replayed micro-batch sends its
+records again, so readers may see duplicates — the same guarantee as Spark's own Kafka
+sink. ``TaskDelivery`` is the seam for exactly-once: a streaming task knows its
+``(queryId, batchId, partitionId)`` (``TaskIdentity``), and the driver learns about a
+batch in ``commit(messages, batchId)``. ``ExactlyOnceDelivery``'s docstring describes
+the transactional sink that will plug in there once odradek's client has transactions;
+until then the ``deliveryGuarantee`` option accepts only ``at-least-once``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
+
+from pyspark.sql.datasource import (
+    DataSourceArrowWriter,
+    DataSourceStreamArrowWriter,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    DataType,
+    IntegerType,
+    StringType,
+    StructType,
+)
+
+from odradek.client.config import ClientConfig, ConfigError
+from odradek.spark import options as opts
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+    from odradek.client.types import Message
+
+logger = logging.getLogger(__name__)
+
+# Spark's local properties for the running micro-batch (set by its streaming engine on
+# the driver thread and shipped with every task): the query's id and the batch id.
+QUERY_ID_PROPERTY: Final = "sql.streaming.queryId"
+BATCH_ID_PROPERTY: Final = "streaming.sql.batchId"
+
+AT_LEAST_ONCE: Final = "at-least-once"
+EXACTLY_ONCE: Final = "exactly-once"
+
+# How long close() may wait for the producer after a failed task (it already failed;
+# do not hold the executor slot for delivery.timeout.ms).
+ABANDON_TIMEOUT_S: Final = 5.0
+
+_TEXT_OR_BINARY: Final = (BinaryType(), StringType())
+
+
+class WriteError(RuntimeError):
+    """Records of a write task were not acknowledged; the message says which and why."""
+
+
+# -- planning (driver) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WritePlan:
+    """Everything an executor needs to write, checked at planning; picklable."""
+
+    config: dict[str, str]  # producer config (Kafka property names)
+    topic: str | None  # the ``topic`` option: wins over the column
+    value: str  # column names as they appear in the DataFrame
+    key: str | None
+    topic_column: str | None
+    partition: str | None
+    headers: str | None
+    guarantee: str = AT_LEAST_ONCE
+
+
+def _describe(data_type: DataType) -> str:
+    return data_type.simpleString()
+
+
+def _headers_type_ok(data_type: DataType) -> bool:
+    if not isinstance(data_type, ArrayType):
+        return False
+    element = data_type.elementType
+    if not isinstance(element, StructType) or len(element.fields) != 2:
+        return False
+    key, value = element.fields
+    return (
+        key.name.lower() == "key"
+        and isinstance(key.dataType, StringType)
+        and value.name.lower() == "value"
+        and isinstance(value.dataType, BinaryType)
+    )
+
+
+def _column(schema: StructType, name: str) -> tuple[str, DataType] | None:
+    """The DataFrame's column ``name`` (any case, like Spark's resolution), or None."""
+    for column in schema.fields:
+        if column.name.lower() == name:
+            return column.name, column.dataType
+    return None
+
+
+def _typed_column(schema: StructType, name: str, allowed: tuple[DataType, ...]) -> str | None:
+    found = _column(schema, name)
+    if found is None:
+        return None
+    real_name, data_type = found
+    if data_type not in allowed:
+        kinds = " or ".join(_describe(t) for t in allowed)
+        raise opts.OptionError(
+            f"column '{real_name}' must be {kinds} for the odradek sink, got {_describe(data_type)}"
+        )
+    return real_name
+
+
+def plan_write(options: Mapping[str, str], schema: StructType, overwrite: bool) -> WritePlan:
+    """Check the schema, options and mode of a write; raise ``OptionError`` naming the culprit."""
+    if overwrite:
+        raise opts.OptionError(
+            "the odradek sink only appends: a topic cannot be truncated, so batch "
+            "mode('overwrite') and streaming outputMode('complete') are not supported; "
+            "use mode('append') / outputMode('append')"
+        )
+    guarantee = str(opts.get(options, "deliveryGuarantee", AT_LEAST_ONCE)).strip().lower()
+    if guarantee == EXACTLY_ONCE:
+        raise opts.OptionError(
+            "option 'deliveryGuarantee': exactly-once needs Kafka transactions, which "
+            "odradek's client does not have yet; only 'at-least-once' is available"
+        )
+    if guarantee != AT_LEAST_ONCE:
+        raise opts.OptionError(
+            f"option 'deliveryGuarantee' must be 'at-least-once', got {guarantee!r}"
+        )
+    config = opts.client_config(options, for_producer=True)
+    try:
+        ClientConfig(config, "producer")
+    except ConfigError as error:
+        detail = str(error).split(": ", 1)[-1]
+        raise opts.OptionError(f"option 'kafka.{error.key}': {detail}") from None
+
+    value = _typed_column(schema, "value", _TEXT_OR_BINARY)
+    if value is None:
+        names = ", ".join(schema.fieldNames()) or "none"
+        raise opts.OptionError(
+            f"the odradek sink needs a column 'value' (binary or string); columns: {names}"
+        )
+    topic_option = opts.get(options, "topic")
+    if topic_option is not None and not str(topic_option).strip():
+        raise opts.OptionError("option 'topic' must not be empty")
+    topic_column = _typed_column(schema, "topic", (StringType(),))
+    if topic_option is None and topic_column is None:
+        raise opts.OptionError(
+            "the odradek sink needs a topic: set the option 'topic' or add a string column 'topic'"
+        )
+    headers = None
+    found = _column(schema, "headers")
+    if found is not None:
+        headers, data_type = found
+        if not _headers_type_ok(data_type):
+            raise opts.OptionError(
+                f"column '{headers}' must be array<struct<key:string,value:binary>> for "
+                f"the odradek sink, got {_describe(data_type)}"
+            )
+    return WritePlan(
+        config=config,
+        topic=None if topic_option is None else str(topic_option),
+        value=value,
+        key=_typed_column(schema, "key", _TEXT_OR_BINARY),
+        topic_column=topic_column,
+        partition=_typed_column(schema, "partition", (IntegerType(),)),
+        headers=headers,
+        guarantee=guarantee,
+    )
+
+
+# -- delivery (executors) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TaskIdentity:
+    """Which task wrote: Spark's partition id and attempt, plus query/batch when streaming."""
+
+    partition_id: int
+    attempt: int
+    query_id: str | None = None
+    batch_id: int | None = None
+
+    @classmethod
+    def current(cls) -> TaskIdentity:
+        from pyspark import TaskContext
+
+        context = TaskContext.get()
+        if context is None:  # not inside a Spark task (a direct call, e.g. a unit test)
+            return cls(partition_id=0, attempt=0)
+        batch = context.getLocalProperty(BATCH_ID_PROPERTY)
+        return cls(
+            partition_id=context.partitionId(),
+            attempt=context.attemptNumber(),
+            query_id=context.getLocalProperty(QUERY_ID_PROPERTY),
+            batch_id=int(batch) if batch is not None else None,
+        )
+
+
+@dataclass(slots=True)
+class PartitionWritten:
+    """What one task wrote to one topic-partition (offsets as acknowledged)."""
+
+    records: int = 0
+    first_offset: int = -1
+    last_offset: int = -1
+
+    def add(self, offset: int) -> None:
+        self.records += 1
+        if offset >= 0:
+            if self.first_offset < 0 or offset < self.first_offset:
+                self.first_offset = offset
+            self.last_offset = max(self.last_offset, offset)
+
+
+@dataclass
+class OdradekCommitMessage(WriterCommitMessage):
+    """A task's report to the driver: who wrote, and how many records went where."""
+
+    task: TaskIdentity
+    records: int
+    written: dict[tuple[str, int], PartitionWritten] = field(default_factory=dict)
+
+
+class TaskDelivery:
+    """The seam between a write task and the broker: how records go out and are confirmed.
+
+    An executor task calls ``send`` for each record, then ``finish`` (which returns the
+    commit message only once every record is safely delivered under the guarantee) or
+    ``abandon`` if the task fails. The driver calls ``commit_batch``/``abort_batch``
+    with all tasks' messages. ``AtLeastOnceDelivery`` is the implementation today;
+    ``ExactlyOnceDelivery`` (see its docstring) is where the transactional one goes.
+    """
+
+    def __init__(self, plan: WritePlan, task: TaskIdentity) -> None:
+        self.plan = plan
+        self.task = task
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        partition: int,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
+        raise NotImplementedError
+
+    def finish(self) -> OdradekCommitMessage:
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        raise NotImplementedError
+
+    @staticmethod
+    def commit_batch(messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        """Driver: every task of the batch finished. At-least-once: nothing left to do."""
+        records = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
+        logger.info("odradek sink: batch %s committed, %d records", batch_id, records)
+
+    @staticmethod
+    def abort_batch(messages: list[WriterCommitMessage | None], batch_id: int | None) -> None:
+        """Driver: a task failed. Records of the tasks that finished stay in their topics."""
+        delivered = sum(m.records for m in messages if isinstance(m, OdradekCommitMessage))
+        if delivered:
+            logger.warning(
+                "odradek sink: batch %s aborted; %d records of its finished tasks were "
+                "already delivered and stay (at-least-once: a retry sends them again)",
+                batch_id,
+                delivered,
+            )
+
+
+class AtLeastOnceDelivery(TaskDelivery):
+    """One odradek ``Producer`` per task; ``finish`` flushes and checks every report."""
+
+    def __init__(self, plan: WritePlan, task: TaskIdentity) -> None:
+        from odradek.client import Producer
+
+        super().__init__(plan, task)
+        self._producer = Producer(dict(plan.config))
+        self._sent = 0
+        self._failed = 0
+        self._first_error: tuple[str, int, str] | None = None
+        self._written: dict[tuple[str, int], PartitionWritten] = {}
+
+    def _on_delivery(self, error: Any, message: Message) -> None:
+        if error is not None:
+            self._failed += 1
+            if self._first_error is None:
+                self._first_error = (message.topic(), message.partition(), str(error))
+            return
+        where = (message.topic(), message.partition())
+        written = self._written.get(where)
+        if written is None:
+            written = self._written[where] = PartitionWritten()
+        written.add(message.offset())
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | str | None,
+        key: bytes | str | None,
+        partition: int,
+        headers: list[tuple[str, bytes | None]] | None,
+    ) -> None:
+        self._producer.produce(
+            topic, value, key, partition, on_delivery=self._on_delivery, headers=headers
+        )
+        self._sent += 1
+
+    def poll(self) -> None:
+        """Serve delivery reports so far (keeps the report queue short on big tasks)."""
+        self._producer.poll(0)
+
+    def finish(self) -> OdradekCommitMessage:
+        left = self._producer.flush()
+        self._producer.close(ABANDON_TIMEOUT_S)
+        if left or self._failed:
+            reason = (
+                "first error on {}-{}: {}".format(*self._first_error)
+                if self._first_error
+                else "no acknowledgement within delivery.timeout.ms"
+            )
+            raise WriteError(
+                f"odradek sink: {self._failed + left} of {self._sent} records of task "
+                f"{self.task.partition_id} (attempt {self.task.attempt}) were not delivered; "
+                f"{reason}"
+            )
+        assert sum(w.records for w in self._written.values()) == self._sent
+        return OdradekCommitMessage(self.task, self._sent, self._written)
+
+    def abandon(self) -> None:
+        self._producer.close(ABANDON_TIMEOUT_S)
+
+
+class ExactlyOnceDelivery(TaskDelivery):
+    """Seam for the exactly-once streaming sink; needs Kafka transactions (not there yet).
+
+    The design it will implement, keyed by ``(queryId, batchId)``:
+
+    - Each task uses ``transactional.id = odradek-spark-<queryId>-<partitionId>``, so a
+      retried or zombie attempt of the same task is fenced by InitProducerId.
+    - ``send`` produces inside a transaction; ``finish`` flushes and commits it together
+      with a marker offset commit (TxnOffsetCommit to the group
+      ``odradek-spark-<queryId>``, partition ``partitionId``, metadata ``batchId``), so
+      records and marker become visible atomically.
+    - Before writing, a task reads that marker: if it already records this ``batchId``
+      (the batch is replayed after a driver failure), the task writes nothing and returns
+      the same commit message. Replays are deterministic for replayable sources (Spark
+      re-plans the same offsets and partitions for a batch id), which makes this sound.
+    - ``commit_batch`` then has nothing to do; readers use isolation.level=read_committed.
+
+    ``plan_write`` refuses ``deliveryGuarantee=exactly-once`` until the client has the
+    transactional producer (``odradek.client.sender.TransactionHook`` is its seam), so
+    this class is never instantiated today.
+    """
+
+    def __init__(self, plan: WritePlan, task: TaskIdentity) -> None:
+        raise NotImplementedError("exactly-once delivery needs Kafka transactions")
+
+
+DELIVERIES: Final[dict[str, type[TaskDelivery]]] = {AT_LEAST_ONCE: AtLeastOnceDelivery}
+
+
+# -- Arrow batches to records (executors) ----------------------------------------------
+
+
+def _headers_list(raw: list[dict[str, Any]] | None) -> list[tuple[str, bytes | None]] | None:
+    if not raw:
+        return None
+    headers = []
+    for header in raw:
+        name = header["key"]
+        if name is None:
+            raise WriteError("odradek sink: column 'headers' holds a header with a null key")
+        headers.append((name, header["value"]))
+    return headers
+
+
+def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> OdradekCommitMessage:
+    """Executor: send every row of ``batches``; the commit message once all are delivered."""
+    delivery = DELIVERIES[plan.guarantee](plan, TaskIdentity.current())
+    try:
+        for batch in batches:
+            _send_batch(plan, delivery, batch)
+            if isinstance(delivery, AtLeastOnceDelivery):
+                delivery.poll()
+        return delivery.finish()
+    except BaseException:
+        delivery.abandon()
+        raise
+
+
+def _send_batch(plan: WritePlan, delivery: TaskDelivery, batch: pa.RecordBatch) -> None:
+    rows = batch.num_rows
+    if rows == 0:
+        return
+    # One conversion per column and batch (C code); the loop below only zips lists.
+    values = batch.column(plan.value).to_pylist()
+    keys = batch.column(plan.key).to_pylist() if plan.key else [None] * rows
+    partitions = batch.column(plan.partition).to_pylist() if plan.partition else [None] * rows
+    headers = batch.column(plan.headers).to_pylist() if plan.headers else [None] * rows
+    if plan.topic is not None:
+        topics: list[str | None] = [plan.topic] * rows
+    else:
+        assert plan.topic_column is not None
+        topics = batch.column(plan.topic_column).to_pylist()
+    send = delivery.send
+    for topic, value, key, partition, header in zip(
+        topics, values, keys, partitions, headers, strict=True
+    ):
+        if topic is None:
+            raise WriteError(
+                "odradek sink: a row has a null 'topic' column and no option 'topic' is set"
+            )
+        send(
+            topic,
+            value,
+            key,
+            -1 if partition is None else partition,
+            _headers_list(header),
+        )
+
+
+# -- the writers Spark sees -------------------------------------------------------------
+
+
+class BatchWriter(DataSourceArrowWriter):
+    """``df.write.format("odradek").mode("append")``."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        DELIVERIES[self.plan.guarantee].commit_batch(messages, None)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        DELIVERIES[self.plan.guarantee].abort_batch(messages, None)
+
+
+class StreamWriter(DataSourceStreamArrowWriter):
+    """``df.writeStream.format("odradek").outputMode("append")``; one call per micro-batch."""
+
+    def __init__(self, plan: WritePlan) -> None:
+        self.plan = plan
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> WriterCommitMessage:
+        return write_batches(self.plan, iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        DELIVERIES[self.plan.guarantee].commit_batch(messages, batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        DELIVERIES[self.plan.guarantee].abort_batch(messages, batchId)
+
+
+def batch_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> BatchWriter:
+    return BatchWriter(plan_write(options, schema, overwrite))
+
+
+def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> StreamWriter:
+    return StreamWriter(plan_write(options, schema, overwrite))
