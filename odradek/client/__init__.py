@@ -1,12 +1,15 @@
 """The odradek Python client: producer, consumer and admin.
 
 Two faces over one asyncio core: blocking ``Producer``/``Consumer``/``AdminClient``
-shaped like confluent-kafka's, and ``AIOKafkaProducer``/``AIOKafkaConsumer`` shaped
-like aiokafka's. Configuration uses Kafka's property names (``ClientConfig``).
+shaped like confluent-kafka's, and ``AIOKafkaProducer``/``AIOKafkaConsumer``/
+``AIOKafkaAdminClient`` shaped like aiokafka's. Configuration uses Kafka's property
+names (``ClientConfig``).
 """
 
-from odradek.client.admin import AdminClient, NewPartitions, NewTopic
+from odradek.client.admin import AdminClient
+from odradek.client.admin_aio import AIOKafkaAdminClient
 from odradek.client.admin_types import (
+    AclOperation,
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,
@@ -15,15 +18,21 @@ from odradek.client.admin_types import (
     ConsumerGroupListing,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
     DeletedRecords,
     DescribeClusterResult,
     ListConsumerGroupsResult,
     ListOffsetsResultInfo,
     MemberAssignment,
     MemberDescription,
+    NewPartitions,
+    NewTopic,
     Node,
     OffsetSpec,
     ResourceType,
+    TopicCollection,
+    TopicDescription,
+    TopicPartitionInfo,
 )
 from odradek.client.blocking import Producer
 from odradek.client.config import ClientConfig, ConfigError
@@ -33,8 +42,10 @@ from odradek.client.producer import AIOKafkaProducer, AsyncProducer
 from odradek.client.types import KafkaError, KafkaException, Message, RecordMetadata, TopicPartition
 
 __all__ = [
+    "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",
+    "AclOperation",
     "AdminClient",
     "AlterConfigOpType",
     "AsyncProducer",
@@ -48,6 +59,7 @@ __all__ = [
     "ConsumerGroupListing",
     "ConsumerGroupState",
     "ConsumerGroupTopicPartitions",
+    "ConsumerGroupType",
     "DeletedRecords",
     "DescribeClusterResult",
     "KafkaError",
@@ -64,5 +76,8 @@ __all__ = [
     "Producer",
     "RecordMetadata",
     "ResourceType",
+    "TopicCollection",
+    "TopicDescription",
     "TopicPartition",
+    "TopicPartitionInfo",
 ]

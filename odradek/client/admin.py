@@ -1,143 +1,208 @@
-"""Admin client shaped like confluent-kafka's ``AdminClient``.
+"""Blocking admin client shaped like confluent-kafka's ``AdminClient``.
 
-How this works and why: each method sends one request (to the controller for topic
-changes — on a single node any broker) from an asyncio ``Cluster`` running on a
-background thread and returns ``{name: concurrent.futures.Future}`` like
-confluent-kafka, each future resolving to None or raising ``KafkaException`` with
-that item's error. Implemented so far: create_topics, delete_topics,
-create_partitions, list_topics here; configs, consumer groups and their offsets,
-describe_cluster, list_offsets and delete_records in ``admin_more.AdminMethods``.
+How this works and why: the asyncio admin core (``admin_core`` and the operation
+modules ``admin_topics``, ``admin_configs``, ``admin_groups``, ``admin_records``) runs on
+a background thread's event loop; each method here starts one operation there and
+returns what confluent-kafka returns — ``{item: concurrent.futures.Future}`` (or one
+future) — with each future resolving to an ``admin_types`` value or raising
+``KafkaException`` carrying that item's broker error. ``request_timeout`` (seconds)
+bounds the whole operation, lookups included; ``operation_timeout`` is what the
+broker is told to wait for topic changes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import datetime
-from collections.abc import Coroutine
-from dataclasses import dataclass, field
-from typing import Any, Final
+import warnings
+from collections.abc import Callable, Coroutine, Hashable, Iterable, Mapping
+from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.admin_more import MORE_VERSIONS, AdminMethods
+from odradek.client import admin_configs, admin_groups, admin_records, admin_topics
+from odradek.client.admin_core import Outcome, as_exception, open_cluster, within
+from odradek.client.admin_groups import GroupView, partition_errors
+from odradek.client.admin_topics import MetadataView
+from odradek.client.admin_types import (
+    AclOperation,
+    BrokerMetadata,
+    ClusterMetadata,
+    ConfigEntry,
+    ConfigResource,
+    ConsumerGroupDescription,
+    ConsumerGroupListing,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    ConsumerGroupType,
+    DeletedRecords,
+    DescribeClusterResult,
+    ListConsumerGroupsResult,
+    ListOffsetsResultInfo,
+    MemberAssignment,
+    MemberDescription,
+    NewPartitions,
+    NewTopic,
+    Node,
+    OffsetSpec,
+    PartitionMetadata,
+    TopicCollection,
+    TopicDescription,
+    TopicMetadata,
+    TopicPartitionInfo,
+)
 from odradek.client.blocking import LoopThread
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig
-from odradek.client.connection import BrokerConnection, request_entity
-from odradek.client.types import KafkaException
+from odradek.client.consumer_protocol import ConsumerProtocolError, decode_assignment
+from odradek.client.types import TopicPartition
 
-CREATE_TOPICS: Final = 19
-DELETE_TOPICS: Final = 20
-CREATE_PARTITIONS: Final = 37
-ADMIN_VERSIONS: Final = {
-    CREATE_TOPICS: (2, 7),
-    DELETE_TOPICS: (1, 6),
-    CREATE_PARTITIONS: (0, 3),
-    **MORE_VERSIONS,
-}
+K = TypeVar("K", bound=Hashable)
+Future = concurrent.futures.Future
 
-
-@dataclass
-class NewTopic:
-    topic: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    replica_assignment: list[list[int]] | None = None
-    config: dict[str, str] = field(default_factory=dict)
+__all__ = [  # the value types most callers import from here, as from confluent_kafka.admin
+    "AdminClient",
+    "ClusterMetadata",
+    "NewPartitions",
+    "NewTopic",
+    "TopicCollection",
+]
 
 
-@dataclass
-class NewPartitions:
-    topic: str
-    new_total_count: int
-    replica_assignment: list[list[int]] | None = None
+def member_partitions(protocol_type: str, assignment: bytes) -> list[TopicPartition]:
+    """A consumer-protocol assignment as topic-partitions (empty when not decodable)."""
+    if protocol_type != "consumer" or not assignment:
+        return []
+    try:
+        decoded = decode_assignment(assignment)
+    except (ConsumerProtocolError, ValueError, IndexError):
+        return []
+    return [TopicPartition(p.topic, p.partition) for p in decoded.partitions]
 
 
-@dataclass
-class PartitionMetadata:
-    id: int
-    leader: int
-    replicas: list[int]
-    isrs: list[int]
-    error: KafkaError | None = None
+def group_description(view: GroupView) -> ConsumerGroupDescription:
+    """A DescribeGroups answer in confluent-kafka's shape."""
+    members = [
+        MemberDescription(
+            m.member_id,
+            m.client_id,
+            m.client_host,
+            MemberAssignment(member_partitions(view.protocol_type, m.assignment)),
+            m.group_instance_id,
+        )
+        for m in view.members
+    ]
+    return ConsumerGroupDescription(
+        view.group_id,
+        view.protocol_type == "",
+        members,
+        view.protocol,
+        ConsumerGroupState.from_name(view.state),
+        view.coordinator,
+        AclOperation.from_bits(view.authorized_operations),
+        ConsumerGroupType.CLASSIC if view.protocol_type else ConsumerGroupType.UNKNOWN,
+    )
 
 
-@dataclass
-class TopicMetadata:
-    topic: str
-    partitions: dict[int, PartitionMetadata]
-    error: KafkaError | None = None
+def topic_description(metadata: MetadataView, name: str) -> TopicDescription | KafkaError:
+    view = next((t for t in metadata.topics if t.name == name), None)
+    if view is None:
+        return KafkaError(ErrorCode.unknown_topic_or_partition, name)
+    if view.error != ErrorCode.none:
+        return KafkaError(view.error, name)
+
+    def nodes(ids: Iterable[int]) -> list[Node]:
+        return [metadata.node(i) or Node(i, "", -1) for i in ids]
+
+    return TopicDescription(
+        view.name,
+        view.topic_id,
+        view.is_internal,
+        [
+            TopicPartitionInfo(
+                p.id,
+                metadata.node(p.leader) if p.leader >= 0 else None,
+                nodes(p.replicas),
+                nodes(p.isr),
+            )
+            for p in view.partitions
+        ],
+        AclOperation.from_bits(view.authorized_operations),
+    )
 
 
-@dataclass
-class BrokerMetadata:
-    id: int
-    host: str
-    port: int
-
-
-@dataclass
-class ClusterMetadata:
-    cluster_id: str | None
-    controller_id: int
-    brokers: dict[int, BrokerMetadata]
-    topics: dict[str, TopicMetadata]
-
-
-def _timeout(seconds: float) -> datetime.timedelta:
-    return datetime.timedelta(milliseconds=int(max(seconds, 0) * 1000))
-
-
-class AdminClient(AdminMethods):
+class AdminClient:
     def __init__(self, config: dict[str, Any]) -> None:
         self.config = ClientConfig(config, "admin")
         self._thread = LoopThread("odradek-admin")
 
         async def build() -> Cluster:
-            return Cluster(
-                self.config["bootstrap.servers"],
-                client_id=self.config["client.id"],
-                request_timeout_ms=self.config["request.timeout.ms"],
-                retry_backoff_ms=self.config["retry.backoff.ms"],
-                client_versions=ADMIN_VERSIONS,
-            )
+            return open_cluster(self.config)
 
-        self._cluster = self._thread.run(build())
+        try:
+            self._cluster = self._thread.run(build())
+        except BaseException:
+            self._thread.stop()
+            raise
 
-    def _submit(self, coroutine: Coroutine[Any, Any, Any]) -> concurrent.futures.Future[Any]:
-        return asyncio.run_coroutine_threadsafe(coroutine, self._thread.loop)
+    # -- plumbing --------------------------------------------------------------------
+    def _start(
+        self, work: Coroutine[Any, Any, Any], timeout: float | None
+    ) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(within(work, timeout), self._thread.loop)
 
-    async def _controller(self) -> BrokerConnection:
-        metadata = await self._cluster.refresh()
-        if metadata.controller_id >= 0:
-            return await self._cluster.connection(metadata.controller_id)
-        return await self._cluster.any_connection()
+    def _one(self, work: Coroutine[Any, Any, Any], timeout: float | None) -> Future[Any]:
+        """One future for one operation; any failure as ``KafkaException``."""
+        result: Future[Any] = Future()
 
-    def _fan_out(
-        self, names: list[str], request: Coroutine[Any, Any, dict[str, tuple[ErrorCode, str]]]
-    ) -> dict[str, concurrent.futures.Future[None]]:
-        futures: dict[str, concurrent.futures.Future[None]] = {
-            n: concurrent.futures.Future() for n in names
-        }
+        def resolve(done: Future[Any]) -> None:
+            error = done.exception()
+            if error is not None:
+                result.set_exception(as_exception(error))
+            else:
+                result.set_result(done.result())
 
-        def resolve(done: concurrent.futures.Future[dict[str, tuple[ErrorCode, str]]]) -> None:
-            error: BaseException | None = done.exception()
-            if error is not None and not isinstance(error, Exception):
-                error = RuntimeError(repr(error))
-            for name, future in futures.items():
+        self._start(work, timeout).add_done_callback(resolve)
+        return result
+
+    def _each(
+        self,
+        keys: Iterable[K],
+        work: Callable[[K], Coroutine[Any, Any, Any]],
+        timeout: float | None,
+    ) -> dict[K, Future[Any]]:
+        """One operation per key, each with its own future."""
+        return {key: self._one(work(key), timeout) for key in keys}
+
+    def _split(
+        self,
+        keys: Iterable[K],
+        work: Coroutine[Any, Any, Mapping[K, Any]],
+        timeout: float | None,
+        what: Callable[[K], str] = str,
+    ) -> dict[K, Future[Any]]:
+        """One future per key from one operation answering ``{key: value}``: an
+        ``Outcome`` resolves to None or fails, an exception fails, anything else is the
+        result; a key the broker did not answer fails."""
+        futures: dict[K, Future[Any]] = {k: Future() for k in keys}
+
+        def resolve(done: Future[Mapping[K, Any]]) -> None:
+            error = done.exception()
+            for key, future in futures.items():
                 if error is not None:
-                    future.set_exception(KafkaException(error))
+                    future.set_exception(as_exception(error))
                     continue
-                code, message = done.result().get(
-                    name, (ErrorCode.unknown_server_error, "no result")
-                )
-                if code == ErrorCode.none:
-                    future.set_result(None)
+                value = done.result().get(key)
+                if value is None:
+                    value = KafkaError(ErrorCode.unknown_server_error, f"no answer for {key}")
+                if isinstance(value, Outcome):
+                    value = value.error(what(key))
+                if isinstance(value, BaseException):
+                    future.set_exception(as_exception(value))
                 else:
-                    future.set_exception(KafkaException(KafkaError(code, message or name)))
+                    future.set_result(value)
 
-        self._submit(request).add_done_callback(resolve)
+        self._start(work, timeout).add_done_callback(resolve)
         return futures
 
     # -- topics ----------------------------------------------------------------------
@@ -147,72 +212,17 @@ class AdminClient(AdminMethods):
         operation_timeout: float = 0,
         request_timeout: float | None = None,
         validate_only: bool = False,
-    ) -> dict[str, concurrent.futures.Future[None]]:
-        async def go() -> dict[str, tuple[ErrorCode, str]]:
-            connection = await self._controller()
-            v = connection.version_for(CREATE_TOPICS)
-            topics = tuple(
-                request_entity(
-                    CREATE_TOPICS,
-                    v,
-                    "CreatableTopic",
-                    name=t.topic,
-                    num_partitions=t.num_partitions if not t.replica_assignment else -1,
-                    replication_factor=t.replication_factor if not t.replica_assignment else -1,
-                    assignments=tuple(
-                        request_entity(
-                            CREATE_TOPICS,
-                            v,
-                            "CreatableReplicaAssignment",
-                            partition_index=i,
-                            broker_ids=tuple(replicas),
-                        )
-                        for i, replicas in enumerate(t.replica_assignment or ())
-                    ),
-                    configs=tuple(
-                        request_entity(CREATE_TOPICS, v, "CreatableTopicConfig", name=k, value=val)
-                        for k, val in t.config.items()
-                    ),
-                )
-                for t in new_topics
-            )
-            response = await connection.send(
-                request_entity(
-                    CREATE_TOPICS,
-                    v,
-                    topics=topics,
-                    timeout=_timeout(operation_timeout),
-                    validate_only=validate_only,
-                )
-            )
-            return {r.name: (r.error_code, r.error_message or "") for r in response.topics}
-
-        return self._fan_out([t.topic for t in new_topics], go())
+    ) -> dict[str, Future[None]]:
+        work = admin_topics.create_topics(
+            self._cluster, new_topics, operation_timeout, validate_only
+        )
+        return self._split([t.topic for t in new_topics], work, request_timeout)
 
     def delete_topics(
         self, topics: list[str], operation_timeout: float = 0, request_timeout: float | None = None
-    ) -> dict[str, concurrent.futures.Future[None]]:
-        async def go() -> dict[str, tuple[ErrorCode, str]]:
-            connection = await self._controller()
-            v = connection.version_for(DELETE_TOPICS)
-            response = await connection.send(
-                request_entity(
-                    DELETE_TOPICS,
-                    v,
-                    topic_names=tuple(topics),
-                    topics=tuple(
-                        request_entity(DELETE_TOPICS, v, "DeleteTopicState", name=t, topic_id=None)
-                        for t in topics
-                    ),
-                    timeout=_timeout(operation_timeout),
-                )
-            )
-            return {
-                r.name: (r.error_code, getattr(r, "error_message", None) or "")
-                for r in response.responses
-            }
-
-        return self._fan_out(list(topics), go())
+    ) -> dict[str, Future[None]]:
+        work = admin_topics.delete_topics(self._cluster, topics, operation_timeout)
+        return self._split(list(topics), work, request_timeout)
 
     def create_partitions(
         self,
@@ -220,78 +230,270 @@ class AdminClient(AdminMethods):
         operation_timeout: float = 0,
         request_timeout: float | None = None,
         validate_only: bool = False,
-    ) -> dict[str, concurrent.futures.Future[None]]:
-        async def go() -> dict[str, tuple[ErrorCode, str]]:
-            connection = await self._controller()
-            v = connection.version_for(CREATE_PARTITIONS)
-            topics = tuple(
-                request_entity(
-                    CREATE_PARTITIONS,
-                    v,
-                    "CreatePartitionsTopic",
-                    name=p.topic,
-                    count=p.new_total_count,
-                    assignments=None
-                    if p.replica_assignment is None
-                    else tuple(
-                        request_entity(
-                            CREATE_PARTITIONS,
-                            v,
-                            "CreatePartitionsAssignment",
-                            broker_ids=tuple(r),
-                        )
-                        for r in p.replica_assignment
-                    ),
-                )
-                for p in new_partitions
-            )
-            response = await connection.send(
-                request_entity(
-                    CREATE_PARTITIONS,
-                    v,
-                    topics=topics,
-                    timeout=_timeout(operation_timeout),
-                    validate_only=validate_only,
-                )
-            )
-            return {r.name: (r.error_code, r.error_message or "") for r in response.results}
+    ) -> dict[str, Future[None]]:
+        work = admin_topics.create_partitions(
+            self._cluster, new_partitions, operation_timeout, validate_only
+        )
+        return self._split([p.topic for p in new_partitions], work, request_timeout)
 
-        return self._fan_out([p.topic for p in new_partitions], go())
+    def describe_topics(
+        self,
+        topics: TopicCollection,
+        request_timeout: float | None = None,
+        include_authorized_operations: bool = False,
+    ) -> dict[str, Future[TopicDescription]]:
+        if not isinstance(topics, TopicCollection):
+            raise TypeError("describe_topics expects a TopicCollection")
+        names = list(dict.fromkeys(topics.topic_names))
+
+        async def work() -> dict[str, TopicDescription | KafkaError]:
+            metadata = await admin_topics.fetch_metadata(
+                self._cluster, names, include_authorized_operations
+            )
+            return {name: topic_description(metadata, name) for name in names}
+
+        return self._split(names, work(), request_timeout)
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
-        async def go() -> Any:
-            if topic is None:
-                return await self._cluster.refresh(None)
-            self._cluster.want_topics([topic])
-            return await self._cluster.refresh([topic])
-
-        future = self._submit(go())
-        try:
-            metadata = future.result(None if timeout < 0 else timeout)
-        except (KafkaError, OSError, ConnectionError) as error:
-            raise KafkaException(error) from None
-        topics = {
-            name: TopicMetadata(
-                name,
-                {
-                    p.partition: PartitionMetadata(
-                        p.partition, p.leader, list(p.replicas), list(p.isr)
-                    )
-                    for p in info.partitions.values()
-                },
-            )
-            for name, info in metadata.topics.items()
-            if topic is None or name == topic
-        }
-        brokers = {
-            b.node_id: BrokerMetadata(b.node_id, b.host, b.port) for b in metadata.brokers.values()
-        }
+        """Cluster metadata (all topics, or ``topic`` with its error when it is unknown)."""
+        future = self._one(
+            admin_topics.fetch_metadata(self._cluster, None if topic is None else [topic]),
+            None if timeout < 0 else timeout,
+        )
+        metadata: MetadataView = future.result()
+        topics = {}
+        for view in metadata.topics:
+            partitions = {
+                p.id: PartitionMetadata(
+                    p.id,
+                    p.leader,
+                    list(p.replicas),
+                    list(p.isr),
+                    None if p.error == ErrorCode.none else KafkaError(p.error),
+                )
+                for p in view.partitions
+            }
+            error = None if view.error == ErrorCode.none else KafkaError(view.error, view.name)
+            topics[view.name] = TopicMetadata(view.name, partitions, error)
+        brokers = {n.id: BrokerMetadata(n.id, n.host, n.port) for n in metadata.brokers.values()}
         return ClusterMetadata(metadata.cluster_id, metadata.controller_id, brokers, topics)
 
+    # -- configs ---------------------------------------------------------------------
+    def describe_configs(
+        self, resources: list[ConfigResource], request_timeout: float | None = None
+    ) -> dict[ConfigResource, Future[dict[str, ConfigEntry]]]:
+        async def work() -> dict[ConfigResource, Any]:
+            answers = await admin_configs.describe_configs(self._cluster, resources)
+            return {r: a.entries if a.outcome.ok else a.outcome for r, a in answers.items()}
+
+        return self._split(resources, work(), request_timeout, repr)
+
+    def alter_configs(
+        self,
+        resources: list[ConfigResource],
+        request_timeout: float | None = None,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, Future[None]]:
+        """Deprecated in Kafka (use ``incremental_alter_configs``): replaces each
+        resource's dynamic configs with ``set_config``; unlisted keys revert to defaults."""
+        warnings.warn(
+            "alter_configs is deprecated: use incremental_alter_configs",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        work = admin_configs.alter_configs(self._cluster, resources, validate_only)
+        return self._split(resources, work, request_timeout, repr)
+
+    def incremental_alter_configs(
+        self,
+        resources: list[ConfigResource],
+        request_timeout: float | None = None,
+        validate_only: bool = False,
+    ) -> dict[ConfigResource, Future[None]]:
+        work = admin_configs.incremental_alter_configs(self._cluster, resources, validate_only)
+        return self._split(resources, work, request_timeout, repr)
+
+    # -- groups ----------------------------------------------------------------------
+    def list_consumer_groups(
+        self,
+        request_timeout: float | None = None,
+        states: Iterable[ConsumerGroupState] | None = None,
+        types: Iterable[ConsumerGroupType] | None = None,
+    ) -> Future[ListConsumerGroupsResult]:
+        wanted_states = set(states or ())
+        wanted_types = set(types or ())
+
+        async def work() -> ListConsumerGroupsResult:
+            listings = await admin_groups.list_groups(self._cluster)
+            result = ListConsumerGroupsResult(errors=[as_exception(e) for e in listings.errors])
+            for g in listings.groups:
+                state = ConsumerGroupState.from_name(g.state)
+                kind = ConsumerGroupType.from_name(g.group_type)
+                if wanted_states and state not in wanted_states:
+                    continue
+                if wanted_types and kind not in wanted_types:
+                    continue
+                result.valid.append(
+                    ConsumerGroupListing(g.group_id, g.protocol_type == "", state, kind)
+                )
+            return result
+
+        return self._one(work(), request_timeout)
+
+    def describe_consumer_groups(
+        self,
+        group_ids: list[str],
+        request_timeout: float | None = None,
+        include_authorized_operations: bool = False,
+    ) -> dict[str, Future[ConsumerGroupDescription]]:
+        async def work() -> dict[str, Any]:
+            views = await admin_groups.describe_groups(
+                self._cluster,
+                group_ids,
+                include_authorized_operations=include_authorized_operations,
+            )
+            found: dict[str, Any] = {}
+            for group_id, view in views.items():
+                if isinstance(view, Exception):
+                    found[group_id] = view
+                elif view.error != ErrorCode.none:
+                    found[group_id] = KafkaError(view.error, f"group {group_id}")
+                else:
+                    found[group_id] = group_description(view)
+            return found
+
+        return self._split(list(dict.fromkeys(group_ids)), work(), request_timeout)
+
+    def delete_consumer_groups(
+        self, group_ids: list[str], request_timeout: float | None = None
+    ) -> dict[str, Future[None]]:
+        work = admin_groups.delete_groups(self._cluster, group_ids)
+        return self._split(list(dict.fromkeys(group_ids)), work, request_timeout, "group {}".format)
+
+    def list_consumer_group_offsets(
+        self,
+        list_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
+        require_stable: bool = False,
+        request_timeout: float | None = None,
+    ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
+        requests = {r.group_id: r for r in list_consumer_group_offsets_request}
+
+        async def work(group_id: str) -> ConsumerGroupTopicPartitions:
+            wanted = requests[group_id].topic_partitions
+            offsets = await admin_groups.list_group_offsets(
+                self._cluster, group_id, wanted, require_stable
+            )
+            found = []
+            for c in offsets:
+                if c.error != ErrorCode.none:
+                    raise KafkaError(c.error, f"group {group_id} {c.topic}-{c.partition}")
+                # Like librdkafka: "nothing committed" is OFFSET_INVALID (-1001).
+                found.append(
+                    TopicPartition(c.topic, c.partition, c.offset if c.offset >= 0 else -1001)
+                )
+            return ConsumerGroupTopicPartitions(group_id, found)
+
+        return self._each(list(requests), work, request_timeout)
+
+    def alter_consumer_group_offsets(
+        self,
+        alter_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
+        request_timeout: float | None = None,
+    ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
+        requests = {r.group_id: r for r in alter_consumer_group_offsets_request}
+
+        async def work(group_id: str) -> ConsumerGroupTopicPartitions:
+            wanted = list(requests[group_id].topic_partitions or ())
+            for tp in wanted:
+                if tp.offset < 0:
+                    raise KafkaError(
+                        ErrorCode.invalid_request, f"offset of {tp.topic}-{tp.partition} < 0"
+                    )
+            answers = await admin_groups.alter_group_offsets(self._cluster, group_id, wanted)
+            error = partition_errors(group_id, answers)
+            if error is not None:
+                raise error
+            return ConsumerGroupTopicPartitions(group_id, wanted)
+
+        return self._each(list(requests), work, request_timeout)
+
+    def delete_consumer_group_offsets(
+        self,
+        delete_consumer_group_offsets_request: list[ConsumerGroupTopicPartitions],
+        request_timeout: float | None = None,
+    ) -> dict[str, Future[ConsumerGroupTopicPartitions]]:
+        """OffsetDelete: forget each group's committed offsets of the given partitions.
+
+        Not in confluent-kafka's Python API (librdkafka has DeleteConsumerGroupOffsets);
+        shaped like ``alter_consumer_group_offsets``: a future per group resolving to the
+        request's ``ConsumerGroupTopicPartitions``, or failing with the first error.
+        """
+        requests = {r.group_id: r for r in delete_consumer_group_offsets_request}
+        for r in requests.values():
+            if not r.topic_partitions:
+                raise ValueError(f"group {r.group_id}: give the partitions whose offsets to delete")
+
+        async def work(group_id: str) -> ConsumerGroupTopicPartitions:
+            wanted = [
+                TopicPartition(tp.topic, tp.partition)
+                for tp in requests[group_id].topic_partitions or ()
+            ]
+            answers = await admin_groups.delete_group_offsets(self._cluster, group_id, wanted)
+            error = partition_errors(group_id, answers)
+            if error is not None:
+                raise error
+            return ConsumerGroupTopicPartitions(group_id, wanted)
+
+        return self._each(list(requests), work, request_timeout)
+
+    # -- cluster, offsets, records ---------------------------------------------------
+    def describe_cluster(
+        self, request_timeout: float | None = None, include_authorized_operations: bool = False
+    ) -> Future[DescribeClusterResult]:
+        work = admin_records.describe_cluster(self._cluster, include_authorized_operations)
+        return self._one(work, request_timeout)
+
+    def list_offsets(
+        self,
+        topic_partition_offsets: Mapping[TopicPartition, OffsetSpec],
+        isolation_level: int = 0,
+        request_timeout: float | None = None,
+    ) -> dict[TopicPartition, Future[ListOffsetsResultInfo]]:
+        timestamps = {
+            TopicPartition(tp.topic, tp.partition): spec.timestamp
+            for tp, spec in topic_partition_offsets.items()
+        }
+        work = admin_records.list_offsets(self._cluster, timestamps, int(isolation_level))
+        return self._split(list(timestamps), work, request_timeout)
+
+    def delete_records(
+        self,
+        topic_partition_offsets: Iterable[TopicPartition] | Mapping[TopicPartition, int],
+        request_timeout: float | None = None,
+        operation_timeout: float = 60,
+    ) -> dict[TopicPartition, Future[DeletedRecords]]:
+        """Delete records before an offset: a list of ``TopicPartition``s carrying the
+        offset (confluent-kafka's shape) or ``{TopicPartition: offset}``."""
+        if isinstance(topic_partition_offsets, Mapping):
+            before = {
+                TopicPartition(tp.topic, tp.partition): o
+                for tp, o in topic_partition_offsets.items()
+            }
+        else:
+            before = {
+                TopicPartition(tp.topic, tp.partition): tp.offset for tp in topic_partition_offsets
+            }
+        work = admin_records.delete_records(self._cluster, before, operation_timeout)
+        return self._split(list(before), work, request_timeout)
+
+    # -- lifecycle -------------------------------------------------------------------
+    def poll(self, timeout: float | None = None) -> int:
+        """Futures resolve on the admin's own thread, so there are no events to serve."""
+        return 0
+
     def close(self) -> None:
-        with_cluster = self._cluster
         try:
-            self._submit(with_cluster.close()).result(10)
+            self._thread.run(self._cluster.close(), 10)
         finally:
             self._thread.stop()
 

@@ -9,8 +9,10 @@ for confluent-kafka reads the same. They hold no I/O.
 from __future__ import annotations
 
 import enum
+import uuid
 from dataclasses import dataclass, field
 
+from odradek.client.cluster import KafkaError
 from odradek.client.types import TopicPartition
 
 
@@ -29,6 +31,13 @@ class ConfigSource(enum.IntEnum):
     DYNAMIC_DEFAULT_BROKER_CONFIG = 3
     STATIC_BROKER_CONFIG = 4
     DEFAULT_CONFIG = 5
+    DYNAMIC_BROKER_LOGGER_CONFIG = 6
+    CLIENT_METRICS_CONFIG = 7
+    GROUP_CONFIG = 8
+
+    @classmethod
+    def of(cls, code: int) -> ConfigSource:
+        return cls(code) if code in cls._value2member_map_ else cls.UNKNOWN_CONFIG
 
 
 class AlterConfigOpType(enum.IntEnum):
@@ -36,6 +45,41 @@ class AlterConfigOpType(enum.IntEnum):
     DELETE = 1
     APPEND = 2
     SUBTRACT = 3
+
+
+class AclOperation(enum.IntEnum):
+    """Kafka's ACL operation codes (bit positions of an authorized-operations field)."""
+
+    UNKNOWN = 0
+    ANY = 1
+    ALL = 2
+    READ = 3
+    WRITE = 4
+    CREATE = 5
+    DELETE = 6
+    ALTER = 7
+    DESCRIBE = 8
+    CLUSTER_ACTION = 9
+    DESCRIBE_CONFIGS = 10
+    ALTER_CONFIGS = 11
+    IDEMPOTENT_WRITE = 12
+
+    @classmethod
+    def from_bits(cls, bits: int) -> list[AclOperation] | None:
+        """The operations set in a response's bit field; None when it was not asked for."""
+        if bits == -(2**31):  # INT32_MIN: "not requested" in every Kafka response
+            return None
+        return [op for op in cls if op >= cls.READ and bits & (1 << op)]
+
+
+class ConsumerGroupType(enum.IntEnum):
+    UNKNOWN = 0
+    CONSUMER = 1
+    CLASSIC = 2
+
+    @classmethod
+    def from_name(cls, name: str | None) -> ConsumerGroupType:
+        return cls.__members__.get((name or "").upper(), cls.UNKNOWN)
 
 
 class ConsumerGroupState(enum.IntEnum):
@@ -112,13 +156,17 @@ class Node:
     port: int
     rack: str | None = None
 
+    @property
+    def id_string(self) -> str:
+        return str(self.id)
+
 
 @dataclass
 class DescribeClusterResult:
     controller: Node | None
     nodes: list[Node]
     cluster_id: str | None = None
-    authorized_operations: list[int] | None = None
+    authorized_operations: list[AclOperation] | None = None
 
 
 @dataclass
@@ -126,6 +174,7 @@ class ConsumerGroupListing:
     group_id: str
     is_simple_consumer_group: bool
     state: ConsumerGroupState = ConsumerGroupState.UNKNOWN
+    type: ConsumerGroupType = ConsumerGroupType.UNKNOWN
 
 
 @dataclass
@@ -146,6 +195,7 @@ class MemberDescription:
     host: str
     assignment: MemberAssignment
     group_instance_id: str | None = None
+    target_assignment: MemberAssignment | None = None
 
 
 @dataclass
@@ -156,6 +206,8 @@ class ConsumerGroupDescription:
     partition_assignor: str
     state: ConsumerGroupState
     coordinator: Node | None = None
+    authorized_operations: list[AclOperation] | None = None
+    type: ConsumerGroupType = ConsumerGroupType.UNKNOWN
 
 
 @dataclass
@@ -208,3 +260,85 @@ class ListOffsetsResultInfo:
 @dataclass
 class DeletedRecords:
     low_watermark: int
+
+
+# -- topics --------------------------------------------------------------------------
+@dataclass
+class NewTopic:
+    topic: str
+    num_partitions: int = -1
+    replication_factor: int = -1
+    replica_assignment: list[list[int]] | None = None
+    config: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class NewPartitions:
+    topic: str
+    new_total_count: int
+    replica_assignment: list[list[int]] | None = None
+
+
+class TopicCollection:
+    """The topics ``describe_topics`` looks up, by name."""
+
+    def __init__(self, topic_names: list[str]) -> None:
+        names = list(topic_names)
+        for name in names:
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"topic names must be non-empty strings, got {name!r}")
+        self.topic_names = names
+
+    def __repr__(self) -> str:
+        return f"TopicCollection({self.topic_names!r})"
+
+
+@dataclass
+class TopicPartitionInfo:
+    id: int
+    leader: Node | None
+    replicas: list[Node]
+    isr: list[Node]
+
+
+@dataclass
+class TopicDescription:
+    name: str
+    topic_id: uuid.UUID | None
+    is_internal: bool
+    partitions: list[TopicPartitionInfo]
+    authorized_operations: list[AclOperation] | None = None
+
+
+# -- list_topics (cluster metadata, confluent-kafka's ClusterMetadata shape) ---------
+@dataclass
+class PartitionMetadata:
+    id: int
+    leader: int
+    replicas: list[int]
+    isrs: list[int]
+    error: KafkaError | None = None
+
+
+@dataclass
+class TopicMetadata:
+    topic: str
+    partitions: dict[int, PartitionMetadata]
+    error: KafkaError | None = None
+
+
+@dataclass
+class BrokerMetadata:
+    id: int
+    host: str
+    port: int
+
+
+@dataclass
+class ClusterMetadata:
+    cluster_id: str | None
+    controller_id: int
+    brokers: dict[int, BrokerMetadata]
+    topics: dict[str, TopicMetadata]
+    orig_broker_id: int = -1
+    orig_broker_name: str | None = None

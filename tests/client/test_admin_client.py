@@ -1,15 +1,19 @@
-"""The odradek AdminClient against a real ``odradek serve``, checked with confluent-kafka."""
+"""The odradek AdminClient's topic calls against a real ``odradek serve``, checked with
+confluent-kafka's AdminClient on the same broker."""
 
 from __future__ import annotations
 
 import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
+import confluent_kafka
 import pytest
+from confluent_kafka import TopicCollection as CKTopicCollection
 from confluent_kafka.admin import AdminClient as CKAdmin
 
-from odradek.client.admin import AdminClient, NewPartitions, NewTopic
+from odradek.client.admin import AdminClient, NewPartitions, NewTopic, TopicCollection
 from odradek.client.types import KafkaException
 from tests.support.broker import BrokerProcess
 
@@ -81,3 +85,77 @@ def test_validate_only_creates_nothing(kafka: BrokerProcess, admin: AdminClient)
     name = f"v-{uuid.uuid4().hex[:8]}"
     assert admin.create_topics([NewTopic(name, 2, 1)], validate_only=True)[name].result(10) is None
     assert name not in their_topics(kafka)
+
+
+def test_describe_topics_matches_confluent(kafka: BrokerProcess, admin: AdminClient) -> None:
+    name = f"d-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 3, 1)])[name].result(10)
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    ours = admin.describe_topics(TopicCollection([name, missing]))
+    assert set(ours) == {name, missing}
+    mine = ours[name].result(10)
+    ck = CKAdmin({"bootstrap.servers": kafka.bootstrap})
+    theirs_futures = ck.describe_topics(CKTopicCollection([name, missing]))
+    theirs = theirs_futures[name].result(10)
+    assert mine.name == theirs.name == name
+    assert mine.topic_id is not None
+    their_id = theirs.topic_id
+    assert mine.topic_id.int == (their_id.get_most_significant_bits() % 2**64) << 64 | (
+        their_id.get_least_significant_bits() % 2**64
+    )
+    assert mine.is_internal is theirs.is_internal is False
+    assert mine.authorized_operations is None and theirs.authorized_operations is None
+
+    def shape(partitions: list[Any]) -> list[tuple[int, int, list[int], list[int]]]:
+        return [
+            (p.id, p.leader.id, [n.id for n in p.replicas], [n.id for n in p.isr])
+            for p in partitions
+        ]
+
+    assert shape(mine.partitions) == shape(theirs.partitions)
+    assert [p.id for p in mine.partitions] == [0, 1, 2]
+    leader = mine.partitions[0].leader
+    assert (
+        leader is not None
+        and leader.port == kafka.port
+        and leader.host == theirs.partitions[0].leader.host
+    )
+    with pytest.raises(KafkaException, match="UNKNOWN_TOPIC_OR_PARTITION"):
+        ours[missing].result(10)
+    with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC"):
+        theirs_futures[missing].result(10)
+    # Asking about a topic never creates it.
+    assert missing not in their_topics(kafka)
+    with pytest.raises(TypeError):
+        admin.describe_topics([name])  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        TopicCollection([name, ""])
+
+
+def test_describe_internal_topic(kafka: BrokerProcess, admin: AdminClient) -> None:
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    name = f"i-{uuid.uuid4().hex[:8]}"
+    admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kafka.bootstrap, "group.id": group})
+    try:  # a commit makes the broker create __consumer_offsets
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(name, 0, 1)], asynchronous=False)
+    finally:
+        consumer.close()
+    internal = "__consumer_offsets"
+    mine = admin.describe_topics(TopicCollection([internal]))[internal].result(10)
+    ck = CKAdmin({"bootstrap.servers": kafka.bootstrap})  # kept alive while waiting
+    theirs = ck.describe_topics(CKTopicCollection([internal]))[internal].result(10)
+    assert mine.is_internal is theirs.is_internal is True
+    assert len(mine.partitions) == len(theirs.partitions) > 0
+
+
+def test_list_topics_of_unknown_topic_reports_it_without_creating_it(
+    kafka: BrokerProcess, admin: AdminClient
+) -> None:
+    missing = f"missing-{uuid.uuid4().hex[:8]}"
+    metadata = admin.list_topics(missing, timeout=10)
+    entry = metadata.topics[missing]
+    assert entry.error is not None and "UNKNOWN_TOPIC_OR_PARTITION" in str(entry.error)
+    assert entry.partitions == {}
+    assert [b.port for b in metadata.brokers.values()] == [kafka.port]
+    assert missing not in admin.list_topics(timeout=10).topics

@@ -261,3 +261,132 @@ def test_list_offsets_and_delete_records(kafka: BrokerProcess, admin: AdminClien
     missing = TopicPartition("no-such-topic", 0)
     with pytest.raises(KafkaException):
         admin.list_offsets({missing: OffsetSpec.latest()})[missing].result(TIMEOUT)
+
+
+def their_configs(kafka: BrokerProcess, topic: str) -> dict[str, tuple[str | None, bool]]:
+    ck = CKAdmin({"bootstrap.servers": kafka.bootstrap})
+    resource = CKConfigResource("topic", topic)
+    entries = ck.describe_configs([resource])[resource].result(TIMEOUT)
+    return {n: (e.value, e.is_default) for n, e in entries.items()}
+
+
+@pytest.mark.filterwarnings("ignore:alter_configs:DeprecationWarning")
+def test_legacy_alter_configs_replaces_the_whole_set(
+    kafka: BrokerProcess, admin: AdminClient
+) -> None:
+    topic = new_topic(admin, 1)
+    resource = ConfigResource(
+        "topic", topic, set_config={"retention.ms": "7777", "cleanup.policy": "compact"}
+    )
+    with pytest.deprecated_call():
+        futures = admin.alter_configs([resource])
+    assert futures[resource].result(TIMEOUT) is None
+    theirs = their_configs(kafka, topic)
+    assert theirs["retention.ms"] == ("7777", False)
+    assert theirs["cleanup.policy"] == ("compact", False)
+    # Unlike the incremental API, keys not listed revert to their defaults.
+    only = ConfigResource("topic", topic, set_config={"cleanup.policy": "compact"})
+    admin.alter_configs([only])[only].result(TIMEOUT)
+    theirs = their_configs(kafka, topic)
+    assert theirs["retention.ms"][1] and theirs["cleanup.policy"] == ("compact", False)
+    # validate_only changes nothing; a bad value fails that resource only.
+    trial = ConfigResource("topic", topic, set_config={"retention.ms": "1"})
+    admin.alter_configs([trial], validate_only=True)[trial].result(TIMEOUT)
+    assert their_configs(kafka, topic)["retention.ms"][1]
+    other = new_topic(admin, 1)
+    bad = ConfigResource("topic", topic, set_config={"retention.ms": "soon"})
+    good = ConfigResource("topic", other, set_config={"retention.ms": "4242"})
+    futures = admin.alter_configs([bad, good])
+    with pytest.raises(KafkaException, match="INVALID_CONFIG"):
+        futures[bad].result(TIMEOUT)
+    assert futures[good].result(TIMEOUT) is None
+    assert their_configs(kafka, other)["retention.ms"] == ("4242", False)
+    # What confluent-kafka's alter_configs writes, ours reads.
+    ck = CKAdmin({"bootstrap.servers": kafka.bootstrap})
+    theirs_resource = CKConfigResource("topic", other, set_config={"retention.ms": "5151"})
+    ck.alter_configs([theirs_resource])[theirs_resource].result(TIMEOUT)
+    entries = admin.describe_configs([good])[good].result(TIMEOUT)
+    assert entries["retention.ms"].value == "5151"
+
+
+def test_delete_consumer_group_offsets(kafka: BrokerProcess, admin: AdminClient) -> None:
+    topic = new_topic(admin, 2)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = group_consumer(kafka, group)
+    ck = CKAdmin({"bootstrap.servers": kafka.bootstrap})
+    parts = [confluent_kafka.TopicPartition(topic, p) for p in (0, 1)]
+
+    def theirs() -> dict[int, int]:
+        request = confluent_kafka.ConsumerGroupTopicPartitions(group, parts)
+        listed = ck.list_consumer_group_offsets([request])[group].result(TIMEOUT)
+        return {tp.partition: tp.offset for tp in listed.topic_partitions}
+
+    try:
+        consumer.commit(
+            offsets=[
+                confluent_kafka.TopicPartition(topic, 0, 3),
+                confluent_kafka.TopicPartition(topic, 1, 5),
+            ],
+            asynchronous=False,
+        )
+    finally:
+        consumer.close()
+    assert theirs() == {0: 3, 1: 5}
+    request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+    done = admin.delete_consumer_group_offsets([request])[group].result(TIMEOUT)
+    assert done.group_id == group and done.topic_partitions == [TopicPartition(topic, 0)]
+    assert theirs() == {0: -1001, 1: 5}  # OFFSET_INVALID: nothing committed any more
+    # Ours reports "nothing committed" the way confluent-kafka does.
+    both = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0), TopicPartition(topic, 1)])
+    listed = admin.list_consumer_group_offsets([both])[group].result(TIMEOUT)
+    assert [(tp.partition, tp.offset) for tp in listed.topic_partitions or ()] == [
+        (0, -1001),
+        (1, 5),
+    ]
+    unknown = f"none-{uuid.uuid4().hex[:8]}"
+    missing = ConsumerGroupTopicPartitions(unknown, [TopicPartition(topic, 0)])
+    with pytest.raises(KafkaException, match="GROUP_ID_NOT_FOUND"):
+        admin.delete_consumer_group_offsets([missing])[unknown].result(TIMEOUT)
+    with pytest.raises(ValueError, match="partitions"):
+        admin.delete_consumer_group_offsets([ConsumerGroupTopicPartitions(group)])
+
+
+def test_delete_offsets_of_a_subscribed_topic_is_refused(
+    kafka: BrokerProcess, admin: AdminClient
+) -> None:
+    topic = new_topic(admin, 1)
+    group = f"g-{uuid.uuid4().hex[:8]}"
+    consumer = group_consumer(kafka, group)
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while not consumer.assignment():
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.2)
+        consumer.commit(offsets=[confluent_kafka.TopicPartition(topic, 0, 0)], asynchronous=False)
+        request = ConsumerGroupTopicPartitions(group, [TopicPartition(topic, 0)])
+        with pytest.raises(KafkaException, match="GROUP_SUBSCRIBED_TO_TOPIC"):
+            admin.delete_consumer_group_offsets([request])[group].result(TIMEOUT)
+        # The same group described by both clients.
+        ours = admin.describe_consumer_groups([group])[group].result(TIMEOUT)
+        ck = CKAdmin({"bootstrap.servers": kafka.bootstrap})
+        theirs = ck.describe_consumer_groups([group])[group].result(TIMEOUT)
+        assert ours.state == ConsumerGroupState.STABLE and theirs.state.name == "STABLE"
+        assert ours.partition_assignor == theirs.partition_assignor
+        assert [(m.member_id, m.client_id, m.host) for m in ours.members] == [
+            (m.member_id, m.client_id, m.host) for m in theirs.members
+        ]
+        assert [(tp.topic, tp.partition) for tp in ours.members[0].assignment.topic_partitions] == [
+            (tp.topic, tp.partition) for tp in theirs.members[0].assignment.topic_partitions
+        ]
+        # Listing with a state filter agrees with confluent-kafka's.
+        stable = admin.list_consumer_groups(states=[ConsumerGroupState.STABLE]).result(TIMEOUT)
+        assert group in {g.group_id for g in stable.valid}
+        empty = admin.list_consumer_groups(states=[ConsumerGroupState.EMPTY]).result(TIMEOUT)
+        assert group not in {g.group_id for g in empty.valid}
+        their_stable = ck.list_consumer_groups(
+            states={confluent_kafka.ConsumerGroupState.STABLE}
+        ).result(TIMEOUT)
+        assert {g.group_id for g in stable.valid} == {g.group_id for g in their_stable.valid}
+    finally:
+        consumer.close()
