@@ -4,61 +4,35 @@ How this works and why: the client tools are click commands (the older ``serve``
 ``dump-log`` stay argparse; ``main`` routes by the first word). ``ToolGroup`` turns
 every client-side failure (a broker error, an unreachable bootstrap, a bad value)
 into click's one-line ``Error: ...`` with exit status 1, so no tool ever prints a
-traceback; bad arguments stay click's usage errors (status 2). ``Session`` is a small
-synchronous wrapper over the client's asyncio ``Cluster`` for the requests the
-``AdminClient`` does not offer yet (groups, offsets, configs): it runs a private event
-loop and builds each request at a pinned version the broker supports.
+traceback; bad arguments stay click's usage errors (status 2). Every admin request
+goes through the client's ``AdminClient`` (``admin_client``); ``result`` waits for one
+of its futures and turns a failure into a one-line ``CliError``.
 """
 
 from __future__ import annotations
 
-import asyncio
+import concurrent.futures
 import json
 import sys
-from collections.abc import Callable, Coroutine, Iterable, Sequence
-from typing import Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
 
 import click
 from kio.schema.errors import ErrorCode
 from rich.console import Console
 from rich.table import Table
 
-from odradek.client.cluster import Cluster, KafkaError
+from odradek.client.admin import AdminClient
+from odradek.client.admin_types import OffsetSpec, TopicCollection, TopicDescription
+from odradek.client.cluster import KafkaError
 from odradek.client.config import ConfigError
-from odradek.client.connection import (
-    BrokerConnection,
-    KafkaConnectionError,
-    UnsupportedVersionError,
-    request_entity,
-)
-from odradek.client.types import KafkaException
+from odradek.client.connection import KafkaConnectionError, UnsupportedVersionError
+from odradek.client.types import KafkaException, TopicPartition
 
-T = TypeVar("T")
 DEFAULT_BOOTSTRAP = "localhost:9092"
-
-LIST_OFFSETS = 2
-OFFSET_COMMIT = 8
-OFFSET_FETCH = 9
-FIND_COORDINATOR = 10
-LIST_GROUPS = 16
-DESCRIBE_GROUPS = 15
-DESCRIBE_CONFIGS = 32
-INCREMENTAL_ALTER_CONFIGS = 44
-DELETE_GROUPS = 42
-# One pinned version per API: the request shapes below are written for these.
-VERSIONS: dict[int, tuple[int, int]] = {
-    LIST_OFFSETS: (7, 7),
-    OFFSET_COMMIT: (7, 7),
-    OFFSET_FETCH: (7, 7),
-    FIND_COORDINATOR: (3, 3),
-    LIST_GROUPS: (4, 4),
-    DESCRIBE_GROUPS: (5, 5),
-    DESCRIBE_CONFIGS: (4, 4),
-    INCREMENTAL_ALTER_CONFIGS: (1, 1),
-    DELETE_GROUPS: (2, 2),
-}
-EARLIEST = -2
-LATEST = -1
+REQUEST_TIMEOUT_S = 30.0  # each admin operation, lookups included
+TP = tuple[str, int]
 
 
 class CliError(Exception):
@@ -151,148 +125,65 @@ def emit(
     Console(width=max(Console().width, 120) if not sys.stdout.isatty() else None).print(table)
 
 
-def check(code: ErrorCode, what: str, message: str | None = None) -> None:
-    if code != ErrorCode.none:
-        raise CliError(f"{what}: {code.name.upper()}{': ' + message if message else ''}")
+def error_code(error: BaseException) -> ErrorCode | None:
+    """The broker's error code inside a client failure, if it carries one."""
+    inner = getattr(error, "error", error)
+    code = getattr(inner, "code", None)
+    return code if isinstance(code, ErrorCode) else None
 
 
-class Session:
-    """Synchronous raw requests through a ``Cluster`` on a private event loop."""
+@contextmanager
+def admin_client(bootstrap: str) -> Iterator[AdminClient]:
+    client = AdminClient({"bootstrap.servers": bootstrap, "client.id": "odradek-cli"})
+    try:
+        yield client
+    finally:
+        client.close()
 
-    def __init__(self, bootstrap: str, timeout_s: float = 30.0) -> None:
-        self.loop = asyncio.new_event_loop()
-        self.timeout_s = timeout_s
 
-        async def build() -> Cluster:
-            return Cluster(
-                bootstrap,
-                client_id="odradek-cli",
-                request_timeout_ms=int(timeout_s * 1000),
-                client_versions=VERSIONS,
-            )
+def result(future: concurrent.futures.Future[Any], what: str) -> Any:
+    """Wait for one admin future; a failure is one line naming ``what``."""
+    try:
+        return future.result(REQUEST_TIMEOUT_S + 5)
+    except KafkaException as error:
+        raise CliError(f"{what}: {describe_failure(error)}") from None
+    except concurrent.futures.TimeoutError:
+        raise CliError(f"{what}: no answer within {REQUEST_TIMEOUT_S:.0f} s") from None
 
-        self.cluster: Cluster = self.loop.run_until_complete(build())
 
-    def run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        return self.loop.run_until_complete(coroutine)
-
-    def close(self) -> None:
+def describe_topics(
+    admin: AdminClient, names: Sequence[str], skip_missing: bool = False
+) -> dict[str, TopicDescription]:
+    """Descriptions of ``names``; unknown topics are skipped (``skip_missing``, for
+    listings racing a deletion) or one ``CliError`` naming them all."""
+    if not names:
+        return {}
+    futures = admin.describe_topics(TopicCollection(list(names)), request_timeout=REQUEST_TIMEOUT_S)
+    found: dict[str, TopicDescription] = {}
+    missing = []
+    for name, future in futures.items():
         try:
-            self.loop.run_until_complete(self.cluster.close())
-        finally:
-            self.loop.close()
+            found[name] = future.result(REQUEST_TIMEOUT_S + 5)
+        except KafkaException as error:
+            if error_code(error) != ErrorCode.unknown_topic_or_partition:
+                raise CliError(f"topic {name}: {describe_failure(error)}") from None
+            missing.append(name)
+    if missing and not skip_missing:
+        raise CliError(f"unknown topic: {', '.join(missing)}")
+    return found
 
-    def __enter__(self) -> Session:
-        return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+def topic_partitions(admin: AdminClient, topic: str) -> list[int]:
+    return [p.id for p in describe_topics(admin, [topic])[topic].partitions]
 
-    # -- plumbing --------------------------------------------------------------------
-    def send(self, api_key: int, node: int | None = None, **fields: Any) -> Any:
-        async def go() -> Any:
-            connection: BrokerConnection
-            if node is None:
-                connection = await self.cluster.any_connection()
-            else:
-                connection = await self.cluster.connection(node)
-            version = connection.version_for(api_key)
-            return await connection.send(request_entity(api_key, version, **fields))
 
-        return self.run(go())
-
-    def entity(self, api_key: int, class_name: str, **fields: Any) -> Any:
-        return request_entity(api_key, VERSIONS[api_key][1], class_name, **fields)
-
-    def metadata(self, topics: list[str] | None = None) -> Any:
-        return self.run(self.cluster.refresh(topics))
-
-    def coordinator(self, group: str) -> int:
-        response = self.send(FIND_COORDINATOR, key=group, key_type=0)
-        check(response.error_code, f"group {group}", response.error_message)
-        return int(response.node_id)
-
-    # -- offsets ---------------------------------------------------------------------
-    def list_offsets(self, wanted: dict[tuple[str, int], int]) -> dict[tuple[str, int], int]:
-        """Offsets for ``{(topic, partition): timestamp}`` (-2 earliest, -1 latest)."""
-        if not wanted:
-            return {}
-        metadata = self.metadata(sorted({t for t, _ in wanted}))
-        by_leader: dict[int, dict[tuple[str, int], int]] = {}
-        for (topic, partition), ts in wanted.items():
-            info = metadata.topics.get(topic)
-            if info is None or partition not in info.partitions:
-                raise CliError(f"unknown partition {topic}-{partition}")
-            by_leader.setdefault(info.partitions[partition].leader, {})[(topic, partition)] = ts
-        found: dict[tuple[str, int], int] = {}
-        for leader, part in by_leader.items():
-            topics: dict[str, list[Any]] = {}
-            for (topic, partition), ts in part.items():
-                topics.setdefault(topic, []).append(
-                    self.entity(
-                        LIST_OFFSETS,
-                        "ListOffsetsPartition",
-                        partition_index=partition,
-                        current_leader_epoch=-1,
-                        timestamp=ts,
-                    )
-                )
-            response = self.send(
-                LIST_OFFSETS,
-                node=leader,
-                replica_id=-1,
-                isolation_level=0,
-                topics=tuple(
-                    self.entity(LIST_OFFSETS, "ListOffsetsTopic", name=t, partitions=tuple(ps))
-                    for t, ps in topics.items()
-                ),
-            )
-            for topic in response.topics:
-                for p in topic.partitions:
-                    check(p.error_code, f"{topic.name}-{p.partition_index}")
-                    found[(topic.name, p.partition_index)] = int(p.offset)
-        return found
-
-    def committed(self, group: str, node: int | None = None) -> dict[tuple[str, int], int]:
-        """All offsets ``group`` committed."""
-        node = self.coordinator(group) if node is None else node
-        response = self.send(
-            OFFSET_FETCH, node=node, group_id=group, topics=None, require_stable=False
-        )
-        check(response.error_code, f"group {group}")
-        offsets: dict[tuple[str, int], int] = {}
-        for topic in response.topics:
-            for p in topic.partitions:
-                if p.error_code == ErrorCode.none and p.committed_offset >= 0:
-                    offsets[(topic.name, p.partition_index)] = int(p.committed_offset)
-        return offsets
-
-    def commit(self, group: str, offsets: dict[tuple[str, int], int]) -> None:
-        node = self.coordinator(group)
-        topics: dict[str, list[Any]] = {}
-        for (topic, partition), offset in sorted(offsets.items()):
-            topics.setdefault(topic, []).append(
-                self.entity(
-                    OFFSET_COMMIT,
-                    "OffsetCommitRequestPartition",
-                    partition_index=partition,
-                    committed_offset=offset,
-                    committed_leader_epoch=-1,
-                    committed_metadata="",
-                )
-            )
-        response = self.send(
-            OFFSET_COMMIT,
-            node=node,
-            group_id=group,
-            generation_id_or_member_epoch=-1,
-            member_id="",
-            group_instance_id=None,
-            topics=tuple(
-                self.entity(OFFSET_COMMIT, "OffsetCommitRequestTopic", name=t, partitions=tuple(ps))
-                for t, ps in topics.items()
-            ),
-        )
-        for topic in response.topics:
-            for p in topic.partitions:
-                check(p.error_code, f"commit {topic.name}-{p.partition_index}")
+def list_offsets(admin: AdminClient, tps: Iterable[TP], spec: OffsetSpec) -> dict[TP, int]:
+    """Each partition's offset for ``spec`` (earliest, latest or a timestamp: -1 if none)."""
+    wanted = {TopicPartition(t, p): spec for t, p in tps}
+    if not wanted:
+        return {}
+    futures = admin.list_offsets(wanted, request_timeout=REQUEST_TIMEOUT_S)
+    return {
+        (tp.topic, tp.partition): int(result(f, f"offsets of {tp.topic}-{tp.partition}").offset)
+        for tp, f in futures.items()
+    }

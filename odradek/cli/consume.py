@@ -17,7 +17,7 @@ from typing import Any, BinaryIO
 
 import click
 
-from odradek.cli.common import CliError, bootstrap_option, parse_pairs
+from odradek.cli.common import admin_client, bootstrap_option, parse_pairs, topic_partitions
 from odradek.client.consumer_sync import OFFSET_BEGINNING, OFFSET_END, Consumer
 from odradek.client.types import Message, TopicPartition
 
@@ -148,11 +148,5 @@ def consume(
 
 
 def _partitions(bootstrap: str, topic: str) -> list[int]:
-    from odradek.cli.common import Session
-
-    with Session(bootstrap) as session:
-        metadata = session.metadata([topic])
-    info = metadata.topics.get(topic)
-    if info is None:
-        raise CliError(f"unknown topic {topic}")
-    return sorted(info.partitions)
+    with admin_client(bootstrap) as admin:
+        return topic_partitions(admin, topic)

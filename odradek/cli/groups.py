@@ -1,11 +1,12 @@
 """``odradek groups list|describe|reset-offsets|delete``.
 
-How this works and why: requests go to the group's coordinator (FindCoordinator)
-through the raw ``Session``. ``describe`` joins three answers per partition: the
-committed offset (OffsetFetch), the log end offset (ListOffsets) and which member
-is assigned it (DescribeGroups, assignments decoded with the consumer protocol);
-lag is end - committed. ``reset-offsets`` computes the new offsets and only prints
-them unless ``--execute``; executing needs the group to be inactive, as in Kafka.
+How this works and why: every request goes through the client's ``AdminClient``,
+which finds each group's coordinator. ``describe`` joins three answers per
+partition: the committed offset (``list_consumer_group_offsets``), the log end offset
+(``list_offsets``) and the member assigned it (``describe_consumer_groups``, which
+decodes the consumer protocol's assignments); lag is end - committed. ``reset-offsets``
+computes the new offsets, clamped to each partition's [earliest, latest], and only
+prints them unless ``--execute``; executing needs the group to be inactive, as in Kafka.
 """
 
 from __future__ import annotations
@@ -17,21 +18,38 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.common import (
-    DELETE_GROUPS,
-    DESCRIBE_GROUPS,
-    EARLIEST,
-    LATEST,
-    LIST_GROUPS,
+    REQUEST_TIMEOUT_S,
+    TP,
     CliError,
-    Session,
+    admin_client,
     bootstrap_option,
-    check,
+    describe_failure,
+    describe_topics,
     emit,
+    error_code,
+    list_offsets,
     output_option,
+    result,
 )
-from odradek.client.consumer_protocol import ConsumerProtocolError, decode_assignment
+from odradek.client.admin import AdminClient
+from odradek.client.admin_types import (
+    ConsumerGroupDescription,
+    ConsumerGroupState,
+    ConsumerGroupTopicPartitions,
+    OffsetSpec,
+)
+from odradek.client.types import KafkaException, TopicPartition
 
-TP = tuple[str, int]
+# The state names Kafka's own tools print.
+STATE_NAMES = {
+    ConsumerGroupState.UNKNOWN: "Unknown",
+    ConsumerGroupState.PREPARING_REBALANCING: "PreparingRebalance",
+    ConsumerGroupState.COMPLETING_REBALANCING: "CompletingRebalance",
+    ConsumerGroupState.STABLE: "Stable",
+    ConsumerGroupState.DEAD: "Dead",
+    ConsumerGroupState.EMPTY: "Empty",
+}
+INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD)
 
 
 @click.group()
@@ -39,27 +57,19 @@ def groups() -> None:
     """List, describe, reset and delete consumer groups."""
 
 
-def _describe(session: Session, group: str, node: int) -> Any:
-    response = session.send(
-        DESCRIBE_GROUPS, node=node, groups=(group,), include_authorized_operations=False
-    )
-    described = response.groups[0]
-    check(described.error_code, f"group {group}")
+def _describe(admin: AdminClient, group: str) -> ConsumerGroupDescription:
+    futures = admin.describe_consumer_groups([group], request_timeout=REQUEST_TIMEOUT_S)
+    described: ConsumerGroupDescription = result(futures[group], f"group {group}")
     return described
 
 
-def _assignments(described: Any) -> dict[TP, Any]:
-    owners: dict[TP, Any] = {}
-    if described.protocol_type != "consumer":
-        return owners
-    for member in described.members:
-        try:
-            assignment = decode_assignment(bytes(member.member_assignment))
-        except (ConsumerProtocolError, ValueError, IndexError):
-            continue
-        for tp in assignment.partitions:
-            owners[(tp.topic, tp.partition)] = member
-    return owners
+def _committed(admin: AdminClient, group: str) -> dict[TP, int]:
+    """Every offset the group committed."""
+    futures = admin.list_consumer_group_offsets(
+        [ConsumerGroupTopicPartitions(group)], request_timeout=REQUEST_TIMEOUT_S
+    )
+    listed = result(futures[group], f"offsets of group {group}")
+    return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
 
 
 @groups.command("list")
@@ -67,14 +77,22 @@ def _assignments(described: Any) -> dict[TP, Any]:
 @output_option
 def list_(bootstrap: str, output: str) -> None:
     """List consumer groups."""
-    with Session(bootstrap) as session:
-        response = session.send(LIST_GROUPS, states_filter=())
-    check(response.error_code, "list groups")
+    with admin_client(bootstrap) as admin:
+        listed = result(
+            admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), "list groups"
+        )
+    if listed.errors:
+        raise CliError(f"list groups: {describe_failure(listed.errors[0])}")
     rows = [
-        {"group": g.group_id, "state": g.group_state, "protocol_type": g.protocol_type}
-        for g in sorted(response.groups, key=lambda g: g.group_id)
+        {
+            "group": g.group_id,
+            "state": STATE_NAMES[g.state],
+            "type": g.type.name.capitalize(),
+            "simple": g.is_simple_consumer_group,
+        }
+        for g in sorted(listed.valid, key=lambda g: g.group_id)
     ]
-    emit(output, rows, ["group", "state", "protocol_type"])
+    emit(output, rows, ["group", "state", "type"])
 
 
 @groups.command("describe")
@@ -83,18 +101,21 @@ def list_(bootstrap: str, output: str) -> None:
 @bootstrap_option
 @output_option
 def describe(names: tuple[str, ...], show_members: bool, bootstrap: str, output: str) -> None:
-    """Show each group's state, members and lag per partition."""
-    result = []
-    with Session(bootstrap) as session:
-        for group in names:
-            node = session.coordinator(group)
-            described = _describe(session, group, node)
-            if described.group_state == "Dead":
+    """Show each group's state, members and their assignments, and lag per partition."""
+    found: list[dict[str, Any]] = []
+    with admin_client(bootstrap) as admin:
+        for group in dict.fromkeys(names):
+            described = _describe(admin, group)
+            if described.state == ConsumerGroupState.DEAD:
                 raise CliError(f"group {group} does not exist")
-            owners = _assignments(described)
-            committed = session.committed(group, node)
+            owners = {
+                (tp.topic, tp.partition): m
+                for m in described.members
+                for tp in m.assignment.topic_partitions
+            }
+            committed = _committed(admin, group)
             tps = sorted(set(committed) | set(owners))
-            ends = session.list_offsets(dict.fromkeys(tps, LATEST))
+            ends = list_offsets(admin, tps, OffsetSpec.latest())
             partitions = []
             for tp in tps:
                 owner = owners.get(tp)
@@ -109,7 +130,7 @@ def describe(names: tuple[str, ...], show_members: bool, bootstrap: str, output:
                         "log_end_offset": end,
                         "lag": None if current is None or end is None else max(end - current, 0),
                         "consumer_id": owner.member_id if owner else None,
-                        "host": owner.client_host if owner else None,
+                        "host": owner.host if owner else None,
                         "client_id": owner.client_id if owner else None,
                     }
                 )
@@ -118,34 +139,39 @@ def describe(names: tuple[str, ...], show_members: bool, bootstrap: str, output:
                     "member_id": m.member_id,
                     "group_instance_id": m.group_instance_id,
                     "client_id": m.client_id,
-                    "host": m.client_host,
+                    "host": m.host,
                     "partitions": sorted(
-                        f"{t}-{p}" for (t, p), o in owners.items() if o.member_id == m.member_id
+                        f"{tp.topic}-{tp.partition}" for tp in m.assignment.topic_partitions
                     ),
                 }
                 for m in described.members
             ]
-            result.append(
+            coordinator = described.coordinator
+            found.append(
                 {
                     "group": group,
-                    "state": described.group_state,
-                    "protocol_type": described.protocol_type,
-                    "protocol": described.protocol_data,
-                    "coordinator": node,
+                    "state": STATE_NAMES[described.state],
+                    "simple": described.is_simple_consumer_group,
+                    "assignor": described.partition_assignor,
+                    "coordinator": coordinator.id if coordinator is not None else None,
                     "members": members,
                     "partitions": partitions,
                 }
             )
     if output == "json":
-        emit(output, result, [])
+        emit(output, found, [])
         return
-    for entry in result:
+    for entry in found:
         click.echo(
             f"Group {entry['group']}: state {entry['state']}, {len(entry['members'])} member(s), "
-            f"coordinator {entry['coordinator']}"
+            f"assignor {entry['assignor'] or '-'}, coordinator {entry['coordinator']}"
         )
         if show_members:
-            emit(output, entry["members"], ["member_id", "client_id", "host", "partitions"])
+            emit(
+                output,
+                entry["members"],
+                ["member_id", "group_instance_id", "client_id", "host", "partitions"],
+            )
         else:
             emit(
                 output,
@@ -163,30 +189,52 @@ def describe(names: tuple[str, ...], show_members: bool, bootstrap: str, output:
             )
 
 
-def _scope(session: Session, group: str, topics: tuple[str, ...], all_topics: bool) -> list[TP]:
-    if all_topics:
-        return sorted(session.committed(group))
-    names = [t.partition(":")[0] for t in topics]
-    metadata = session.metadata(names)
+def _topic_specs(specs: tuple[str, ...]) -> list[tuple[str, list[int] | None]]:
+    """``TOPIC`` or ``TOPIC:P,P`` options as (topic, partitions or None for all)."""
+    parsed = []
+    for spec in specs:
+        name, sep, parts = spec.partition(":")
+        chosen: list[int] | None = None
+        if sep:
+            try:
+                chosen = sorted({int(p) for p in parts.split(",") if p})
+            except ValueError:
+                chosen = []
+            if not chosen or min(chosen) < 0:
+                raise click.BadParameter(
+                    f"{spec!r} is not TOPIC or TOPIC:PARTITION[,PARTITION...]", param_hint="--topic"
+                )
+        if not name:
+            raise click.BadParameter(f"{spec!r} has no topic name", param_hint="--topic")
+        parsed.append((name, chosen))
+    return parsed
+
+
+def _scope(
+    admin: AdminClient,
+    specs: list[tuple[str, list[int] | None]],
+    committed: dict[TP, int],
+) -> list[TP]:
+    if not specs:  # --all-topics
+        return sorted(committed)
+    described = describe_topics(admin, list(dict.fromkeys(name for name, _ in specs)))
     wanted: list[TP] = []
-    for spec in topics:
-        name, _, parts = spec.partition(":")
-        info = metadata.topics.get(name)
-        if info is None:
-            raise CliError(f"unknown topic {name}")
-        chosen = [int(p) for p in parts.split(",") if p] if parts else sorted(info.partitions)
-        for p in chosen:
-            if p not in info.partitions:
+    for name, chosen in specs:
+        known = [p.id for p in described[name].partitions]
+        for p in known if chosen is None else chosen:
+            if p not in known:
                 raise CliError(f"unknown partition {name}-{p}")
             wanted.append((name, p))
-    return wanted
+    return sorted(set(wanted))
 
 
 def _timestamp_ms(text: str) -> int:
     try:
         moment = datetime.datetime.fromisoformat(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not an ISO-8601 date-time") from None
+        raise click.BadParameter(
+            f"{text!r} is not an ISO-8601 date-time", param_hint="--to-datetime"
+        ) from None
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=datetime.UTC)
     return int(moment.timestamp() * 1000)
@@ -198,7 +246,7 @@ def _timestamp_ms(text: str) -> int:
 @click.option("--all-topics", is_flag=True, help="every topic the group has offsets for")
 @click.option("--to-earliest", is_flag=True)
 @click.option("--to-latest", is_flag=True)
-@click.option("--to-offset", type=int)
+@click.option("--to-offset", type=click.IntRange(min=0))
 @click.option("--to-datetime", help="ISO-8601, e.g. 2024-01-31T12:00:00 (UTC unless zoned)")
 @click.option("--shift-by", type=int, help="move each committed offset by N (may be negative)")
 @click.option("--execute", is_flag=True, help="commit the new offsets (default: dry run)")
@@ -231,20 +279,22 @@ def reset_offsets(
         )
     if bool(topics) == all_topics:
         raise click.UsageError("give --topic (repeatable) or --all-topics")
-    with Session(bootstrap) as session:
-        node = session.coordinator(group)
-        described = _describe(session, group, node)
-        if execute and described.group_state not in ("Empty", "Dead"):
+    specs = _topic_specs(topics)
+    stamp = _timestamp_ms(to_datetime) if to_datetime is not None else None
+    with admin_client(bootstrap) as admin:
+        described = _describe(admin, group)
+        if execute and described.state not in INACTIVE:
             raise CliError(
-                f"group {group} is {described.group_state}: stop its consumers before resetting"
+                f"group {group} is {STATE_NAMES[described.state]}: "
+                "stop its consumers before resetting"
             )
-        tps = _scope(session, group, topics, all_topics)
-        committed = session.committed(group, node)
-        low = session.list_offsets(dict.fromkeys(tps, EARLIEST))
-        high = session.list_offsets(dict.fromkeys(tps, LATEST))
-        if to_datetime is not None:
-            stamp = _timestamp_ms(to_datetime)
-            by_time = session.list_offsets(dict.fromkeys(tps, stamp))
+        committed = _committed(admin, group)
+        tps = _scope(admin, specs, committed)
+        low = list_offsets(admin, tps, OffsetSpec.earliest())
+        high = list_offsets(admin, tps, OffsetSpec.latest())
+        by_time: dict[TP, int] = {}
+        if stamp is not None:
+            by_time = list_offsets(admin, tps, OffsetSpec.for_timestamp(stamp))
         new: dict[TP, int] = {}
         for tp in tps:
             if to_earliest:
@@ -253,14 +303,22 @@ def reset_offsets(
                 target = high[tp]
             elif to_offset is not None:
                 target = to_offset
-            elif to_datetime is not None:
+            elif stamp is not None:
                 target = by_time[tp] if by_time[tp] >= 0 else high[tp]
             else:
                 assert shift_by is not None
                 target = committed.get(tp, low[tp]) + shift_by
             new[tp] = min(max(target, low[tp]), high[tp])
         if execute and new:
-            session.commit(group, new)
+            futures = admin.alter_consumer_group_offsets(
+                [
+                    ConsumerGroupTopicPartitions(
+                        group, [TopicPartition(t, p, o) for (t, p), o in sorted(new.items())]
+                    )
+                ],
+                request_timeout=REQUEST_TIMEOUT_S,
+            )
+            result(futures[group], f"cannot reset offsets of group {group}")
     rows = [
         {
             "group": group,
@@ -281,12 +339,17 @@ def reset_offsets(
 @bootstrap_option
 def delete(names: tuple[str, ...], bootstrap: str) -> None:
     """Delete inactive groups NAMES and their committed offsets."""
-    with Session(bootstrap) as session:
-        for group in names:
-            node = session.coordinator(group)
-            response = session.send(DELETE_GROUPS, node=node, groups_names=(group,))
-            for r in response.results:
-                if r.error_code == ErrorCode.non_empty_group:
-                    raise CliError(f"group {r.group_id} has active members")
-                check(r.error_code, f"cannot delete group {r.group_id}")
-                click.echo(f"Deleted group {r.group_id}.")
+    with admin_client(bootstrap) as admin:
+        futures = admin.delete_consumer_groups(
+            list(dict.fromkeys(names)), request_timeout=REQUEST_TIMEOUT_S
+        )
+        for group, future in futures.items():
+            try:
+                future.result(REQUEST_TIMEOUT_S + 5)
+            except KafkaException as error:
+                if error_code(error) == ErrorCode.non_empty_group:
+                    raise CliError(f"group {group} has active members") from None
+                if error_code(error) == ErrorCode.group_id_not_found:
+                    raise CliError(f"group {group} does not exist") from None
+                raise CliError(f"cannot delete group {group}: {describe_failure(error)}") from None
+            click.echo(f"Deleted group {group}.")

@@ -18,7 +18,13 @@ import click
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from odradek.cli.common import CliError, Session, bootstrap_option, output_option
+from odradek.cli.common import (
+    CliError,
+    admin_client,
+    bootstrap_option,
+    output_option,
+    topic_partitions,
+)
 from odradek.client.blocking import Producer
 from odradek.client.consumer_sync import OFFSET_BEGINNING, Consumer
 from odradek.client.types import TopicPartition
@@ -175,10 +181,8 @@ def consume(
     topic: str, messages: int, timeout_ms: int, quiet: bool, bootstrap: str, output: str
 ) -> None:
     """Read MESSAGES records of TOPIC from the beginning; report records/s and MB/s."""
-    with Session(bootstrap) as session:
-        info = session.metadata([topic]).topics.get(topic)
-    if info is None:
-        raise CliError(f"unknown topic {topic}")
+    with admin_client(bootstrap) as admin:
+        partitions = topic_partitions(admin, topic)
     consumer = Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -189,7 +193,7 @@ def consume(
     count = size = 0
     start = time.perf_counter()
     try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in info.partitions])
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         with _progress(messages, quiet) as progress:
             task = progress.add_task("consuming", total=messages, rate=0.0)
             idle = time.perf_counter()

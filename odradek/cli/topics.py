@@ -1,43 +1,45 @@
 """``odradek topics create|list|describe|delete|alter``.
 
-How this works and why: topic creation, deletion and partition growth go through the
-client's ``AdminClient`` (one future per topic, raising on a per-topic error); config
-changes and offsets use the raw ``Session`` from ``common``. ``describe`` shows each
-partition's leader, replicas, ISR and its earliest/latest offsets.
+How this works and why: every request goes through the client's ``AdminClient`` —
+CreateTopics, DeleteTopics and CreatePartitions (one future per topic, so each topic's
+error is reported by name), Metadata for listing and describing, ListOffsets for each
+partition's earliest/latest offset, DescribeConfigs and IncrementalAlterConfigs for
+configs. ``describe`` shows each partition's leader, replicas, ISR and offsets.
 """
 
 from __future__ import annotations
 
+import base64
+import uuid
 from typing import Any
 
 import click
+from kio.schema.errors import ErrorCode
 
 from odradek.cli.common import (
-    DESCRIBE_CONFIGS,
-    EARLIEST,
-    LATEST,
+    REQUEST_TIMEOUT_S,
     CliError,
-    Session,
+    admin_client,
     bootstrap_option,
+    describe_failure,
+    describe_topics,
     emit,
+    error_code,
+    list_offsets,
     output_option,
     parse_pairs,
+    result,
 )
 from odradek.cli.configs import alter_configs, describe_configs
-from odradek.client.admin import AdminClient, NewPartitions, NewTopic
+from odradek.client.admin_types import NewPartitions, NewTopic, OffsetSpec
 from odradek.client.types import KafkaException
 
 
-def _admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap, "client.id": "odradek-cli"})
-
-
-def _wait(futures: dict[str, Any], verb: str) -> None:
-    for name, future in futures.items():
-        try:
-            future.result(60)
-        except KafkaException as error:
-            raise CliError(f"cannot {verb} topic {name}: {error.error}") from None
+def kafka_uuid(value: uuid.UUID | None) -> str | None:
+    """A topic id as Kafka's tools print it: URL-safe base64 of the 16 bytes, unpadded."""
+    if value is None:
+        return None
+    return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
 @click.group()
@@ -64,18 +66,19 @@ def create(
 ) -> None:
     """Create topics NAMES."""
     settings = parse_pairs(config)
-    with _admin(bootstrap) as admin:
+    with admin_client(bootstrap) as admin:
         futures = admin.create_topics(
             [NewTopic(n, partitions, replication_factor, config=settings) for n in names],
-            operation_timeout=30,
+            operation_timeout=REQUEST_TIMEOUT_S,
+            request_timeout=REQUEST_TIMEOUT_S,
         )
         for name, future in futures.items():
             try:
-                future.result(60)
+                future.result(REQUEST_TIMEOUT_S + 5)
             except KafkaException as error:
-                if if_not_exists and "TOPIC_ALREADY_EXISTS" in str(error.error):
+                if if_not_exists and error_code(error) == ErrorCode.topic_already_exists:
                     continue
-                raise CliError(f"cannot create topic {name}: {error.error}") from None
+                raise CliError(f"cannot create topic {name}: {describe_failure(error)}") from None
             click.echo(f"Created topic {name}.")
 
 
@@ -85,12 +88,17 @@ def create(
 @output_option
 def list_(internal: bool, bootstrap: str, output: str) -> None:
     """List topics."""
-    with Session(bootstrap) as session:
-        metadata = session.metadata(None)
+    with admin_client(bootstrap) as admin:
+        names = sorted(admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics)
+        described = describe_topics(admin, names, skip_missing=True)
     rows = [
-        {"topic": name, "partitions": len(info.partitions), "internal": info.is_internal}
-        for name, info in sorted(metadata.topics.items())
-        if internal or not info.is_internal
+        {
+            "topic": name,
+            "partitions": len(described[name].partitions),
+            "internal": described[name].is_internal,
+        }
+        for name in described
+        if internal or not described[name].is_internal
     ]
     if output == "json":
         emit(output, rows, [])
@@ -105,47 +113,48 @@ def list_(internal: bool, bootstrap: str, output: str) -> None:
 @bootstrap_option
 @output_option
 def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output: str) -> None:
-    """Describe topics NAMES (default: all)."""
-    with Session(bootstrap) as session:
-        metadata = session.metadata(list(names) if names else None)
-        wanted = list(names) or sorted(n for n, i in metadata.topics.items() if not i.is_internal)
-        missing = [n for n in wanted if n not in metadata.topics]
-        if missing:
-            raise CliError(f"unknown topic: {', '.join(missing)}")
-        tps = [(t, p) for t in wanted for p in sorted(metadata.topics[t].partitions)]
-        low = session.list_offsets(dict.fromkeys(tps, EARLIEST))
-        high = session.list_offsets(dict.fromkeys(tps, LATEST))
-        result = []
-        for name in wanted:
-            info = metadata.topics[name]
+    """Describe topics NAMES (default: all but internal ones)."""
+    with admin_client(bootstrap) as admin:
+        if names:
+            described = describe_topics(admin, list(dict.fromkeys(names)))
+        else:
+            listed = sorted(admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics)
+            every = describe_topics(admin, listed, skip_missing=True)
+            described = {n: d for n, d in every.items() if not d.is_internal}
+        tps = [(name, p.id) for name, d in described.items() for p in d.partitions]
+        low = list_offsets(admin, tps, OffsetSpec.earliest())
+        high = list_offsets(admin, tps, OffsetSpec.latest())
+        result_rows = []
+        for name, d in described.items():
             parts = [
                 {
                     "topic": name,
-                    "partition": p.partition,
-                    "leader": p.leader,
-                    "replicas": list(p.replicas),
-                    "isr": list(p.isr),
-                    "earliest": low.get((name, p.partition)),
-                    "latest": high.get((name, p.partition)),
+                    "partition": p.id,
+                    "leader": p.leader.id if p.leader is not None else None,
+                    "replicas": [n.id for n in p.replicas],
+                    "isr": [n.id for n in p.isr],
+                    "earliest": low.get((name, p.id)),
+                    "latest": high.get((name, p.id)),
                 }
-                for _, p in sorted(info.partitions.items())
+                for p in d.partitions
             ]
             entry: dict[str, Any] = {
                 "topic": name,
-                "topic_id": str(info.topic_id) if info.topic_id else None,
+                "topic_id": kafka_uuid(d.topic_id),
+                "internal": d.is_internal,
                 "partitions": parts,
             }
             if with_configs:
                 entry["configs"] = {
                     c["name"]: c["value"]
-                    for c in describe_configs(session, DESCRIBE_CONFIGS, "topic", name)
+                    for c in describe_configs(admin, "topic", name)
                     if not c["default"]
                 }
-            result.append(entry)
+            result_rows.append(entry)
     if output == "json":
-        emit(output, result, [])
+        emit(output, result_rows, [])
         return
-    for entry in result:
+    for entry in result_rows:
         click.echo(
             f"Topic: {entry['topic']}  TopicId: {entry['topic_id']}  "
             f"PartitionCount: {len(entry['partitions'])}"
@@ -165,14 +174,19 @@ def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output:
 @bootstrap_option
 def delete(names: tuple[str, ...], if_exists: bool, bootstrap: str) -> None:
     """Delete topics NAMES."""
-    with _admin(bootstrap) as admin:
-        for name, future in admin.delete_topics(list(names), operation_timeout=30).items():
+    with admin_client(bootstrap) as admin:
+        futures = admin.delete_topics(
+            list(dict.fromkeys(names)),
+            operation_timeout=REQUEST_TIMEOUT_S,
+            request_timeout=REQUEST_TIMEOUT_S,
+        )
+        for name, future in futures.items():
             try:
-                future.result(60)
+                future.result(REQUEST_TIMEOUT_S + 5)
             except KafkaException as error:
-                if if_exists and "UNKNOWN_TOPIC" in str(error.error):
+                if if_exists and error_code(error) == ErrorCode.unknown_topic_or_partition:
                     continue
-                raise CliError(f"cannot delete topic {name}: {error.error}") from None
+                raise CliError(f"cannot delete topic {name}: {describe_failure(error)}") from None
             click.echo(f"Deleted topic {name}.")
 
 
@@ -192,11 +206,16 @@ def alter(
     """Grow a topic's partitions and/or change its configs."""
     if partitions is None and not config and not delete_config:
         raise click.UsageError("nothing to alter: give --partitions, --config or --delete-config")
-    if partitions is not None:
-        with _admin(bootstrap) as admin:
-            _wait(admin.create_partitions([NewPartitions(name, partitions)], 30), "alter")
-        click.echo(f"Topic {name} now has {partitions} partitions.")
-    if config or delete_config:
-        with Session(bootstrap) as session:
-            alter_configs(session, "topic", name, parse_pairs(config), list(delete_config))
-        click.echo(f"Altered configs of topic {name}.")
+    settings = parse_pairs(config)
+    with admin_client(bootstrap) as admin:
+        if partitions is not None:
+            futures = admin.create_partitions(
+                [NewPartitions(name, partitions)],
+                operation_timeout=REQUEST_TIMEOUT_S,
+                request_timeout=REQUEST_TIMEOUT_S,
+            )
+            result(futures[name], f"cannot alter topic {name}")
+            click.echo(f"Topic {name} now has {partitions} partitions.")
+        if settings or delete_config:
+            alter_configs(admin, "topic", name, settings, list(delete_config))
+            click.echo(f"Altered configs of topic {name}.")

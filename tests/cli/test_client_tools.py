@@ -6,6 +6,8 @@ module and checks the data with confluent-kafka (nobody here wrote it).
 
 from __future__ import annotations
 
+import base64
+import datetime
 import json
 import subprocess
 import sys
@@ -14,7 +16,8 @@ import uuid
 from collections.abc import Iterator
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
+from confluent_kafka.admin import AdminClient, ConfigResource
 
 from tests.support.broker import BrokerProcess
 
@@ -360,3 +363,237 @@ def test_help_lists_every_command() -> None:
         "perf",
     ):
         assert command in out
+
+
+def one_line_failure(done: subprocess.CompletedProcess[bytes], *expected: str) -> str:
+    """``done`` failed with status 1 and a single stderr line holding ``expected``."""
+    assert done.returncode == 1, (done.stdout, done.stderr)
+    lines = done.stderr.decode().strip().splitlines()
+    assert len(lines) == 1, lines
+    for text in expected:
+        assert text in lines[0], lines[0]
+    return lines[0]
+
+
+def their_configs(kafka: BrokerProcess, topic: str) -> dict[str, tuple[str | None, bool]]:
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    resource = ConfigResource("topic", topic)
+    entries = admin.describe_configs([resource])[resource].result(10)
+    return {n: (e.value, e.is_default) for n, e in entries.items()}
+
+
+def test_topics_describe_alter_and_errors_checked_with_confluent(kafka: BrokerProcess) -> None:
+    topic = name("td")
+    create(kafka, topic, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(3):
+        producer.produce(topic, value=b"x%d" % i, partition=1)
+    assert producer.flush(20) == 0
+    (entry,) = json.loads(odradek(kafka, "topics", "describe", topic, "-o", "json").stdout)
+    admin = AdminClient({"bootstrap.servers": kafka.bootstrap})
+    theirs = admin.describe_topics(TopicCollection([topic]))[topic].result(10)
+    their_id = theirs.topic_id
+    raw = (their_id.get_most_significant_bits() % 2**64).to_bytes(8, "big") + (
+        their_id.get_least_significant_bits() % 2**64
+    ).to_bytes(8, "big")
+    assert entry["topic_id"] == base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+    assert entry["internal"] is False
+    assert [
+        (p["partition"], p["leader"], p["earliest"], p["latest"]) for p in entry["partitions"]
+    ] == [
+        (0, theirs.partitions[0].leader.id, 0, 0),
+        (1, theirs.partitions[1].leader.id, 0, 3),
+    ]
+
+    odradek(
+        kafka, "topics", "alter", topic, "-c", "retention.ms=3333", "-c", "cleanup.policy=compact"
+    )
+    assert their_configs(kafka, topic)["retention.ms"] == ("3333", False)
+    odradek(kafka, "topics", "alter", topic, "--delete-config", "retention.ms")
+    configs = their_configs(kafka, topic)
+    assert configs["retention.ms"][1] and configs["cleanup.policy"] == ("compact", False)
+
+    shrink = odradek(kafka, "topics", "alter", topic, "--partitions", "1", check=False)
+    one_line_failure(shrink, "INVALID_PARTITIONS", topic)
+    missing = name("missing")
+    one_line_failure(
+        odradek(kafka, "topics", "describe", topic, missing, check=False), "unknown topic", missing
+    )
+    one_line_failure(odradek(kafka, "topics", "delete", missing, check=False), "UNKNOWN_TOPIC")
+    odradek(kafka, "topics", "delete", missing, "--if-exists")
+    one_line_failure(odradek(kafka, "consume", missing, "-n", "1", check=False), missing)
+    one_line_failure(
+        odradek(kafka, "configs", "describe", missing, check=False), "UNKNOWN_TOPIC_OR_PARTITION"
+    )
+    # Asking about a missing topic never creates it.
+    assert missing not in admin.list_topics(timeout=10).topics
+
+
+def test_topics_list_marks_internal_topics(kafka: BrokerProcess) -> None:
+    topic, group = name("ti"), name("gi")
+    create(kafka, topic)
+    consumer = group_consumer(kafka, group)
+    try:  # a commit makes the broker create __consumer_offsets
+        consumer.commit(offsets=[TopicPartition(topic, 0, 0)], asynchronous=False)
+    finally:
+        consumer.close()
+    listed = json.loads(odradek(kafka, "topics", "list", "--internal", "-o", "json").stdout)
+    internal = {row["topic"] for row in listed if row["internal"]}
+    assert "__consumer_offsets" in internal and topic not in internal
+    plain = odradek(kafka, "topics", "list").stdout.decode().split()
+    assert topic in plain and "__consumer_offsets" not in plain
+
+
+def test_groups_describe_active_group_shows_members_and_assignments(
+    kafka: BrokerProcess,
+) -> None:
+    topic, group = name("ta"), name("active")
+    create(kafka, topic, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(5):
+        producer.produce(topic, value=b"%d" % i, partition=0)
+    assert producer.flush(20) == 0
+    consumer = group_consumer(kafka, group, **{"client.id": "cli-test-client"})
+    try:
+        consumer.subscribe([topic])
+        deadline = time.monotonic() + 30
+        while len(consumer.assignment()) < 2:
+            assert time.monotonic() < deadline, "no assignment"
+            consumer.poll(0.2)
+        consumer.commit(offsets=[TopicPartition(topic, 0, 2)], asynchronous=False)
+        member_id = consumer.memberid()
+
+        (entry,) = json.loads(odradek(kafka, "groups", "describe", group, "-o", "json").stdout)
+        assert entry["state"] == "Stable" and entry["assignor"] == "range"
+        (member,) = entry["members"]
+        assert member["member_id"] == member_id and member["client_id"] == "cli-test-client"
+        assert member["partitions"] == [f"{topic}-0", f"{topic}-1"]
+        rows = {row["partition"]: row for row in entry["partitions"]}
+        assert (rows[0]["current_offset"], rows[0]["log_end_offset"], rows[0]["lag"]) == (2, 5, 3)
+        assert (rows[1]["current_offset"], rows[1]["lag"]) == (None, None)
+        assert {row["consumer_id"] for row in rows.values()} == {member_id}
+        table = odradek(kafka, "groups", "describe", group, "--members").stdout.decode()
+        assert "cli-test-client" in table and f"{topic}-1" in table
+        listed = json.loads(odradek(kafka, "groups", "list", "-o", "json").stdout)
+        assert {"group": group, "state": "Stable", "type": "Classic", "simple": False} in listed
+
+        refused = odradek(
+            kafka,
+            "groups",
+            "reset-offsets",
+            group,
+            "--all-topics",
+            "--to-earliest",
+            "--execute",
+            check=False,
+        )
+        one_line_failure(refused, "Stable", "stop its consumers")
+        one_line_failure(odradek(kafka, "groups", "delete", group, check=False), "active members")
+    finally:
+        consumer.close()
+    missing = name("nogroup")
+    one_line_failure(odradek(kafka, "groups", "describe", missing, check=False), "does not exist")
+    one_line_failure(odradek(kafka, "groups", "delete", missing, check=False), "does not exist")
+
+
+def test_reset_offsets_every_mode_checked_with_confluent(kafka: BrokerProcess) -> None:
+    first, second, group = name("tr"), name("tr"), name("reset")
+    create(kafka, first)
+    create(kafka, second)
+    base = 1_700_000_000_000
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(10):
+        producer.produce(first, value=b"%d" % i, partition=0, timestamp=base + i * 1000)
+        producer.produce(second, value=b"%d" % i, partition=0, timestamp=base + i * 1000)
+    assert producer.flush(20) == 0
+    checker = group_consumer(kafka, group)
+    parts = [TopicPartition(first, 0), TopicPartition(second, 0)]
+
+    def committed() -> list[int]:
+        return [tp.offset for tp in checker.committed(parts, 10)]
+
+    def reset(*args: str) -> subprocess.CompletedProcess[bytes]:
+        return odradek(kafka, "groups", "reset-offsets", group, *args)
+
+    try:
+        checker.commit(
+            offsets=[TopicPartition(first, 0, 4), TopicPartition(second, 0, 6)], asynchronous=False
+        )
+        dry = reset("--all-topics", "--to-latest")
+        assert "Dry run" in dry.stderr.decode() and "NEW-OFFSET" in dry.stdout.decode()
+        assert committed() == [4, 6]
+        reset("--all-topics", "--to-latest", "--execute")
+        assert committed() == [10, 10]
+        stamp = datetime.datetime.fromtimestamp((base + 3500) / 1000, datetime.UTC).isoformat()
+        rows = json.loads(
+            reset("--topic", first, "--to-datetime", stamp, "--execute", "-o", "json").stdout
+        )
+        assert [(r["topic"], r["current_offset"], r["new_offset"]) for r in rows] == [
+            (first, 10, 4)
+        ]
+        assert committed() == [4, 10]
+        reset("--topic", first, "--topic", f"{second}:0", "--shift-by", "-3", "--execute")
+        assert committed() == [1, 7]
+        reset("--topic", first, "--shift-by", "-50", "--execute")  # clamped to the earliest
+        reset("--topic", second, "--to-offset", "999", "--execute")  # clamped to the latest
+        assert committed() == [0, 10]
+        future = datetime.datetime.now(datetime.UTC) + datetime.timedelta(days=1)
+        reset("--topic", first, "--to-datetime", future.isoformat(), "--execute")
+        assert committed() == [10, 10]  # nothing that late: the end
+    finally:
+        checker.close()
+    missing = name("missing")
+    one_line_failure(
+        odradek(
+            kafka,
+            "groups",
+            "reset-offsets",
+            group,
+            "--topic",
+            missing,
+            "--to-earliest",
+            check=False,
+        ),
+        "unknown topic",
+    )
+    one_line_failure(
+        odradek(
+            kafka,
+            "groups",
+            "reset-offsets",
+            group,
+            "--topic",
+            f"{first}:7",
+            "--to-earliest",
+            check=False,
+        ),
+        f"unknown partition {first}-7",
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["groups", "reset-offsets", "g", "--topic", "t:x", "--to-earliest"], "TOPIC:PARTITION"),
+        (["groups", "reset-offsets", "g", "--topic", "t", "--to-datetime", "soon"], "ISO-8601"),
+        (["groups", "reset-offsets", "g", "--topic", "t", "--to-offset", "-1"], "--to-offset"),
+        (
+            ["groups", "reset-offsets", "g", "--topic", "t", "--to-earliest", "--to-latest"],
+            "exactly one",
+        ),
+        (
+            ["groups", "reset-offsets", "g", "--all-topics", "-t", "t", "--shift-by", "1"],
+            "--all-topics",
+        ),
+        (["configs", "describe", "-t", "broker", "abc"], "broker id"),
+        (["configs", "alter", "t", "--set", "novalue"], "KEY=VALUE"),
+        (["configs", "alter", "t"], "nothing to alter"),
+        (["topics", "alter", "t"], "nothing to alter"),
+        (["topics", "create", "t", "--config", "retention.ms"], "KEY=VALUE"),
+        (["groups", "describe"], "Missing argument"),
+    ],
+)
+def test_bad_arguments_name_the_problem(args: list[str], message: str) -> None:
+    done = odradek(None, *args, check=False)
+    assert done.returncode == 2
+    assert message in done.stderr.decode()
