@@ -80,10 +80,16 @@ class OdradekDataSource(DataSource):
         return NAME
 
     def schema(self) -> StructType:
+        """Spark's Kafka schema. Asked for by reads only (``load()``), so the options every
+        read needs are checked here and a bad one fails ``load()`` rather than the action."""
+        from odradek.spark.read_options import consumer_config, parse_subscription
+
+        parse_subscription(self.options)
+        consumer_config(self.options)
         return read_schema(opts.get_bool(self.options, "includeHeaders", False))
 
     def _check_schema(self, schema: StructType) -> None:
-        expected = self.schema()
+        expected = read_schema(opts.get_bool(self.options, "includeHeaders", False))
         if schema != expected:
             raise opts.OptionError(
                 "the odradek source has a fixed schema and cannot be given a custom one "

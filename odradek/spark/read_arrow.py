@@ -117,7 +117,10 @@ def scan(
         if magic != MAGIC_V2:
             raise CorruptRecordError(f"{where}: batch at offset {base} has magic {magic}, not 2")
         if verify_crc:
-            check_batch(data, pos)
+            try:
+                check_batch(data, pos)
+            except CorruptRecordError as error:
+                raise CorruptRecordError(f"{where}: {error}") from None
         whole += 1
         start = pos
         pos += size

@@ -76,7 +76,7 @@ def split_ranges(
     if min_partitions is not None and len(pieces) < min_partitions:
         heap = [(-r.size, r) for r in pieces]
         heapq.heapify(heap)
-        while len(heap) < min_partitions:
+        while heap and len(heap) < min_partitions:
             size, largest = heap[0]
             if -size < 2:
                 break

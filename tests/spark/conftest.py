@@ -42,6 +42,7 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.python.filterPushdown.enabled", "true")
         .config("spark.driver.memory", "1g")
         .config("spark.local.dir", str(work / "local"))
         .config("spark.sql.warehouse.dir", str(work / "warehouse"))
