@@ -155,6 +155,12 @@ class Cluster:
             self._connections[node_id] = connection
             return connection
 
+    async def open(self, address: BrokerAddress) -> BrokerConnection:
+        """A connection of the caller's own, not shared and closed by the caller: a
+        group coordinator's, whose JoinGroup the broker may hold for the whole
+        rebalance, must not hold up the fetches queued behind it."""
+        return await self._open(address)
+
     async def any_connection(self) -> BrokerConnection:
         """A connection to some live broker (known brokers first, then bootstrap)."""
         for node_id in list(self._connections):

@@ -123,6 +123,7 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
         _C,
     ),
     Prop("enable.auto.commit", _bool, True, _C),
+    Prop("enable.auto.offset.store", _bool, True, _C),
     Prop("auto.commit.interval.ms", _int(0), 5_000, _C),
     Prop("session.timeout.ms", _int(1), 45_000, _C),
     Prop("heartbeat.interval.ms", _int(1), 3_000, _C),

@@ -140,8 +140,12 @@ class BrokerConnection:
         except UnsupportedVersionError:
             return False
 
-    async def send(self, request: Any, *, expect_response: bool = True) -> Any:
-        """Send one request; its decoded response (None when none is expected)."""
+    async def send(
+        self, request: Any, *, expect_response: bool = True, timeout_s: float | None = None
+    ) -> Any:
+        """Send one request; its decoded response (None when none is expected).
+        ``timeout_s`` replaces ``request.timeout.ms`` for requests the broker may hold
+        longer (JoinGroup waits for the whole group)."""
         if self.closed or self._writer is None:
             raise ConnectionLost(f"connection to node {self.address.node_id} is closed")
         correlation_id = next(self._ids)
@@ -176,10 +180,11 @@ class BrokerConnection:
                 raise ConnectionLost(str(error)) from None
         if future is None:
             return None
+        timeout = self.request_timeout_s if timeout_s is None else timeout_s
         try:
-            return await asyncio.wait_for(asyncio.shield(future), self.request_timeout_s)
+            return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
-            self._fail(ConnectionLost(f"request timed out after {self.request_timeout_s} s"))
+            self._fail(ConnectionLost(f"request timed out after {timeout} s"))
             raise ConnectionLost("request timed out") from None
 
     async def _read_loop(self) -> None:

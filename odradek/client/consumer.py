@@ -88,6 +88,8 @@ class _PartState:
     reset_to: int | None = None  # a pending seek_to_beginning/end
     epoch: int = 0  # bumped by every seek; stale fetch data is dropped
     high_watermark: int = -1
+    stored: int | None = None  # store_offsets (enable.auto.offset.store=false)
+    revoking: bool = False  # being given up: nothing more is handed out or fetched
 
 
 @dataclass(slots=True)
@@ -113,6 +115,7 @@ class ConsumerCore:
         self.group_id: str | None = config["group.id"]
         self.isolation = 1 if config["isolation.level"] == "read_committed" else 0
         self.reset_policy: int | None = _RESET.get(config["auto.offset.reset"])
+        self.auto_store: bool = config["enable.auto.offset.store"]
         self._parts: dict[TP, _PartState] = {}
         self._buffer: dict[TP, _Buffered] = {}
         self._fetchers: dict[int, asyncio.Task[None]] = {}
@@ -140,6 +143,8 @@ class ConsumerCore:
         wanted = list(dict.fromkeys(partitions))
         old = self._parts
         self._parts = {tp: old.get(tp) or _PartState() for tp in wanted}
+        for state in self._parts.values():
+            state.revoking = False  # still (or again) assigned: see hold()
         for tp in list(self._buffer):
             if tp not in self._parts:
                 del self._buffer[tp]
@@ -201,6 +206,14 @@ class ConsumerCore:
         for tp in partitions:
             self._state(tp).paused = False
         self._notify_state()
+
+    def hold(self, partitions: Iterable[TP]) -> None:
+        """Hand out no more records of partitions about to be revoked: what the
+        revoke callback commits must cover everything the application got."""
+        for tp in partitions:
+            state = self._parts.get(tp)
+            if state is not None:
+                state.revoking = True
 
     def paused(self) -> list[TP]:
         return [tp for tp, s in self._parts.items() if s.paused]
@@ -322,6 +335,7 @@ class ConsumerCore:
             for tp, s in self._parts.items()
             if s.position is not None
             and not s.paused
+            and not s.revoking
             and tp not in self._buffer
             and self._leader(tp) == node_id
         ]
@@ -460,7 +474,7 @@ class ConsumerCore:
             if state is None or buffered.epoch != state.epoch:
                 del self._buffer[tp]
                 continue
-            if state.paused:
+            if state.paused or state.revoking:
                 continue
             while buffered.records and len(out) < max_records:
                 record = buffered.records.popleft()
@@ -503,12 +517,41 @@ class ConsumerCore:
         """(offset, metadata) committed by the group; offset -1 when none."""
         return await self.offsets.committed(partitions)
 
+    def store_offsets(self, offsets: Mapping[TP, int]) -> list[TP]:
+        """Store offsets to commit later (``enable.auto.offset.store=false``); returns
+        the partitions left out because they are not assigned."""
+        missing = []
+        for tp, offset in offsets.items():
+            state = self._parts.get(tp)
+            if state is None:
+                missing.append(tp)
+            else:
+                state.stored = offset
+        return missing
+
+    def current_offsets(self, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
+        """What a commit without offsets commits: the positions, or with
+        ``enable.auto.offset.store=false`` the offsets the application stored."""
+        wanted = self._parts if partitions is None else partitions
+        out = {}
+        for tp in wanted:
+            state = self._parts.get(tp)
+            if state is not None:
+                offset = state.position if self.auto_store else state.stored
+                if offset is not None:
+                    out[tp] = offset
+        return out
+
     async def commit(
-        self, offsets: Mapping[TP, int] | None = None, metadata: str = ""
+        self,
+        offsets: Mapping[TP, int] | None = None,
+        metadata: str = "",
+        partitions: Iterable[TP] | None = None,
     ) -> dict[TP, int]:
-        """Commit ``offsets`` (default: the current positions); returns what was committed."""
+        """Commit ``offsets`` (default: ``current_offsets(partitions)``); returns what
+        was committed."""
         if offsets is None:
-            offsets = {tp: s.position for tp, s in self._parts.items() if s.position is not None}
+            offsets = self.current_offsets(partitions)
         to_commit = dict(offsets)
         if to_commit:
             await self.offsets.commit(to_commit, metadata)
@@ -525,5 +568,6 @@ class ConsumerCore:
         for connection in list(self.cluster._connections.values()):
             for future, _schema in list(connection._pending.values()):
                 future.cancel()  # abandoned fetches: nobody will read their failure
+        await self.offsets.close()
         await self.cluster.close()
         self._notify_data()

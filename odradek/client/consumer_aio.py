@@ -3,7 +3,11 @@
 How this works and why: a thin face over ``ConsumerCore`` (fetching, offsets) and
 ``GroupMember`` (subscribe); keyword arguments map to Kafka property names so the
 same validation as the blocking face applies. A rebalance listener's
-``on_partitions_revoked`` / ``on_partitions_assigned`` may be sync or async.
+``on_partitions_revoked`` / ``on_partitions_assigned`` (and ``on_partitions_lost``,
+which falls back to ``on_partitions_revoked``) may be sync or async; as with Java's
+listener, revoked partitions are still assigned while it runs and assigned ones
+already are. With ``partition_assignment_strategy=("cooperative-sticky",)`` they get
+only the partitions that move (KIP-429), and the others are consumed throughout.
 """
 
 from __future__ import annotations
@@ -123,6 +127,7 @@ class AIOKafkaConsumer:
             adapt("on_partitions_assigned"),
             adapt("on_partitions_revoked"),
             adapt("on_partitions_lost"),
+            assign_first=True,
         )
 
     def subscription(self) -> set[str]:
@@ -140,15 +145,23 @@ class AIOKafkaConsumer:
         return {TopicPartition(t, p) for t, p in self.core.assignment()}
 
     # -- records -----------------------------------------------------------------------
+    def _raise_group_error(self) -> None:
+        """A group error (no common assignor, ...) or a listener's exception."""
+        if self._member is not None and self._member.error is not None:
+            error, self._member.error = self._member.error, None
+            raise error
+
     async def getone(self, *partitions: Any) -> ConsumerRecord:
         while True:
-            records = await self.core.getmany(1, 3600.0)
+            self._raise_group_error()
+            records = await self.core.getmany(1, 1.0)
             if records:
                 return records[0]
 
     async def getmany(
         self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
+        self._raise_group_error()
         records = await self.core.getmany(max_records or self.max_poll_records, timeout_ms / 1000)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for record in records:

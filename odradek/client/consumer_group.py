@@ -1,16 +1,27 @@
-"""Classic consumer-group membership for the asyncio consumer (eager rebalancing).
+"""Classic consumer-group membership for the asyncio consumer, eager or cooperative.
 
 How this works and why: ``subscribe`` starts two tasks. The rebalance task joins the
-group whenever a rejoin is needed: it commits (auto-commit) and revokes the current
-assignment, sends JoinGroup (repeating once with the member id the broker hands out
-on MEMBER_ID_REQUIRED), and if it is the leader runs the assignor from
-``assignors.py`` over every member's subscription, then SyncGroup gives each member
-its partitions, which go to ``ConsumerCore.assign``. The same task auto-commits
-every ``auto.commit.interval.ms`` and, for regex subscriptions, rejoins when the set
-of matching topics changes. The heartbeat task runs independently of ``poll``:
-REBALANCE_IN_PROGRESS asks for a rejoin, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID /
-FENCED_INSTANCE_ID mean the partitions are lost (``on_lost``, no commit). Static
-members (``group.instance.id``) keep their identity and do not LeaveGroup on close.
+group whenever a rejoin is needed, doing what ``consumer_rebalance.py`` decides: it
+gives partitions up (eager: all of them; cooperative, KIP-429: only those of topics
+no longer subscribed — commit under auto-commit, then ``on_revoke``), sends JoinGroup
+(repeating once with the member id the broker hands out on MEMBER_ID_REQUIRED) with
+the partitions it kept as owned, and if it is the leader runs the assignor the group
+chose over every member's subscription; SyncGroup gives each member its partitions.
+A cooperative member then revokes only what it lost, assigns only what is new, and
+rejoins at once if it revoked anything, so the partitions can move on in the next
+rebalance; meanwhile it keeps fetching the partitions it kept. The same task
+auto-commits every ``auto.commit.interval.ms`` and, for regex subscriptions, rejoins
+when the set of matching topics changes. The heartbeat task runs independently of
+``poll`` and pauses only while JoinGroup/SyncGroup are in flight: REBALANCE_IN_PROGRESS
+asks for a rejoin, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID mean
+the partitions are lost (``on_lost``, no commit). Static members
+(``group.instance.id``) keep their identity and do not LeaveGroup on close.
+
+Callbacks follow confluent-kafka: ``on_assign`` / ``on_revoke`` / ``on_lost`` get the
+partitions (the change only, when cooperative) and return True if they changed the
+assignment themselves (``assign``, ``incremental_assign``, ...); otherwise, or if
+they fail, the member applies the change. With ``assign_first`` (aiokafka and Java
+listeners) the new partitions are assigned before ``on_assign`` runs.
 """
 
 from __future__ import annotations
@@ -37,11 +48,18 @@ from odradek.client.consumer import (
     TP,
     ConsumerCore,
 )
-from odradek.client.consumer_offsets import CommitFailedError
+from odradek.client.consumer_offsets import CommitFailedError, Generation
+from odradek.client.consumer_rebalance import (
+    chosen_assignor,
+    plan_join,
+    plan_sync,
+    rebalance_protocol,
+)
 
 logger = logging.getLogger(__name__)
 
-Callback = Callable[[list[TP]], Awaitable[None]] | None
+# A rebalance callback; it returns True if it changed the assignment itself.
+Callback = Callable[[list[TP]], Awaitable[bool | None]] | None
 _LOST: Final = frozenset(
     {ErrorCode.illegal_generation, ErrorCode.unknown_member_id, ErrorCode.fenced_instance_id}
 )
@@ -66,16 +84,17 @@ class GroupMember:
         self.heartbeat_s: float = config["heartbeat.interval.ms"] / 1000
         self.auto_commit: bool = config["enable.auto.commit"]
         self.auto_commit_s: float = config["auto.commit.interval.ms"] / 1000
-        self.strategies = [
-            assignors.get_assignor(s)
-            for s in config["partition.assignment.strategy"].split(",")
-            if s.strip()
-        ]
-        if any(a.rebalance_protocol != assignors.EAGER for a in self.strategies):
-            raise KafkaError(
-                ErrorCode.inconsistent_group_protocol,
-                "cooperative rebalancing is not supported yet; use range, roundrobin or sticky",
-            )
+        try:
+            self.strategies = [
+                assignors.get_assignor(s)
+                for s in config["partition.assignment.strategy"].split(",")
+                if s.strip()
+            ]
+        except KeyError as error:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, str(error.args[0])) from None
+        if not self.strategies:
+            raise KafkaError(ErrorCode.inconsistent_group_protocol, "no partition assignor")
+        self.protocol = rebalance_protocol(self.strategies)
         self.member_id = ""
         self.generation_id = -1
         self.topics: list[str] = []
@@ -84,16 +103,18 @@ class GroupMember:
         self.on_assign: Callback = None
         self.on_revoke: Callback = None
         self.on_lost: Callback = None
+        self.assign_first = False
         self.need_rejoin = False
         self.lost = False
         self.closed = False
+        self.joining = False  # JoinGroup/SyncGroup in flight: no heartbeats
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self.error: Exception | None = None
-        self._rebalancing = False
-        self.owned: list[TP] = []
+        self.owned: list[TP] = []  # what the group gave this member and it still holds
+        self.previous: list[TP] = []  # the last assignment (eager sticky's user data)
         core.offsets.generation = lambda: (self.generation_id, self.member_id, self.instance_id)
-        core.offsets.on_commit_failed = lambda _code, _generation: self.rejoin_lost()
+        core.offsets.on_commit_failed = self._commit_failed
 
     # -- control ---------------------------------------------------------------------
     def subscribe(
@@ -102,12 +123,15 @@ class GroupMember:
         on_assign: Callback = None,
         on_revoke: Callback = None,
         on_lost: Callback = None,
+        *,
+        assign_first: bool = False,
     ) -> None:
         """Subscribe to topic names; a name starting with ``^`` is a regex."""
         names = list(topics)
         self.topics = [t for t in names if not t.startswith("^")]
         self.patterns = [re.compile(t) for t in names if t.startswith("^")]
         self.on_assign, self.on_revoke, self.on_lost = on_assign, on_revoke, on_lost
+        self.assign_first = assign_first
         self.rejoin()
         if not self._tasks:
             loop = asyncio.get_running_loop()
@@ -121,10 +145,18 @@ class GroupMember:
         self._wake.set()
 
     def rejoin_lost(self) -> None:
-        if self._rebalancing:
-            return  # the commit before a revoke failed: the rebalance is under way
         self.lost = True
         self.rejoin()
+
+    def _commit_failed(self, code: ErrorCode, generation: Generation) -> None:
+        """The group refused a commit made in ``generation``."""
+        if generation[:2] != (self.generation_id, self.member_id):
+            return  # made in an older generation: this member has moved on already
+        if code == ErrorCode.rebalance_in_progress:
+            if not self.joining:
+                self.rejoin()
+            return
+        self._handle_error(code)
 
     @property
     def stable(self) -> bool:
@@ -180,42 +212,98 @@ class GroupMember:
                 await asyncio.sleep(self.core.cluster.retry_backoff_s)
             except Exception as error:
                 logger.exception("group %s rebalance failed", self.group_id)
+                if in_rebalance:
+                    self.need_rejoin = True
                 self.error = error
                 await asyncio.sleep(1.0)
 
-    async def _revoke(self) -> None:
-        old = self.core.assignment()
-        if old:
-            self.owned = old  # what sticky assignors send as the previous assignment
-        lost, self.lost = self.lost, False
-        if old or self.generation_id >= 0:
-            if lost:
-                callback = self.on_lost or self.on_revoke
-            else:
-                callback = self.on_revoke
-                if self.auto_commit and old:
-                    with contextlib.suppress(KafkaError, KafkaConnectionError):
-                        await self.core.commit()
-            if callback is not None:
-                await callback(old)
-        await self.core.assign([])
+    async def _call(self, callback: Callback, partitions: list[TP]) -> bool:
+        """Run a rebalance callback; True if it changed the assignment itself. A failing
+        callback is reported through ``poll`` and the member applies the change."""
+        if callback is None:
+            return False
+        try:
+            return bool(await callback(list(partitions)))
+        except Exception as error:
+            logger.warning("group %s: rebalance callback failed: %r", self.group_id, error)
+            self.error = error
+            return False
+
+    async def _release(self, partitions: list[TP], lost: bool, notify_empty: bool) -> None:
+        """Give partitions up: commit them (auto-commit, unless lost), tell the
+        application (on_revoke, or on_lost falling back to on_revoke), stop fetching."""
+        gone = set(partitions)
+        self.owned = [tp for tp in self.owned if tp not in gone]
+        if not partitions and not notify_empty:
+            return
+        self.core.hold(partitions)
+        if lost:
+            callback = self.on_lost or self.on_revoke
+        else:
+            callback = self.on_revoke
+            if self.auto_commit and partitions:
+                with contextlib.suppress(KafkaError, KafkaConnectionError):
+                    await self.core.commit(partitions=partitions)
+        if not await self._call(callback, partitions) and gone:
+            await self.core.assign([tp for tp in self.core.assignment() if tp not in gone])
+
+    async def _take(self, partitions: list[TP]) -> None:
+        """Start on new partitions (eager: the whole assignment) and tell the application."""
+        self.owned += [tp for tp in partitions if tp not in set(self.owned)]
+        if self.assign_first:
+            await self._assign_partitions(partitions)
+            await self._call(self.on_assign, partitions)
+        elif not await self._call(self.on_assign, partitions):
+            await self._assign_partitions(partitions)
+
+    async def _assign_partitions(self, partitions: list[TP]) -> None:
+        if self.protocol == assignors.EAGER:
+            await self.core.assign(partitions)
+        else:
+            current = self.core.assignment()
+            await self.core.assign(current + [tp for tp in partitions if tp not in set(current)])
 
     async def _rebalance(self) -> None:
         self.need_rejoin = False
-        self._rebalancing = True
-        try:
-            await self._revoke()
-        finally:
-            self._rebalancing = False
         topics = await self._matching_topics()
+        lost, self.lost = self.lost, False
+        plan = plan_join(self.protocol, self.owned, self.generation_id, lost, topics)
+        if lost:
+            self.generation_id, self.previous = -1, []
+            await self._release(list(plan.lose), lost=True, notify_empty=plan.notify_empty)
+        else:
+            await self._release(list(plan.revoke), lost=False, notify_empty=plan.notify_empty)
         self.subscribed_topics = topics
         self.core.cluster.want_topics(topics)
-        response = await self._join(topics)
+        self.joining = True
+        try:
+            partitions = await self._join_and_sync(topics, list(plan.claim), plan.generation)
+        finally:
+            self.joining = False
+        if self.need_rejoin and self.protocol == assignors.EAGER:
+            return  # the next rebalance was asked for already; eager gives it all up anyway
+        self.previous = partitions
+        change = plan_sync(self.protocol, self.owned, partitions)
+        await self._release(list(change.revoke), lost=False, notify_empty=False)
+        await self._take(list(change.assign))
+        logger.info(
+            "group %s generation %s: assigned %s%s",
+            self.group_id,
+            self.generation_id,
+            partitions,
+            f", revoked {list(change.revoke)}" if change.revoke else "",
+        )
+        if change.rejoin:
+            self.rejoin()  # the second rebalance: the revoked partitions move on
+
+    async def _join_and_sync(self, topics: list[str], claim: list[TP], generation: int) -> list[TP]:
+        response = await self._join(topics, claim, generation)
         self.generation_id = response.generation_id
         self.member_id = response.member_id
+        assignor = chosen_assignor(self.strategies, response.protocol_name)
         assignments: dict[str, bytes] = {}
         if response.leader == self.member_id:
-            assignments = await self._assign(response.protocol_name, response.members)
+            assignments = await self._assign(assignor, response.members)
         connection = await self.core.coordinator()
         version = connection.version_for(SYNC_GROUP)
         sync = await connection.send(
@@ -243,30 +331,23 @@ class GroupMember:
         if sync.error_code != ErrorCode.none:
             self._handle_error(sync.error_code)
             raise self.core.coordinator_error(sync.error_code, f"SyncGroup {self.group_id}")
-        partitions = [
+        return [
             (tp.topic, tp.partition)
             for tp in consumer_protocol.decode_assignment(sync.assignment).partitions
         ]
-        if self.need_rejoin:
-            return  # a heartbeat saw the next rebalance already
-        await self.core.assign(partitions)
-        if self.on_assign is not None:
-            await self.on_assign(list(partitions))
-        logger.info(
-            "group %s generation %s: assigned %s", self.group_id, self.generation_id, partitions
-        )
 
-    async def _join(self, topics: list[str]) -> Any:
-        owned = [consumer_protocol.TopicPartition(*tp) for tp in self.owned]
+    async def _join(self, topics: list[str], claim: list[TP], generation: int) -> Any:
+        owned = tuple(consumer_protocol.TopicPartition(*tp) for tp in claim)
+        previous = [consumer_protocol.TopicPartition(*tp) for tp in self.previous]
         protocols = [
             (
                 a.name,
                 consumer_protocol.encode_subscription(
                     consumer_protocol.Subscription(
                         tuple(topics),
-                        a.subscription_user_data(topics, owned, self.generation_id),
-                        tuple(owned),
-                        self.generation_id,
+                        a.subscription_user_data(topics, previous, generation),
+                        owned,
+                        generation,
                     )
                 ),
             )
@@ -292,7 +373,10 @@ class GroupMember:
                 ),
                 reason=None,
             )
-            response = await connection.send(request)
+            # The broker holds a JoinGroup until the group has joined: up to the
+            # rebalance timeout, as Java's client allows for.
+            wait_s = max(connection.request_timeout_s, self.rebalance_timeout_ms / 1000 + 5)
+            response = await connection.send(request, timeout_s=wait_s)
             code = response.error_code
             if code == ErrorCode.none:
                 return response
@@ -301,6 +385,9 @@ class GroupMember:
                 continue
             if code == ErrorCode.unknown_member_id:
                 self.member_id = ""
+                if claim:  # removed from the group: what it still holds may be elsewhere
+                    self.rejoin_lost()
+                    raise KafkaError(code, f"JoinGroup {self.group_id}")
                 continue
             if code in _RETRY:
                 self.core.coordinator_error(code, "")
@@ -308,7 +395,7 @@ class GroupMember:
                 continue
             raise KafkaError(code, f"JoinGroup {self.group_id}")
 
-    async def _assign(self, protocol: str | None, members: Any) -> dict[str, bytes]:
+    async def _assign(self, assignor: assignors.Assignor, members: Any) -> dict[str, bytes]:
         subscriptions = {
             m.member_id: consumer_protocol.decode_subscription(m.metadata, m.group_instance_id)
             for m in members
@@ -317,7 +404,6 @@ class GroupMember:
         self.core.cluster.want_topics(wanted)
         metadata = await self.core.cluster.refresh(wanted)
         partitions = {t: len(metadata.topics[t].partitions) for t in wanted if t in metadata.topics}
-        assignor = assignors.get_assignor(protocol or self.strategies[0].name)
         result = assignor.assign(subscriptions, partitions)
         return {m: consumer_protocol.encode_assignment(a) for m, a in result.items()}
 
@@ -334,7 +420,7 @@ class GroupMember:
     async def _heartbeat_loop(self) -> None:
         while not self.closed:
             await asyncio.sleep(self.heartbeat_s)
-            if self.generation_id < 0 or self.need_rejoin:
+            if self.generation_id < 0 or self.joining:
                 continue
             try:
                 connection = await self.core.coordinator()
@@ -360,17 +446,21 @@ class GroupMember:
 
     # -- close -----------------------------------------------------------------------
     async def close(self) -> None:
-        """Commit (auto-commit), revoke, and leave the group (dynamic members only)."""
+        """Commit (auto-commit), revoke everything (or lose it, if the member was
+        fenced), and leave the group (dynamic members only)."""
         self.closed = True
         for task in self._tasks:
             task.cancel()
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self.generation_id < 0 and not self.member_id:
-            return
+        if self.owned or self.generation_id >= 0:
+            lost = self.lost or self.generation_id < 0
+            eager = self.protocol == assignors.EAGER
+            with contextlib.suppress(KafkaError, KafkaConnectionError):
+                await self._release(list(self.owned), lost, notify_empty=eager and not lost)
         with contextlib.suppress(KafkaError, KafkaConnectionError):
-            await self._revoke()
+            await self.core.assign([])
         if self.instance_id is not None or not self.member_id:
             return
         with contextlib.suppress(KafkaError, KafkaConnectionError, IndexError):

@@ -1,8 +1,12 @@
 """The consumer's group offsets: coordinator lookup, OffsetFetch and OffsetCommit.
 
 How this works and why: a group's committed offsets live with its coordinator, a broker
-found by FindCoordinator and cached until it answers NOT_COORDINATOR or
-COORDINATOR_NOT_AVAILABLE (``coordinator_error`` forgets it). ``committed`` reads
+found by FindCoordinator and kept until it answers NOT_COORDINATOR or
+COORDINATOR_NOT_AVAILABLE (``coordinator_error`` forgets it). Every group request
+(JoinGroup, SyncGroup, Heartbeat, OffsetCommit, ...) goes over a connection of its own
+to the coordinator, as Java and librdkafka do: a broker answers one connection's
+requests in order and holds a JoinGroup until the whole group has joined, which on a
+shared connection would stall the fetches behind it for the whole rebalance. ``committed`` reads
 offsets with OffsetFetch (``require_stable``, so offsets of open transactions are not
 read as final); ``commit`` writes them with OffsetCommit under the member's current
 generation, member id and group instance id (``generation``, set by the group member;
@@ -14,13 +18,18 @@ whether its partitions are lost.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
 from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client.connection import (
+    BrokerAddress,
+    BrokerConnection,
+    request_entity,
+)
 
 OFFSET_COMMIT: Final = 8
 OFFSET_FETCH: Final = 9
@@ -50,7 +59,8 @@ class GroupOffsets:
     def __init__(self, cluster: Cluster, group_id: str | None) -> None:
         self.cluster = cluster
         self.group_id = group_id
-        self._coordinator_id: int | None = None
+        self._connection: BrokerConnection | None = None
+        self._finding = asyncio.Lock()
         # Set by the group member: what a commit is made under, and who hears that the
         # group refused one (the error code and the generation the commit was made in).
         self.generation: Callable[[], Generation] = lambda: (-1, "", None)
@@ -58,28 +68,39 @@ class GroupOffsets:
 
     def coordinator_error(self, code: ErrorCode, what: str) -> KafkaError:
         if code in _COORDINATOR_ERRORS:
-            self._coordinator_id = None
+            self._forget()
         return KafkaError(code, what)
 
+    def _forget(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            asyncio.get_running_loop().create_task(connection.close())
+
     async def coordinator(self) -> BrokerConnection:
+        """The connection to the group's coordinator, found and opened when needed."""
         if not self.group_id:
             raise KafkaError(ErrorCode.invalid_group_id, "group.id is not set")
-        if self._coordinator_id is not None:
-            try:
-                return await self.cluster.connection(self._coordinator_id)
-            except (KafkaError, KafkaConnectionError):
-                self._coordinator_id = None
-                raise
-        connection = await self.cluster.any_connection()
-        version = connection.version_for(FIND_COORDINATOR)
-        response = await connection.send(
-            request_entity(FIND_COORDINATOR, version, key_type=0, coordinator_keys=(self.group_id,))
-        )
-        found = response.coordinators[0]
-        if found.error_code != ErrorCode.none:
-            raise KafkaError(found.error_code, f"FindCoordinator {self.group_id}")
-        self._coordinator_id = found.node_id
-        return await self.cluster.connection(found.node_id)
+        async with self._finding:
+            if self._connection is not None and not self._connection.closed:
+                return self._connection
+            connection = await self.cluster.any_connection()
+            version = connection.version_for(FIND_COORDINATOR)
+            response = await connection.send(
+                request_entity(
+                    FIND_COORDINATOR, version, key_type=0, coordinator_keys=(self.group_id,)
+                )
+            )
+            found = response.coordinators[0]
+            if found.error_code != ErrorCode.none:
+                raise KafkaError(found.error_code, f"FindCoordinator {self.group_id}")
+            address = BrokerAddress(found.node_id, found.host, found.port)
+            self._connection = await self.cluster.open(address)
+            return self._connection
+
+    async def close(self) -> None:
+        connection, self._connection = self._connection, None
+        if connection is not None:
+            await connection.close()
 
     async def committed(self, partitions: Iterable[TP]) -> dict[TP, tuple[int, str | None]]:
         """(offset, metadata) committed by the group; offset -1 when none."""

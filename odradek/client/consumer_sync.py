@@ -6,6 +6,14 @@ the application is busy between polls. Rebalance callbacks are the exception: li
 confluent-kafka they run on the application's thread, inside ``poll``/``consume``/
 ``close`` — the group task hands each callback to a queue and waits until the
 calling thread has run it, so a callback may call ``assign``, ``commit``, ``seek``.
+As in confluent-kafka, a callback that sets the assignment itself (``assign`` /
+``unassign``, or with ``cooperative-sticky`` ``incremental_assign`` /
+``incremental_unassign``: cooperative callbacks get only the partitions that move)
+replaces the consumer's own change, which is made otherwise.
+
+Offsets: with ``enable.auto.offset.store=true`` (the default) the offset after each
+record handed out is the one ``commit()`` and auto-commit commit; with ``false``
+only what the application passed to ``store_offsets`` is.
 """
 
 from __future__ import annotations
@@ -17,6 +25,9 @@ import queue
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
+from odradek.client.assignors import COOPERATIVE
 from odradek.client.blocking import LoopThread
 from odradek.client.cluster import KafkaError
 from odradek.client.config import ClientConfig
@@ -63,10 +74,12 @@ class Consumer:
         self.config = ClientConfig({**config, **kwargs}, "consumer")
         self._thread = LoopThread("odradek-consumer")
         self._callbacks: queue.SimpleQueue[
-            tuple[Callable[[], None], concurrent.futures.Future[None]]
+            tuple[Callable[[], bool], concurrent.futures.Future[bool]]
         ]
         self._callbacks = queue.SimpleQueue()
         self._closed = False
+        self._in_callback = False  # a rebalance callback is running
+        self._callback_assigned = False  # ... and it set the assignment itself
 
         async def build() -> tuple[ConsumerCore, GroupMember | None]:
             core = ConsumerCore(self.config)
@@ -94,22 +107,44 @@ class Consumer:
                 call, done = self._callbacks.get_nowait()
             except queue.Empty:
                 return
+            if not done.set_running_or_notify_cancel():
+                continue  # the rebalance it belonged to was abandoned (close)
             try:
-                call()
-                done.set_result(None)
-            except Exception as error:  # surfaces in the group task's log
+                done.set_result(call())
+            except Exception as error:  # raised by the next poll; see GroupMember._call
                 done.set_exception(error)
 
     def _wrap(self, callback: UserCallback) -> Any:
         if callback is None:
             return None
 
-        async def on_loop(partitions: list[TP]) -> None:
-            done: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._callbacks.put((lambda: callback(self, _tps(partitions)), done))
-            await asyncio.wrap_future(done)
+        def call(partitions: list[TP]) -> bool:
+            self._in_callback, self._callback_assigned = True, False
+            try:
+                callback(self, _tps(partitions))
+            finally:
+                self._in_callback = False
+            return self._callback_assigned
+
+        async def on_loop(partitions: list[TP]) -> bool:
+            done: concurrent.futures.Future[bool] = concurrent.futures.Future()
+            self._callbacks.put((lambda: call(partitions), done))
+            return await asyncio.wrap_future(done)
 
         return on_loop
+
+    def _assignment_changed(self, incremental: bool) -> None:
+        """Called by every assignment method; inside a cooperative rebalance callback
+        only the incremental ones are allowed, as in confluent-kafka."""
+        cooperative = self._member is not None and self._member.protocol == COOPERATIVE
+        if self._in_callback and cooperative and not incremental:
+            raise KafkaException(
+                RuntimeError(
+                    "a cooperative rebalance changes the assignment with "
+                    "incremental_assign() / incremental_unassign()"
+                )
+            )
+        self._callback_assigned = self._in_callback
 
     # -- subscription and assignment ---------------------------------------------------
     def subscribe(
@@ -141,11 +176,13 @@ class Consumer:
             self._run(go())
 
     def assign(self, partitions: list[TopicPartition]) -> None:
+        self._assignment_changed(incremental=False)
         self._run(self._assign(partitions))
 
-    async def _assign(self, partitions: list[TopicPartition]) -> None:
+    async def _assign(self, partitions: list[TopicPartition], keep: bool = False) -> None:
         core = self._core
-        await core.assign([(tp.topic, tp.partition) for tp in partitions])
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        await core.assign(core.assignment() + keys if keep else keys)
         for tp in partitions:
             key = (tp.topic, tp.partition)
             if tp.offset >= 0:
@@ -156,7 +193,31 @@ class Consumer:
                 core.seek_to_end([key])
 
     def unassign(self) -> None:
+        self._assignment_changed(incremental=False)
         self._run(self._core.assign([]))
+
+    def incremental_assign(self, partitions: list[TopicPartition]) -> None:
+        """Add partitions (with optional start offsets) to the assignment."""
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        current = set(self._core.assignment())
+        for t, p in keys:
+            if (t, p) in current or keys.count((t, p)) > 1:
+                raise KafkaException(
+                    ValueError(f"{t} [{p}] is already part of the current assignment")
+                )
+        self._assignment_changed(incremental=True)
+        self._run(self._assign(partitions, keep=True))
+
+    def incremental_unassign(self, partitions: list[TopicPartition]) -> None:
+        """Remove partitions from the assignment (their offsets are ignored)."""
+        gone = {(tp.topic, tp.partition) for tp in partitions}
+        current = self._core.assignment()
+        for t, p in sorted(gone - set(current)):
+            raise KafkaException(
+                ValueError(f"{t} [{p}] can't be unassigned: it is not in the current assignment")
+            )
+        self._assignment_changed(incremental=True)
+        self._run(self._core.assign([tp for tp in current if tp not in gone]))
 
     def assignment(self) -> list[TopicPartition]:
         return _tps(self._core.assignment())
@@ -168,12 +229,21 @@ class Consumer:
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         wait = 1e9 if timeout is None or timeout < 0 else timeout
+        self._raise_group_error()
         records = self._run(self._core.getmany(num_messages, wait))
         self._serve_callbacks()
+        if not records:  # an error raised now would lose them: the next call raises it
+            self._raise_group_error()
+        return [to_message(r) for r in records]
+
+    def _raise_group_error(self) -> None:
+        """A group error, or the exception a rebalance callback raised (as is, like
+        confluent-kafka), from the background group task."""
         if self._member is not None and self._member.error is not None:
             error, self._member.error = self._member.error, None
-            raise KafkaException(error)
-        return [to_message(r) for r in records]
+            if isinstance(error, KafkaError | KafkaConnectionError):
+                raise KafkaException(error)
+            raise error
 
     def seek(self, partition: TopicPartition) -> None:
         async def go() -> None:
@@ -254,6 +324,40 @@ class Consumer:
             return None
         done = self._run(coroutine)
         return [TopicPartition(t, p, o) for (t, p), o in done.items()]
+
+    def store_offsets(
+        self, message: Message | None = None, offsets: list[TopicPartition] | None = None
+    ) -> None:
+        """Store the offset after ``message``, or ``offsets``, for the next commit
+        (``commit()`` without offsets, auto-commit); needs enable.auto.offset.store=false."""
+        if message is not None and offsets is not None:
+            raise ValueError("message and offsets are mutually exclusive")
+        if message is None and offsets is None:
+            raise ValueError("expected either message or offsets")
+        if self.config["enable.auto.offset.store"]:
+            raise KafkaException(
+                KafkaError(
+                    ErrorCode.invalid_config,
+                    "store_offsets needs enable.auto.offset.store=false",
+                )
+            )
+        if message is not None:
+            wanted = {(message.topic(), message.partition()): message.offset() + 1}
+        else:
+            wanted = {(tp.topic, tp.partition): tp.offset for tp in offsets or ()}
+        for (t, p), offset in wanted.items():
+            if offset < 0:
+                raise KafkaException(ValueError(f"{t} [{p}]: {offset} is not an offset to store"))
+
+        async def go() -> list[TP]:
+            return self._core.store_offsets(wanted)
+
+        missing = self._run(go())
+        if wanted and len(missing) == len(wanted):
+            names = ", ".join(f"{t} [{p}]" for t, p in missing)
+            raise KafkaException(
+                KafkaError(ErrorCode.unknown_topic_or_partition, f"not assigned: {names}")
+            )
 
     def committed(
         self, partitions: list[TopicPartition], timeout: float | None = None

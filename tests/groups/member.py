@@ -1,9 +1,10 @@
 """One consumer-group member in its own process, logging what it sees as JSON lines.
 
 Run by the tests as ``python -m tests.groups.member CONFIG_JSON`` (see harness.py).
-The member subscribes with a real client (confluent-kafka, kafka-python or aiokafka),
-and appends one JSON line per event to the shared events file (O_APPEND, one write
-per line, so lines of concurrent members never interleave):
+The member subscribes with a real client (confluent-kafka, kafka-python, aiokafka or
+odradek's own confluent-shaped ``Consumer``), and appends one JSON line per event to
+the shared events file (O_APPEND, one write per line, so lines of concurrent members
+never interleave):
 
 - ``assign`` / ``revoke`` / ``lost``: the partitions, as the client's rebalance
   listener reports them (incremental for cooperative protocols);
@@ -51,10 +52,8 @@ def _key(raw: bytes | None) -> str | None:
     return None if raw is None else raw.decode()
 
 
-# -- confluent-kafka (librdkafka) -----------------------------------------------------------
-def run_confluent(cfg: dict[str, Any], log: Log) -> None:
-    from confluent_kafka import Consumer, KafkaException
-
+# -- confluent-kafka (librdkafka) and odradek's confluent-shaped Consumer --------------------
+def _common_conf(cfg: dict[str, Any]) -> dict[str, Any]:
     conf = {
         "bootstrap.servers": cfg["bootstrap"],
         "group.id": cfg["group"],
@@ -64,12 +63,35 @@ def run_confluent(cfg: dict[str, Any], log: Log) -> None:
         "session.timeout.ms": cfg["session_ms"],
         "heartbeat.interval.ms": cfg["heartbeat_ms"],
         "partition.assignment.strategy": cfg["assignor"],
-        "topic.metadata.refresh.interval.ms": cfg["metadata_refresh_ms"],
-        "fetch.wait.max.ms": 100,
     }
     if cfg.get("instance_id"):
         conf["group.instance.id"] = cfg["instance_id"]
-    consumer = Consumer(conf)
+    return conf
+
+
+def run_confluent(cfg: dict[str, Any], log: Log) -> None:
+    from confluent_kafka import Consumer, KafkaException
+
+    conf = {
+        **_common_conf(cfg),
+        "topic.metadata.refresh.interval.ms": cfg["metadata_refresh_ms"],
+        "fetch.wait.max.ms": 100,
+    }
+    _confluent_shaped(Consumer(conf), KafkaException, cfg, log)
+
+
+def run_odradek(cfg: dict[str, Any], log: Log) -> None:
+    from odradek.client import Consumer, KafkaException
+
+    conf = {
+        **_common_conf(cfg),
+        "metadata.max.age.ms": cfg["metadata_refresh_ms"],
+        "fetch.max.wait.ms": 100,
+    }
+    _confluent_shaped(Consumer(conf), KafkaException, cfg, log)
+
+
+def _confluent_shaped(consumer: Any, failure: Any, cfg: dict[str, Any], log: Log) -> None:
     committed: dict[tuple[str, int], int] = {}
 
     def commit(parts: list[Any]) -> None:
@@ -85,7 +107,7 @@ def run_confluent(cfg: dict[str, Any], log: Log) -> None:
             return
         try:
             consumer.commit(offsets=todo, asynchronous=False)
-        except KafkaException as error:
+        except failure as error:
             log("commit_error", error=str(error))
             return
         for tp in todo:
@@ -260,7 +282,12 @@ async def _aiokafka(cfg: dict[str, Any], log: Log) -> None:
         await consumer.stop()
 
 
-CLIENTS = {"confluent": run_confluent, "kafka-python": run_kafka_python, "aiokafka": run_aiokafka}
+CLIENTS = {
+    "confluent": run_confluent,
+    "odradek": run_odradek,
+    "kafka-python": run_kafka_python,
+    "aiokafka": run_aiokafka,
+}
 
 
 def main() -> None:
@@ -273,7 +300,9 @@ def main() -> None:
 
         logging.basicConfig(level=logging.DEBUG, format="%(asctime)s %(name)s %(message)s")
     # Whether assign/revoke report changes (cooperative) or whole assignments (eager).
-    incremental = cfg["client"] == "confluent" and cfg["assignor"] == "cooperative-sticky"
+    incremental = (
+        cfg["client"] in ("confluent", "odradek") and cfg["assignor"] == "cooperative-sticky"
+    )
     log("start", pid=os.getpid(), client=cfg["client"], incremental=incremental)
     CLIENTS[cfg["client"]](cfg, log)
     log("exit")
