@@ -156,6 +156,33 @@ def test_batch_read_equals_what_was_produced(
     with pytest.raises(Exception, match="kafka"):  # Spark's own (absent) Kafka source again
         spark.read.format("kafka").option("subscribe", topic).load().count()
 
+    # Starting and ending by timestamp (records i have timestamp BASE_TS + i).
+    since = read(spark, broker.bootstrap, subscribe=topic, startingTimestamp=str(BASE_TS + 300))
+    assert since.count() == 300
+    window = read(
+        spark,
+        broker.bootstrap,
+        subscribe=topic,
+        startingOffsetsByTimestamp=json.dumps({topic: {str(p): BASE_TS + 300 for p in range(3)}}),
+        endingTimestamp=str(BASE_TS + 450),
+    )
+    assert sorted(r.value for r in window.select("value").collect() if r.value) == sorted(
+        r["value"] for r in expected if 300 <= r["offset"] * 3 + r["partition"] < 450 and r["value"]
+    )
+    future = str(BASE_TS + 10_000)
+    with pytest.raises(Exception, match="'startingTimestamp'"):
+        read(spark, broker.bootstrap, subscribe=topic, startingTimestamp=future).count()
+    assert (
+        read(
+            spark,
+            broker.bootstrap,
+            subscribe=topic,
+            startingTimestamp=future,
+            startingOffsetsByTimestampStrategy="latest",
+        ).count()
+        == 0
+    )
+
     # Explicit ranges: assign + JSON offsets.
     ranged = read(
         spark,
