@@ -61,6 +61,7 @@ class GroupOffsets:
         self.group_id = group_id
         self._connection: BrokerConnection | None = None
         self._finding = asyncio.Lock()
+        self._closing: set[asyncio.Task[None]] = set()
         # Set by the group member: what a commit is made under, and who hears that the
         # group refused one (the error code and the generation the commit was made in).
         self.generation: Callable[[], Generation] = lambda: (-1, "", None)
@@ -74,7 +75,9 @@ class GroupOffsets:
     def _forget(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:
-            asyncio.get_running_loop().create_task(connection.close())
+            task = asyncio.get_running_loop().create_task(connection.close())
+            self._closing.add(task)  # referenced until done
+            task.add_done_callback(self._closing.discard)
 
     async def coordinator(self) -> BrokerConnection:
         """The connection to the group's coordinator, found and opened when needed."""

@@ -225,7 +225,7 @@ def test_cooperative_rebalance_revokes_only_moved_partitions_and_keeps_consuming
             9,
             group,
             protocols=[("cooperative-sticky", _cooperative_subscription(topic, (), -1))],
-            session_ms=6000,
+            session_ms=30_000,
             rebalance_ms=30_000,
         )
         # Ours rejoins from its heartbeat thread, keeping its partitions: no callback
@@ -243,7 +243,7 @@ def test_cooperative_rebalance_revokes_only_moved_partitions_and_keeps_consuming
         # once; the group waits in PreparingRebalance for the other member.
         poll_until(
             "the revoke",
-            lambda: any(kind == "revoke" for kind, _ in events) and len(ours.assignment()) == 2,
+            lambda: len(events) >= 3 and len(ours.assignment()) == 2,
         )
         kept = {(tp.topic, tp.partition) for tp in ours.assignment()}
         moved = everything - kept
@@ -278,7 +278,7 @@ def test_cooperative_rebalance_revokes_only_moved_partitions_and_keeps_consuming
             protocols=[
                 ("cooperative-sticky", _cooperative_subscription(topic, (), joined.generation_id))
             ],
-            session_ms=6000,
+            session_ms=30_000,
             rebalance_ms=30_000,
         )
         second = pending.result()
