@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench bench-tools lint serve clean kcat
+.PHONY: test bench bench-tools lint serve clean kcat demo
 
 # '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
 # the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
@@ -55,6 +55,12 @@ lint: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/odradek serve
+
+# The Spark pipeline of examples/clickstream end to end: a broker on an ephemeral port
+# (data in var/demo, stopped by pid at the end), the click generator and the Structured
+# Streaming job on local[2]; prints the job's progress, then the top pages.
+demo: $(STAMP)
+	$(BIN)/python examples/clickstream/demo.py
 
 clean:
 	rm -rf $(VENV) var .pytest_cache .mypy_cache .ruff_cache
