@@ -39,6 +39,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client import assignors, consumer_protocol
 from odradek.client.cluster import KafkaError
+from odradek.client.config import ConfigError
 from odradek.client.connection import KafkaConnectionError, request_entity
 from odradek.client.consumer import (
     HEARTBEAT,
@@ -91,9 +92,9 @@ class GroupMember:
                 if s.strip()
             ]
         except KeyError as error:
-            raise KafkaError(ErrorCode.inconsistent_group_protocol, str(error.args[0])) from None
+            raise ConfigError("partition.assignment.strategy", str(error.args[0])) from None
         if not self.strategies:
-            raise KafkaError(ErrorCode.inconsistent_group_protocol, "no partition assignor")
+            raise ConfigError("partition.assignment.strategy", "no partition assignor given")
         self.protocol = rebalance_protocol(self.strategies)
         self.member_id = ""
         self.generation_id = -1

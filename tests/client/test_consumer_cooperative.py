@@ -278,6 +278,13 @@ def test_eager_on_assign_runs_before_the_assignment(kafka: BrokerProcess) -> Non
     assert seen_during == [set()]
 
 
+def test_unknown_assignor_is_a_config_error(kafka: BrokerProcess) -> None:
+    with pytest.raises(ValueError, match=r"partition\.assignment\.strategy: unknown .*'bogus'"):
+        Consumer(conf(kafka, group_name(), **{"partition.assignment.strategy": "range,bogus"}))
+    with pytest.raises(ValueError, match=r"partition\.assignment\.strategy: no partition"):
+        Consumer(conf(kafka, group_name(), **{"partition.assignment.strategy": " , "}))
+
+
 # -- the aiokafka face ---------------------------------------------------------------------
 def test_aiokafka_listener_sees_cooperative_increments(kafka: BrokerProcess) -> None:
     topic = new_topic(kafka, 4, 3)
