@@ -492,8 +492,18 @@ class AdminClient:
         return 0
 
     def close(self) -> None:
+        """Close the connections and cancel operations still running (their futures fail)."""
+
+        async def shutdown() -> None:
+            await self._cluster.close()
+            current = asyncio.current_task()
+            leftovers = [t for t in asyncio.all_tasks() if t is not current]
+            for task in leftovers:
+                task.cancel()
+            await asyncio.gather(*leftovers, return_exceptions=True)
+
         try:
-            self._thread.run(self._cluster.close(), 10)
+            self._thread.run(shutdown(), 10)
         finally:
             self._thread.stop()
 

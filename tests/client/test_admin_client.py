@@ -3,6 +3,7 @@ confluent-kafka's AdminClient on the same broker."""
 
 from __future__ import annotations
 
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -159,3 +160,25 @@ def test_list_topics_of_unknown_topic_reports_it_without_creating_it(
     assert entry.partitions == {}
     assert [b.port for b in metadata.brokers.values()] == [kafka.port]
     assert missing not in admin.list_topics(timeout=10).topics
+
+
+def test_request_timeout_bounds_an_unanswered_call() -> None:
+    """A broker that accepts connections but never answers: ``request_timeout`` (not the
+    30 s ``request.timeout.ms``) ends the call with REQUEST_TIMED_OUT."""
+    silent = socket.create_server(("127.0.0.1", 0))  # the kernel accepts, nobody reads
+    try:
+        port = silent.getsockname()[1]
+        client = AdminClient({"bootstrap.servers": f"127.0.0.1:{port}"})
+        try:
+            started = time.monotonic()
+            future = client.describe_cluster(request_timeout=0.5)
+            with pytest.raises(KafkaException, match="REQUEST_TIMED_OUT"):
+                future.result(20)
+            assert time.monotonic() - started < 20
+            futures = client.create_topics([NewTopic("never", 1, 1)], request_timeout=0.5)
+            with pytest.raises(KafkaException, match="REQUEST_TIMED_OUT"):
+                futures["never"].result(20)
+        finally:
+            client.close()
+    finally:
+        silent.close()
