@@ -5,11 +5,13 @@ batch (``batch.py`` reads only the 61-byte header), but tools, log compaction,
 transaction markers and the Python client must see individual records. This module
 is that second, slower path, kept separate so nothing on the hot path imports it.
 
-Encoding writes each record into a reused scratch ``bytearray`` with a small zigzag
-varint writer, prefixes it with its length, compresses the whole records section if
-asked, then packs the header and the CRC32C of ``attributes..end``. Decoding checks
+Encoding appends each record to the records section (``append_record``: varints
+below ``SMALL_VARINT_LIMIT`` come from a table, the record's length is computed
+before it is written), then ``frame_batch`` compresses the whole section if asked and
+packs the header and the CRC32C of ``attributes..end``. Decoding checks
 the header (and CRC) with ``batch.py``, decompresses the records section once, and
-walks it with kio's native varint readers. Every bound is checked against the record
+walks it in one pass into parallel lists (``decode_record_columns``: one-byte varints
+inline, longer ones with kio's native readers). Every bound is checked against the record
 being read, so malformed bytes (truncated varints, lengths past the end, a record
 count that does not match, invalid UTF-8 header keys, a bad compressed stream) raise
 ``CorruptRecordError`` naming the batch's base offset, never a stray IndexError.
@@ -36,7 +38,7 @@ import struct
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final, TypeAlias
+from typing import Final, NamedTuple, TypeAlias
 
 from crc32c import crc32c
 from kio.serial.errors import SerialError
@@ -113,17 +115,99 @@ def _put_varint(out: bytearray, value: int) -> None:
     out.append(zigzag)
 
 
-def _put_bytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out.append(1)  # zigzag(-1)
+def encode_varint(value: int) -> bytes:
+    """``value`` as a zigzag varint (the same bytes serve varint and varlong fields)."""
+    out = bytearray()
+    _put_varint(out, value)
+    return bytes(out)
+
+
+# Encoded varints of -1 .. SMALL_VARINT_LIMIT - 1, at index value + 1: record lengths,
+# key/value lengths and deltas are nearly always in this range (two bytes at most),
+# so a record is encoded with table look-ups instead of a loop per varint.
+SMALL_VARINT_LIMIT: Final = 8192
+_SMALL_VARINTS: Final = tuple(encode_varint(value) for value in range(-1, SMALL_VARINT_LIMIT))
+_NULL: Final = b"\x01"  # zigzag(-1): a null key or value
+_NO_HEADERS: Final = b"\x00"
+_ATTRIBUTES: Final = b"\x00"
+
+
+def append_record(
+    out: bytearray,
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[str, bytes | None]] = (),
+) -> int:
+    """Append one record (the layout above) to a records section; returns its size.
+
+    The producer builds a batch's records section with this, one record at a time, so
+    a batch is bytes from the start; ``frame_batch`` adds the header when it is sent.
+    """
+    small = _SMALL_VARINTS
+    limit = SMALL_VARINT_LIMIT
+    timestamp_bytes = (
+        small[timestamp_delta + 1]
+        if -1 <= timestamp_delta < limit
+        else encode_varint(timestamp_delta)
+    )
+    offset_bytes = small[offset_delta + 1] if offset_delta < limit else encode_varint(offset_delta)
+    if key is None:
+        key_length, key = _NULL, b""
     else:
-        _put_varint(out, len(data))
-        out += data
+        size = len(key)
+        key_length = small[size + 1] if size < limit else encode_varint(size)
+    if value is None:
+        value_length, value = _NULL, b""
+    else:
+        size = len(value)
+        value_length = small[size + 1] if size < limit else encode_varint(size)
+    header_bytes = _encode_headers(headers) if headers else _NO_HEADERS
+    size = (
+        1
+        + len(timestamp_bytes)
+        + len(offset_bytes)
+        + len(key_length)
+        + len(key)
+        + len(value_length)
+        + len(value)
+        + len(header_bytes)
+    )
+    length = small[size + 1] if size < limit else encode_varint(size)
+    out += b"".join(
+        (
+            length,
+            _ATTRIBUTES,
+            timestamp_bytes,
+            offset_bytes,
+            key_length,
+            key,
+            value_length,
+            value,
+            header_bytes,
+        )
+    )
+    return len(length) + size
+
+
+def _encode_headers(headers: Sequence[tuple[str, bytes | None]]) -> bytes:
+    out = bytearray()
+    _put_varint(out, len(headers))
+    for name, data in headers:
+        encoded = name.encode()
+        _put_varint(out, len(encoded))
+        out += encoded
+        if data is None:
+            out += _NULL
+        else:
+            _put_varint(out, len(data))
+            out += data
+    return bytes(out)
 
 
 def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp: int) -> bytearray:
     out = bytearray()
-    body = bytearray()
     previous = base_offset - 1
     for record in records:
         offset = record.offset
@@ -141,18 +225,14 @@ def _encode_records(records: Sequence[Record], base_offset: int, base_timestamp:
             raise ValueError(
                 f"timestamp {record.timestamp} is too far from base timestamp {base_timestamp}"
             )
-        body.clear()
-        body.append(0)  # attributes
-        _put_varint(body, timestamp_delta)
-        _put_varint(body, offset_delta)
-        _put_bytes(body, record.key)
-        _put_bytes(body, record.value)
-        _put_varint(body, len(record.headers))
-        for header in record.headers:
-            _put_bytes(body, header.key.encode())
-            _put_bytes(body, header.value)
-        _put_varint(out, len(body))
-        out += body
+        append_record(
+            out,
+            offset_delta,
+            timestamp_delta,
+            record.key,
+            record.value,
+            [(header.key, header.value) for header in record.headers],
+        )
     return out
 
 
@@ -178,14 +258,53 @@ def encode_batch(
     """
     if not records:
         raise ValueError("a record batch needs at least one record")
+    base_timestamp = records[0].timestamp
+    if max_timestamp is None:
+        max_timestamp = max(record.timestamp for record in records)
+    return frame_batch(
+        _encode_records(records, base_offset, base_timestamp),
+        record_count=len(records),
+        last_offset_delta=records[-1].offset - base_offset,
+        base_timestamp=base_timestamp,
+        max_timestamp=max_timestamp,
+        base_offset=base_offset,
+        partition_leader_epoch=partition_leader_epoch,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
+        is_control=is_control,
+    )
+
+
+def frame_batch(
+    section: bytes | bytearray,
+    *,
+    record_count: int,
+    last_offset_delta: int,
+    base_timestamp: int,
+    max_timestamp: int,
+    base_offset: int = 0,
+    partition_leader_epoch: int = -1,
+    compression: int = NO_COMPRESSION,
+    timestamp_type: int = CREATE_TIME,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+    is_control: bool = False,
+) -> bytes:
+    """A v2 batch from an uncompressed records ``section`` (``append_record``'s output).
+
+    Compresses the section if asked, then packs the header and its CRC. Raises
+    ValueError for an unknown codec or timestamp type, or out-of-range fields.
+    """
     if compression not in COMPRESSION_NAMES:
         raise ValueError(f"unknown compression codec {compression}")
     if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
         raise ValueError(f"unknown timestamp type {timestamp_type}")
-    base_timestamp = records[0].timestamp
-    if max_timestamp is None:
-        max_timestamp = max(record.timestamp for record in records)
-    section = _encode_records(records, base_offset, base_timestamp)
     payload = compress(compression, section) if compression != NO_COMPRESSION else section
 
     attributes = compression
@@ -198,13 +317,13 @@ def encode_batch(
     try:
         covered = _CRC_COVERED.pack(
             attributes,
-            records[-1].offset - base_offset,
+            last_offset_delta,
             base_timestamp,
             max_timestamp,
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            record_count,
         )
         crc = crc32c(payload, crc32c(covered))
         batch_length = HEADER_SIZE - LOG_OVERHEAD + len(payload)
@@ -271,31 +390,70 @@ def iter_records(buf: Buf, header: BatchHeader) -> Iterator[Record]:
     """Yield the records of a batch whose header was already parsed from ``buf``.
 
     Checks the records, not the CRC (``check_batch`` does that). Raises
-    CorruptRecordError (lazily, while iterating) on malformed content.
+    CorruptRecordError on malformed content, when iteration starts (the batch is
+    decoded in one pass by ``decode_record_columns``).
     """
+    columns = decode_record_columns(buf, header)
+    for offset, timestamp, key, value, pairs in zip(*columns, strict=True):
+        yield Record(
+            offset,
+            timestamp,
+            key,
+            value,
+            tuple([Header(name, data) for name, data in pairs]) if pairs else (),
+        )
+
+
+class RecordColumns(NamedTuple):
+    """The records of one batch as parallel lists (index i of each is record i)."""
+
+    offsets: list[int]
+    timestamps: list[int]  # ms; for LOG_APPEND_TIME batches, the batch's max_timestamp
+    keys: list[bytes | None]
+    values: list[bytes | None]
+    headers: list[tuple[tuple[str, bytes | None], ...]]  # (key, value) pairs; () if none
+
+
+def _records_section(buf: Buf, header: BatchHeader) -> tuple[bytes, int, int]:
+    """(data, start, end): the uncompressed records section is ``data[start:end]``."""
     start = header.position + HEADER_SIZE
     stop = header.position + header.size
     codec = header.compression
-    count = header.record_count
-    if count < 0:
-        raise _corrupt(header, f"negative record count {count}")
     if codec != NO_COMPRESSION:
         try:
             data = decompress(codec, memoryview(buf)[start:stop])
         except CorruptRecordError as exc:
             raise _corrupt(header, str(exc)) from exc
-        position, end = 0, len(data)
-    elif isinstance(buf, bytes):
-        data, position, end = buf, start, stop
-    else:
-        # kio's native readers want a read-only buffer; copy once.
-        data = bytes(memoryview(buf)[start:stop])
-        position, end = 0, len(data)
+        return data, 0, len(data)
+    if isinstance(buf, bytes):
+        return buf, start, stop
+    # kio's native readers want a read-only buffer; copy once.
+    data = bytes(memoryview(buf)[start:stop])
+    return data, 0, len(data)
 
+
+def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
+    """Decode every record of a batch whose header was already parsed from ``buf``.
+
+    One pass, no per-record objects: the consumer builds its own record type from
+    the columns, and ``iter_records`` builds ``Record``. Varints of one byte (most
+    lengths, deltas and counts) are decoded inline, longer ones by kio's native
+    readers. Checks the records, not the CRC; raises CorruptRecordError on
+    malformed content.
+    """
+    count = header.record_count
+    if count < 0:
+        raise _corrupt(header, f"negative record count {count}")
+    data, position, end = _records_section(buf, header)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     log_append_time = header.timestamp_type == LOG_APPEND_TIME
-    max_timestamp = header.max_timestamp
+    columns = RecordColumns([], [], [], [], [])
+    add_offset = columns.offsets.append
+    add_timestamp = columns.timestamps.append
+    add_key = columns.keys.append
+    add_value = columns.values.append
+    add_headers = columns.headers.append
     read_varint = read_signed_varint
     read_varlong = read_signed_varlong
     index = 0
@@ -303,62 +461,85 @@ def iter_records(buf: Buf, header: BatchHeader) -> Iterator[Record]:
         for index in range(count):
             if position >= end:
                 raise _corrupt(header, f"record count is {count} but only {index} records fit")
-            length, size = read_varint(data, position)
-            position += size
+            # A one-byte zigzag varint b is (b >> 1) ^ -(b & 1).
+            byte = data[position]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            else:
+                length, size = read_varint(data, position)
+                position += size
             record_end = position + length
             if length < 1 or record_end > end:
                 raise _corrupt(header, f"record {index} has bad length {length}")
-            position += 1  # attributes (unused)
-            timestamp_delta, size = read_varlong(data, position)
-            position += size
-            offset_delta, size = read_varint(data, position)
-            position += size
+            byte = data[position + 1]  # after the (unused) attributes byte
+            if byte < 0x80:
+                timestamp_delta = (byte >> 1) ^ -(byte & 1)
+                position += 2
+            else:
+                timestamp_delta, size = read_varlong(data, position + 1)
+                position += 1 + size
+            byte = data[position]
+            if byte < 0x80:
+                offset_delta = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            else:
+                offset_delta, size = read_varint(data, position)
+                position += size
 
-            key_length, size = read_varint(data, position)
-            position += size
-            if key_length == -1:
+            if data[position] == 1:  # zigzag(-1): null
                 key = None
-            elif 0 <= key_length <= record_end - position:
-                key = data[position : position + key_length]
-                position += key_length
+                position += 1
             else:
-                raise _corrupt(header, f"record {index} has bad key length {key_length}")
+                key_length, size = read_varint(data, position)
+                position += size
+                if key_length == -1:
+                    key = None
+                elif 0 <= key_length <= record_end - position:
+                    key = data[position : position + key_length]
+                    position += key_length
+                else:
+                    raise _corrupt(header, f"record {index} has bad key length {key_length}")
 
-            value_length, size = read_varint(data, position)
-            position += size
-            if value_length == -1:
+            if data[position] == 1:
                 value = None
-            elif 0 <= value_length <= record_end - position:
-                value = data[position : position + value_length]
-                position += value_length
+                position += 1
             else:
-                raise _corrupt(header, f"record {index} has bad value length {value_length}")
+                value_length, size = read_varint(data, position)
+                position += size
+                if value_length == -1:
+                    value = None
+                elif 0 <= value_length <= record_end - position:
+                    value = data[position : position + value_length]
+                    position += value_length
+                else:
+                    raise _corrupt(header, f"record {index} has bad value length {value_length}")
 
-            header_count, size = read_varint(data, position)
-            position += size
-            headers: tuple[Header, ...] = ()
-            if header_count:
+            if data[position] == 0:
+                pairs: tuple[tuple[str, bytes | None], ...] = ()
+                position += 1
+            else:
+                header_count, size = read_varint(data, position)
+                position += size
+                if header_count == 0:
+                    pairs = ()
                 # Each header takes at least two bytes (two one-byte lengths).
-                if not 0 < header_count <= (record_end - position) // 2:
+                elif 0 < header_count <= (record_end - position) // 2:
+                    pairs = _read_headers(data, position, record_end, header_count, header, index)
+                    position = record_end
+                else:
                     raise _corrupt(header, f"record {index} has bad header count {header_count}")
-                headers = tuple(
-                    _read_headers(data, position, record_end, header_count, header, index)
-                )
-                position = record_end
             if position != record_end:
                 raise _corrupt(
                     header,
                     f"record {index} declares {length} bytes but its fields "
                     f"end {position - record_end:+d} bytes from there",
                 )
-
-            yield Record(
-                base_offset + offset_delta,
-                max_timestamp if log_append_time else base_timestamp + timestamp_delta,
-                key,
-                value,
-                headers,
-            )
+            add_offset(base_offset + offset_delta)
+            add_timestamp(base_timestamp + timestamp_delta)
+            add_key(key)
+            add_value(value)
+            add_headers(pairs)
         if position != end:
             raise _corrupt(
                 header, f"{end - position} bytes left after the declared {count} records"
@@ -367,13 +548,17 @@ def iter_records(buf: Buf, header: BatchHeader) -> Iterator[Record]:
         raise
     except (SerialError, ValueError, IndexError, OverflowError) as exc:
         raise _corrupt(header, f"record {index} is malformed: {exc}") from exc
+    if log_append_time:
+        columns.timestamps[:] = [header.max_timestamp] * count
+    return columns
 
 
 def _read_headers(
     data: bytes, position: int, record_end: int, count: int, batch: BatchHeader, index: int
-) -> Iterator[Header]:
-    """Yield ``count`` headers starting at ``position``; they must end at ``record_end``."""
+) -> tuple[tuple[str, bytes | None], ...]:
+    """``count`` (key, value) headers from ``position``; they must end at ``record_end``."""
     read_varint = read_signed_varint
+    pairs: list[tuple[str, bytes | None]] = []
     for _ in range(count):
         key_length, size = read_varint(data, position)
         position += size
@@ -386,6 +571,7 @@ def _read_headers(
         position += key_length
         value_length, size = read_varint(data, position)
         position += size
+        value: bytes | None
         if value_length == -1:
             value = None
         elif 0 <= value_length <= record_end - position:
@@ -395,12 +581,13 @@ def _read_headers(
             raise _corrupt(
                 batch, f"record {index} has a header with bad value length {value_length}"
             )
-        yield Header(key, value)
+        pairs.append((key, value))
     if position != record_end:
         raise _corrupt(
             batch,
             f"record {index}'s headers end {position - record_end:+d} bytes from its length",
         )
+    return tuple(pairs)
 
 
 # -- control records ------------------------------------------------------------

@@ -27,16 +27,20 @@ from odradek.storage.errors import CorruptRecordError
 from odradek.storage.records import (
     ABORT_MARKER,
     COMMIT_MARKER,
+    SMALL_VARINT_LIMIT,
     DecodedBatch,
     Header,
     Record,
     _put_varint,
+    append_record,
     decode_batch,
     decode_batches,
     decode_control_record,
     decode_end_txn_marker,
+    decode_record_columns,
     encode_batch,
     encode_end_txn_marker,
+    frame_batch,
     iter_records,
     new_records,
 )
@@ -231,6 +235,96 @@ def test_new_records() -> None:
         Record(12, 5, None, b"x", (Header("h", b"1"), Header("g", None))),
     ]
     assert new_records([b"now"])[0].timestamp > 1_600_000_000_000
+
+
+@settings(max_examples=150, deadline=None)
+@given(record_lists(), batch_options())
+def test_record_columns_hold_every_field(batch: tuple[int, list[Record]], options: dict) -> None:
+    """The columns the consumer builds its records from: one entry per record each."""
+    base_offset, records = batch
+    encoded = encode_batch(records, base_offset=base_offset, **options)
+    offsets, timestamps, keys, values, headers = decode_record_columns(
+        encoded, parse_header(encoded)
+    )
+    assert offsets == [r.offset for r in records]
+    if options["timestamp_type"] == LOG_APPEND_TIME:
+        assert set(timestamps) == {parse_header(encoded).max_timestamp}
+    else:
+        assert timestamps == [r.timestamp for r in records]
+    assert keys == [r.key for r in records]
+    assert values == [r.value for r in records]
+    assert headers == [tuple((h.key, h.value) for h in r.headers) for r in records]
+    assert all(type(h) is tuple for h in headers)
+
+
+def reference_record(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+) -> bytes:
+    """One record in Kafka's layout, built with this file's own varint writer."""
+
+    def field(data: bytes | None) -> bytes:
+        return zz(-1) if data is None else zz(len(data)) + data
+
+    body = b"\x00" + zz(timestamp_delta) + zz(offset_delta) + field(key) + field(value)
+    body += zz(len(headers)) + b"".join(field(k.encode()) + field(v) for k, v in headers)
+    return zz(len(body)) + body
+
+
+# sizes on both sides of one- and two-byte varints and of the encoder's look-up table
+edge_sizes = st.sampled_from([0, 1, 63, 64, 8190, 8191, 8192, 8193, 20_000])
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    offset_delta=st.integers(0, 2**31 - 1) | st.sampled_from([0, 63, 64, 8191, 8192]),
+    timestamp_delta=st.integers(-(2**62), 2**62) | st.sampled_from([-2, -1, 0, 8191, 8192]),
+    key=st.none() | st.binary(max_size=70) | edge_sizes.map(lambda n: b"k" * n),
+    value=st.none() | st.binary(max_size=70) | edge_sizes.map(lambda n: b"v" * n),
+    headers=st.lists(st.tuples(st.text(max_size=5), st.none() | st.binary(max_size=9)), max_size=3),
+)
+def test_append_record_matches_reference(
+    offset_delta: int,
+    timestamp_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: list[tuple[str, bytes | None]],
+) -> None:
+    out = bytearray(b"before")
+    size = append_record(out, offset_delta, timestamp_delta, key, value, headers)
+    expected = reference_record(offset_delta, timestamp_delta, key, value, headers)
+    assert bytes(out) == b"before" + expected
+    assert size == len(expected)
+
+
+def test_records_appended_one_by_one_frame_into_a_valid_batch() -> None:
+    """The producer's path: append_record per record, frame_batch when sent."""
+    section = bytearray()
+    values = [b"x" * n for n in (0, 5, SMALL_VARINT_LIMIT, 300)]
+    for index, value in enumerate(values):
+        append_record(section, index, index * 3 - 1, None if index == 2 else b"k", value)
+    for codec in CODECS:
+        batch = frame_batch(
+            section,
+            record_count=4,
+            last_offset_delta=3,
+            base_timestamp=1000,
+            max_timestamp=1008,
+            compression=codec,
+            producer_id=7,
+            producer_epoch=1,
+            base_sequence=10,
+        )
+        decoded = decode_batch(batch)
+        assert [r.value for r in decoded.records] == values
+        assert [r.timestamp for r in decoded.records] == [999, 1002, 1005, 1008]
+        assert [r.key for r in decoded.records] == [b"k", b"k", None, b"k"]
+        header = decoded.header
+        assert (header.producer_id, header.producer_epoch, header.base_sequence) == (7, 1, 10)
+        assert header.last_sequence == 13 and header.compression == codec
 
 
 # -- known answers --------------------------------------------------------------
