@@ -25,7 +25,6 @@ import contextlib
 import datetime
 import logging
 import time
-from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
@@ -42,7 +41,7 @@ from odradek.client.consumer_offsets import (
     TP,
     GroupOffsets,
 )
-from odradek.client.fetch_decode import ConsumerRecord, decode_fetched
+from odradek.client.fetch_decode import ConsumerRecord, FetchedRecords, decode_fetch
 
 logger = logging.getLogger(__name__)
 
@@ -94,7 +93,7 @@ class _PartState:
 
 @dataclass(slots=True)
 class _Buffered:
-    records: deque[ConsumerRecord]
+    records: FetchedRecords
     next_offset: int
     epoch: int
 
@@ -118,6 +117,8 @@ class ConsumerCore:
         self.auto_store: bool = config["enable.auto.offset.store"]
         self._parts: dict[TP, _PartState] = {}
         self._buffer: dict[TP, _Buffered] = {}
+        # What getmany hands out: the blocking face sets its Message (same layout).
+        self.record_type: type[Any] = ConsumerRecord
         self._fetchers: dict[int, asyncio.Task[None]] = {}
         self._state_event = asyncio.Event()
         self._data_event = asyncio.Event()
@@ -457,17 +458,17 @@ class ConsumerCore:
         aborted = None
         if self.isolation == 1:
             aborted = [(a.producer_id, a.first_offset) for a in (p.aborted_transactions or ())]
-        records, next_offset = decode_fetched(
+        records = decode_fetch(
             tp[0], tp[1], bytes(data), state.position, aborted, self.config["check.crcs"]
         )
         if records:
-            self._buffer[tp] = _Buffered(deque(records), next_offset, state.epoch)
+            self._buffer[tp] = _Buffered(records, records.next_offset, state.epoch)
             self._notify_data()
-        elif next_offset > state.position:
-            state.position = next_offset  # only control or aborted batches
+        elif records.next_offset > state.position:
+            state.position = records.next_offset  # only control or aborted batches
 
-    def _drain(self, max_records: int) -> list[ConsumerRecord]:
-        out: list[ConsumerRecord] = []
+    def _drain(self, max_records: int) -> list[Any]:
+        out: list[Any] = []
         for tp in list(self._buffer):
             buffered = self._buffer[tp]
             state = self._parts.get(tp)
@@ -476,10 +477,10 @@ class ConsumerCore:
                 continue
             if state.paused or state.revoking:
                 continue
-            while buffered.records and len(out) < max_records:
-                record = buffered.records.popleft()
-                out.append(record)
-                state.position = record.offset + 1
+            taken = buffered.records.take(max_records - len(out), self.record_type)
+            if taken:
+                out += taken
+                state.position = buffered.records.position
             del self._buffer[tp]  # re-inserted at the end: round robin between partitions
             if buffered.records:
                 self._buffer[tp] = buffered
@@ -490,7 +491,7 @@ class ConsumerCore:
                 break
         return out
 
-    async def getmany(self, max_records: int, timeout_s: float) -> list[ConsumerRecord]:
+    async def getmany(self, max_records: int, timeout_s: float) -> list[Any]:
         """Up to ``max_records`` buffered records, waiting up to ``timeout_s`` for some."""
         self._raise_error()
         deadline = time.monotonic() + timeout_s

@@ -32,11 +32,9 @@ from odradek.client.blocking import LoopThread
 from odradek.client.cluster import KafkaError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import KafkaConnectionError
-from odradek.client.consumer import EARLIEST, LATEST, TP, ConsumerCore, ConsumerRecord
+from odradek.client.consumer import EARLIEST, LATEST, TP, ConsumerCore
 from odradek.client.consumer_group import GroupMember
 from odradek.client.types import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
     KafkaException,
     Message,
     TopicPartition,
@@ -48,19 +46,6 @@ OFFSET_END = -1
 OFFSET_STORED = -1000
 OFFSET_INVALID = -1001
 UserCallback = Callable[["Consumer", list[TopicPartition]], None] | None
-
-
-def to_message(record: ConsumerRecord) -> Message:
-    ts_type = TIMESTAMP_LOG_APPEND_TIME if record.timestamp_type else TIMESTAMP_CREATE_TIME
-    return Message(
-        record.topic,
-        record.partition,
-        record.offset,
-        record.key,
-        record.value,
-        list(record.headers) or None,
-        (ts_type, record.timestamp),
-    )
 
 
 def _tps(partitions: Iterable[TP]) -> list[TopicPartition]:
@@ -83,6 +68,7 @@ class Consumer:
 
         async def build() -> tuple[ConsumerCore, GroupMember | None]:
             core = ConsumerCore(self.config)
+            core.record_type = Message  # built straight from the fetched columns
             return core, GroupMember(core) if core.group_id else None
 
         self._core, self._member = self._thread.run(build())
@@ -234,7 +220,7 @@ class Consumer:
         self._serve_callbacks()
         if not records:  # an error raised now would lose them: the next call raises it
             self._raise_group_error()
-        return [to_message(r) for r in records]
+        return records
 
     def _raise_group_error(self) -> None:
         """A group error, or the exception a rebalance callback raised (as is, like

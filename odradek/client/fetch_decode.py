@@ -1,29 +1,47 @@
-"""Decoding fetched record batches into ``ConsumerRecord`` for the consumer.
+"""Decoding fetched record batches for the consumer, and handing them out in slices.
 
 How this works and why: a Fetch response's records are whole v2 batches, except
 that the broker may cut the last one at the size limit — that partial tail is
 ignored (the next fetch starts at it). Control batches are skipped; under
 read_committed, batches of aborted transactions (from the response's aborted list)
 are dropped until their producer's abort marker. Offsets may have gaps (compaction).
+
+This is the consumer's per-record hot path, so a partition's fetched records stay
+*columns* (``FetchedRecords``: parallel lists of offsets, timestamps, keys, values,
+...) filled by ``decode_record_columns`` in one pass per batch, and record objects
+are only built when ``take`` hands a slice out — by ``map``/``zip``/``tuple.__new__``
+in C, directly as the type the face wants (``ConsumerRecord`` for the asyncio face,
+``Message`` for the blocking one; both are tuples with the same layout). The varint
+walk is then the only per-record Python code. Building a frozen dataclass per record
+at decode time cost several times more than the walk, and a full buffer of tracked
+objects surviving young collections made the garbage collector run full passes.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from itertools import repeat
+from typing import NamedTuple, TypeVar
 
 from odradek.storage.batch import (
     CONTROL_MASK,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
+    BatchHeader,
     check_batch,
     parse_header,
 )
-from odradek.storage.records import ABORT_MARKER, decode_control_record, iter_records
+from odradek.storage.records import (
+    ABORT_MARKER,
+    decode_control_record,
+    decode_record_columns,
+    iter_records,
+)
+
+Headers = tuple[tuple[str, bytes | None], ...]
 
 
-@dataclass(frozen=True, slots=True)
-class ConsumerRecord:
+class ConsumerRecord(NamedTuple):
     """One fetched record (aiokafka's shape); timestamp_type 0 = Create, 1 = LogAppend."""
 
     topic: str
@@ -33,7 +51,7 @@ class ConsumerRecord:
     timestamp_type: int
     key: bytes | None
     value: bytes | None
-    headers: list[tuple[str, bytes | None]]
+    headers: Headers = ()  # (key, value) pairs
     leader_epoch: int = -1
 
     @property
@@ -45,21 +63,108 @@ class ConsumerRecord:
         return -1 if self.value is None else len(self.value)
 
 
-def decode_fetched(
+R = TypeVar("R", bound=tuple)
+_new_tuple = tuple.__new__
+
+
+class FetchedRecords:
+    """The records of one partition from one fetch, decoded into columns.
+
+    ``take(n, kind)`` builds the next ``n`` records as ``kind`` (a tuple type laid out
+    like ``ConsumerRecord``); ``position`` is then the offset after the last one
+    handed out. ``next_offset`` is where the next fetch starts once all are taken
+    (after the last whole batch, which may end in records compaction removed or
+    control records).
+    """
+
+    __slots__ = (
+        "_cursor",
+        "_epochs",
+        "_headers",
+        "_keys",
+        "_offsets",
+        "_timestamp_types",
+        "_timestamps",
+        "_values",
+        "next_offset",
+        "partition",
+        "position",
+        "topic",
+    )
+
+    def __init__(self, topic: str, partition: int, fetch_offset: int) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.position = fetch_offset
+        self.next_offset = fetch_offset
+        self._cursor = 0
+        self._offsets: list[int] = []
+        self._timestamps: list[int] = []
+        self._timestamp_types: list[int] = []
+        self._keys: list[bytes | None] = []
+        self._values: list[bytes | None] = []
+        self._headers: list[Headers] = []
+        self._epochs: list[int] = []
+
+    def __len__(self) -> int:
+        """Records not handed out yet."""
+        return len(self._offsets) - self._cursor
+
+    def take(self, count: int, kind: type[R]) -> list[R]:
+        """The next ``count`` (or fewer) records, in offset order, as ``kind``."""
+        start = self._cursor
+        stop = min(start + count, len(self._offsets))
+        if stop <= start:
+            return []
+        self._cursor = stop
+        self.position = self._offsets[stop - 1] + 1
+        rows = zip(
+            repeat(self.topic),
+            repeat(self.partition),
+            self._offsets[start:stop],
+            self._timestamps[start:stop],
+            self._timestamp_types[start:stop],
+            self._keys[start:stop],
+            self._values[start:stop],
+            self._headers[start:stop],
+            self._epochs[start:stop],
+        )
+        return list(map(_new_tuple, repeat(kind), rows))
+
+    def _add_batch(self, buf: bytes, header: BatchHeader, fetch_offset: int) -> None:
+        offsets, timestamps, keys, values, headers = decode_record_columns(buf, header)
+        skip = 0
+        while skip < len(offsets) and offsets[skip] < fetch_offset:  # fetched mid-batch
+            skip += 1
+        if skip:
+            del offsets[:skip], timestamps[:skip], keys[:skip], values[:skip], headers[:skip]
+        count = len(offsets)
+        self._offsets += offsets
+        self._timestamps += timestamps
+        self._timestamp_types += [1 if header.attributes & TIMESTAMP_TYPE_MASK else 0] * count
+        self._keys += keys
+        self._values += values
+        self._headers += headers
+        self._epochs += [header.partition_leader_epoch] * count
+
+
+def decode_fetch(
     topic: str,
     partition: int,
     data: bytes,
     fetch_offset: int,
     aborted: list[tuple[int, int]] | None,
     verify_crc: bool = False,
-) -> tuple[list[ConsumerRecord], int]:
-    """Records at or after ``fetch_offset`` and the offset after the last whole batch.
+) -> FetchedRecords:
+    """The records at or after ``fetch_offset`` of one partition's fetched ``data``.
 
     ``aborted`` (read_committed only) lists (producer id, first offset) of aborted
     transactions; their records are skipped until the producer's abort marker.
     """
-    buf = memoryview(data)
-    out: list[ConsumerRecord] = []
+    # bytes, not a memoryview: the uncompressed records are then sliced straight out
+    # of the response instead of from a per-batch copy.
+    buf = data if isinstance(data, bytes) else bytes(data)
+    fetched = FetchedRecords(topic, partition, fetch_offset)
     position = 0
     next_offset = fetch_offset
     pending = sorted(aborted or (), key=lambda a: a[1])
@@ -89,21 +194,19 @@ def decode_fetched(
             and header.producer_id in active
         ):
             continue
-        ts_type = 1 if header.attributes & TIMESTAMP_TYPE_MASK else 0
-        for record in iter_records(buf, header):
-            if record.offset < fetch_offset:
-                continue
-            out.append(
-                ConsumerRecord(
-                    topic,
-                    partition,
-                    record.offset,
-                    record.timestamp,
-                    ts_type,
-                    record.key,
-                    record.value,
-                    [(h.key, h.value) for h in record.headers],
-                    header.partition_leader_epoch,
-                )
-            )
-    return out, next_offset
+        fetched._add_batch(buf, header, fetch_offset)
+    fetched.next_offset = next_offset
+    return fetched
+
+
+def decode_fetched(
+    topic: str,
+    partition: int,
+    data: bytes,
+    fetch_offset: int,
+    aborted: list[tuple[int, int]] | None,
+    verify_crc: bool = False,
+) -> tuple[list[ConsumerRecord], int]:
+    """``decode_fetch`` as a list of every record, and the offset to fetch next."""
+    fetched = decode_fetch(topic, partition, data, fetch_offset, aborted, verify_crc)
+    return fetched.take(len(fetched), ConsumerRecord), fetched.next_offset

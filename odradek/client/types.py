@@ -50,22 +50,29 @@ TIMESTAMP_CREATE_TIME = 1
 TIMESTAMP_LOG_APPEND_TIME = 2
 
 
-class Message:
-    """One record as confluent-kafka shows it: accessor methods, ``error()`` or None."""
+# Message's timestamp type, indexed by the record's (0 = Create, 1 = LogAppend, -1 = none)
+_MESSAGE_TIMESTAMP_TYPES = (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+)
+_RECORD_TIMESTAMP_TYPES = {TIMESTAMP_CREATE_TIME: 0, TIMESTAMP_LOG_APPEND_TIME: 1}
 
-    __slots__ = (
-        "_error",
-        "_headers",
-        "_key",
-        "_offset",
-        "_partition",
-        "_timestamp",
-        "_topic",
-        "_value",
-    )
 
-    def __init__(
-        self,
+class Message(tuple[Any, ...]):
+    """One record as confluent-kafka shows it: accessor methods, ``error()`` or None.
+
+    Laid out like the consumer's ``ConsumerRecord`` (topic, partition, offset,
+    timestamp, timestamp type 0/1/-1, key, value, header pairs, leader epoch), plus
+    the error when there is one, so the blocking consumer turns a fetch's records into
+    messages with ``tuple.__new__`` in C, and the garbage collector stops tracking
+    them like the records. Build one with the confluent-shaped arguments below.
+    """
+
+    __slots__ = ()
+
+    def __new__(
+        cls,
         topic: str,
         partition: int,
         offset: int,
@@ -74,46 +81,56 @@ class Message:
         headers: list[tuple[str, bytes | None]] | None,
         timestamp: tuple[int, int],
         error: Exception | None = None,
-    ) -> None:
-        self._topic = topic
-        self._partition = partition
-        self._offset = offset
-        self._key = key
-        self._value = value
-        self._headers = headers
-        self._timestamp = timestamp
-        self._error = error
+        leader_epoch: int = -1,
+    ) -> Message:
+        kind, milliseconds = timestamp
+        fields = (
+            topic,
+            partition,
+            offset,
+            milliseconds,
+            _RECORD_TIMESTAMP_TYPES.get(kind, -1),
+            key,
+            value,
+            tuple(headers) if headers else (),
+            leader_epoch,
+        )
+        return tuple.__new__(cls, fields if error is None else (*fields, error))
 
     def topic(self) -> str:
-        return self._topic
+        return self[0]
 
     def partition(self) -> int:
-        return self._partition
+        return self[1]
 
     def offset(self) -> int:
-        return self._offset
-
-    def key(self) -> bytes | None:
-        return self._key
-
-    def value(self) -> bytes | None:
-        return self._value
-
-    def headers(self) -> list[tuple[str, bytes | None]] | None:
-        return self._headers
+        return self[2]
 
     def timestamp(self) -> tuple[int, int]:
         """(type, ms): type is TIMESTAMP_CREATE_TIME or TIMESTAMP_LOG_APPEND_TIME."""
-        return self._timestamp
+        return (_MESSAGE_TIMESTAMP_TYPES[self[4]], self[3])
+
+    def key(self) -> bytes | None:
+        return self[5]
+
+    def value(self) -> bytes | None:
+        return self[6]
+
+    def headers(self) -> list[tuple[str, bytes | None]] | None:
+        return list(self[7]) if self[7] else None
+
+    def leader_epoch(self) -> int | None:
+        return self[8] if self[8] >= 0 else None
 
     def error(self) -> Exception | None:
-        return self._error
+        return self[9] if tuple.__len__(self) > 9 else None
 
     def __len__(self) -> int:
-        return len(self._value or b"")
+        """The value's size, as in confluent-kafka."""
+        return len(self[6] or b"")
 
     def __repr__(self) -> str:
-        return f"Message({self._topic}-{self._partition}@{self._offset}, error={self._error!r})"
+        return f"Message({self[0]}-{self[1]}@{self[2]}, error={self.error()!r})"
 
 
 def as_bytes(data: Any, what: str) -> bytes | None:

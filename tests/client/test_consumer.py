@@ -304,7 +304,7 @@ def test_decode_ignores_truncated_tail_and_control_batches() -> None:
     data = bytes(first) + bytes(marker) + bytes(last)
     records, next_offset = decode_fetched("t", 0, data[:-5], 10, None)
     assert [(r.offset, r.key, r.value, r.headers) for r in records] == [
-        (10, b"k", b"v", [("h", None)])
+        (10, b"k", b"v", (("h", None),))
     ]
     assert next_offset == 12  # after the control batch, before the cut one
     records, next_offset = decode_fetched("t", 0, data, 11, None)
