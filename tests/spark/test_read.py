@@ -215,6 +215,7 @@ def test_bad_options_fail_naming_the_option(
     spark: Any, broker: BrokerProcess, create_topic: Callable[..., str], topic_name: Any
 ) -> None:
     topic = create_topic(topic_name())
+    assert read(spark, broker.bootstrap, subscribe=topic).count() == 0  # empty, not an error
     cases = [
         ({"subscribe": topic, "subscribePattern": "x.*"}, "'subscribePattern'"),
         ({"subscribe": topic, "startingOffsets": "latest"}, "'startingOffsets'"),
