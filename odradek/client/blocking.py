@@ -1,12 +1,21 @@
 """Blocking, confluent-kafka-shaped ``Producer`` over the asyncio core.
 
 How this works and why: the core runs on a background thread with its own event loop
-(uvloop when installed). ``produce`` hands each record to that loop and waits only
-until it is queued (at most ``max.block.ms`` when ``buffer.memory`` is full, then
-``BufferError`` like confluent-kafka). Delivery results come back through a
-thread-safe queue and user callbacks run in the caller's thread, inside ``poll`` or
-``flush``, exactly like librdkafka's delivery reports. ``len(producer)`` counts
-records whose delivery report has not been served yet.
+(uvloop when installed), where the sender builds and sends the requests. ``produce``
+does not wait for that loop: on the caller's thread it picks the partition and
+encodes the record into its batch in the shared accumulator (under the accumulator's
+lock), waking the loop only when a batch is new or full — a round trip to the loop
+per record would cost more than everything else a record needs. It waits only for
+``buffer.memory`` (at most ``max.block.ms``, then ``BufferError`` like
+confluent-kafka). A record whose topic's metadata is not known yet goes to the loop
+instead, which waits for the metadata (up to max.block.ms) and appends it; until
+those records are in, later ones queue behind them, so order holds.
+
+Delivery results come back once per finished batch through a thread-safe queue, and
+user callbacks run in the caller's thread, inside ``poll`` or ``flush``, exactly like
+librdkafka's delivery reports; a record without a callback costs nothing there but
+a count. ``len(producer)`` counts records whose delivery report has not been served
+yet.
 """
 
 from __future__ import annotations
@@ -21,16 +30,16 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
-from odradek.client.accumulator import BufferFullError
+from odradek.client.accumulator import BufferFullError, ProducerBatch, record_size
 from odradek.client.cluster import KafkaError
 from odradek.client.config import ClientConfig
-from odradek.client.producer import AsyncProducer, HeadersLike
+from odradek.client.producer import AsyncProducer, HeadersLike, encode_headers
 from odradek.client.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     KafkaException,
     Message,
-    RecordMetadata,
+    as_bytes,
 )
 
 T = TypeVar("T")
@@ -76,18 +85,18 @@ class Producer:
     def __init__(self, config: dict[str, Any], **kwargs: Any) -> None:
         self._config = ClientConfig({**config, **kwargs}, "producer")
         self._default_callback: DeliveryCallback | None = self._config["on_delivery"]
-        self._reports: queue.SimpleQueue[tuple[DeliveryCallback | None, Message]] = (
-            queue.SimpleQueue()
-        )
-        self._outstanding = 0
-        self._lock = threading.Lock()
-        # produce() hands records to the loop thread through this deque.
-        self._handoff: collections.deque[tuple[Any, ...]] = collections.deque()
-        self._handoff_bytes = 0
-        self._handoff_limit = self._config["buffer.memory"]
-        self._handoff_space = threading.Condition(self._lock)
+        self._max_block_s = self._config["max.block.ms"] / 1000
+        # Finished batches (and records that failed before reaching one), served by
+        # poll/flush on the caller's thread.
+        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord] = queue.SimpleQueue()
+        self._produced = 0  # records accepted by produce(), under the accumulator lock
+        self._served = 0  # records whose report poll() served, under _served_lock
+        self._served_lock = threading.Lock()
+        # Records waiting for metadata, appended in order by the loop (see produce).
+        self._handoff: collections.deque[_HandedOff] = collections.deque()
         self._drain_scheduled = False
-        self._core = AsyncProducer(self._config)
+        self._wake_scheduled = False
+        self._core = AsyncProducer(self._config, on_complete=self._reports.put)
         self._thread = LoopThread("odradek-producer")
         self._closed = False
         try:
@@ -95,6 +104,8 @@ class Producer:
         except BaseException:
             self._thread.stop()
             raise
+        assert self._core.accumulator is not None
+        self._accumulator = self._core.accumulator
 
     def produce(
         self,
@@ -107,179 +118,170 @@ class Producer:
         headers: HeadersLike = None,
         callback: DeliveryCallback | None = None,
     ) -> None:
+        """Queue one record; waits at most max.block.ms for buffer space, then
+        BufferError. A key, value or header of the wrong type raises TypeError here;
+        a partition the topic does not have, like every delivery error, goes to the
+        callback."""
         if self._closed:
             raise RuntimeError("producer is closed")
         report = on_delivery or callback or self._default_callback
-        size = _size(key) + _size(value)
-        with self._handoff_space:
-            # Backpressure: records wait here while the loop cannot take them (its
-            # accumulator is full), at most max.block.ms, then BufferError as in
-            # confluent-kafka.
-            deadline = time.monotonic() + self._config["max.block.ms"] / 1000
-            while self._buffered_bytes() + size > self._handoff_limit and (
-                self._handoff or self._buffered_bytes()
-            ):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise BufferError("local queue full: buffer.memory exceeded for max.block.ms")
-                # Woken by the drain; the accumulator frees space silently, hence a
-                # short timeout to look again.
-                self._handoff_space.wait(min(remaining, 0.01))
-            self._handoff.append((topic, value, key, partition, timestamp, headers, report, size))
-            self._handoff_bytes += size
-            self._outstanding += 1
-            schedule = not self._drain_scheduled
-            self._drain_scheduled = True
-        if schedule:
-            # One wake-up of the loop per burst of produce() calls, not per record.
-            self._thread.loop.call_soon_threadsafe(self._start_drain)
+        key_bytes = key if key is None or type(key) is bytes else as_bytes(key, "key")
+        value_bytes = value if value is None or type(value) is bytes else as_bytes(value, "value")
+        header_list = encode_headers(headers) if headers else _NO_HEADERS
+        if not timestamp:
+            timestamp = time.time_ns() // 1_000_000
+        waiter = (
+            None if report is None else (report, key_bytes, value_bytes, header_list, timestamp)
+        )
+        size = record_size(key_bytes, value_bytes, header_list)
+        accumulator = self._accumulator
+        deadline = time.monotonic() + self._max_block_s
+        failure: Exception | None = None
+        with accumulator.lock:
+            try:
+                accumulator.reserve(size, deadline)
+            except BufferFullError as error:
+                raise BufferError(str(error)) from None
+            self._produced += 1
+            try:
+                # Straight into the accumulator from this thread, unless records handed
+                # to the loop (their topic's metadata was not known) are still waiting:
+                # they go first, so this one queues behind them.
+                chosen = (
+                    None if self._handoff else self._core.partition_for(topic, key_bytes, partition)
+                )
+            except Exception as error:  # no such partition, a custom partitioner's failure
+                accumulator.used -= size
+                accumulator.space.notify_all()
+                failure = error
+            else:
+                if chosen is not None:
+                    wake = accumulator.add(
+                        topic, chosen, key_bytes, value_bytes, timestamp, header_list, waiter, size
+                    )
+                else:
+                    self._handoff.append(
+                        (
+                            topic,
+                            key_bytes,
+                            value_bytes,
+                            partition,
+                            timestamp,
+                            header_list,
+                            waiter,
+                            size,
+                        )
+                    )
+                    drain = not self._drain_scheduled
+                    self._drain_scheduled = True
+        if failure is not None:
+            # reported like a failed delivery, as before this record reached a batch
+            self._reports.put(
+                _FailedRecord(
+                    topic,
+                    partition,
+                    key_bytes,
+                    value_bytes,
+                    header_list,
+                    timestamp,
+                    failure,
+                    waiter,
+                )
+            )
+        elif chosen is None:
+            if drain:
+                self._thread.loop.call_soon_threadsafe(self._start_drain)
+        elif wake and not self._wake_scheduled:
+            # One wake-up of the sender per new batch, not per record.
+            self._wake_scheduled = True
+            self._thread.loop.call_soon_threadsafe(self._wake_sender)
 
-    def _buffered_bytes(self) -> int:
-        """Bytes waiting here plus those in the accumulator (read across threads: an int)."""
-        accumulator = self._core.accumulator
-        return self._handoff_bytes + (accumulator.used if accumulator is not None else 0)
+    def _wake_sender(self) -> None:
+        self._wake_scheduled = False
+        self._accumulator.wakeup.set()
 
     def _start_drain(self) -> None:
         self._thread.loop.create_task(self._drain())
 
     async def _drain(self) -> None:
-        """On the loop: move handed-over records into the accumulator, in order."""
+        """On the loop: wait for the metadata of handed-over records and append them,
+        in order; the records stay in ``_handoff`` until appended (see produce)."""
+        accumulator = self._accumulator
         while True:
-            with self._handoff_space:
+            with accumulator.lock:
                 if not self._handoff:
                     self._drain_scheduled = False
                     return
-                item = self._handoff.popleft()
-            topic, value, key, partition, timestamp, headers, report, size = item
+                topic, key, value, partition, timestamp, headers, waiter, size = self._handoff[0]
             try:
-                while True:
-                    try:
-                        await self._produce(
-                            topic, value, key, partition, timestamp, headers, report
-                        )
-                        break
-                    except BufferFullError:
-                        # produce() already bounded the wait (max.block.ms): a record
-                        # it accepted waits here for accumulator space, never fails.
-                        continue
+                await self._core.append_record(
+                    topic, key, value, partition, timestamp, headers, waiter, reserved=size
+                )
             except BaseException as error:
+                with accumulator.lock:
+                    accumulator.used -= size
+                    accumulator.space.notify_all()
                 failure = error if isinstance(error, Exception) else RuntimeError(repr(error))
-                if isinstance(error, BufferFullError):
-                    failure = BufferError(str(error))
-                elif isinstance(error, KafkaError):
-                    failure = KafkaException(error)
                 self._reports.put(
-                    (report, _failed_message(topic, partition, key, value, timestamp, failure))
+                    _FailedRecord(topic, partition, key, value, headers, timestamp, failure, waiter)
                 )
+                if not isinstance(error, Exception):
+                    raise
             finally:
-                with self._handoff_space:
-                    self._handoff_bytes -= size
-                    self._handoff_space.notify_all()
-
-    async def _produce(
-        self,
-        topic: str,
-        value: Any,
-        key: Any,
-        partition: int,
-        timestamp: int,
-        headers: HeadersLike,
-        report: DeliveryCallback | None,
-    ) -> None:
-        future = await self._core.send(
-            topic, value, key, partition if partition >= 0 else None, timestamp, headers
-        )
-        header_list = None
-        if headers:
-            items: Any = headers.items() if isinstance(headers, dict) else headers
-            header_list = [(str(k), v.encode() if isinstance(v, str) else v) for k, v in items]
-        key_bytes = key.encode() if isinstance(key, str) else key
-        value_bytes = value.encode() if isinstance(value, str) else value
-
-        def done(result: asyncio.Future[RecordMetadata]) -> None:
-            error = result.exception()
-            if error is None:
-                meta = result.result()
-                kind = TIMESTAMP_LOG_APPEND_TIME if meta.timestamp_type else TIMESTAMP_CREATE_TIME
-                message = Message(
-                    topic,
-                    meta.partition,
-                    meta.offset,
-                    key_bytes,
-                    value_bytes,
-                    header_list,
-                    (kind, meta.timestamp),
-                )
-            else:
-                message = Message(
-                    topic,
-                    partition,
-                    -1001,
-                    key_bytes,
-                    value_bytes,
-                    header_list,
-                    (TIMESTAMP_CREATE_TIME, timestamp),
-                    error if isinstance(error, Exception) else RuntimeError(repr(error)),
-                )
-            self._reports.put((report, message))
-
-        future.add_done_callback(done)
+                with accumulator.lock:
+                    self._handoff.popleft()
 
     def poll(self, timeout: float | None = None) -> int:
-        """Serve delivery callbacks; waits up to ``timeout`` s for the first one."""
+        """Serve delivery callbacks; waits up to ``timeout`` s for the first report.
+
+        Returns the number of records whose delivery was reported.
+        """
         served = 0
         wait = timeout is None or timeout > 0
         while True:
             try:
                 if served == 0 and wait:
-                    report, message = self._reports.get(timeout=timeout)
+                    report = self._reports.get(timeout=timeout)
                 else:
-                    report, message = self._reports.get_nowait()
+                    report = self._reports.get_nowait()
             except queue.Empty:
                 return served
-            with self._lock:
-                self._outstanding -= 1
-            served += 1
-            if report is not None:
-                report(message.error(), message)
+            with self._served_lock:
+                self._served += report.count
+            served += report.count
+            if isinstance(report, _FailedRecord):
+                report.serve()
+            elif report.waiters:
+                _serve_batch(report)
 
     def flush(self, timeout: float | None = None) -> int:
         """Send everything, serve the callbacks; the number of records still queued."""
         deadline = None if timeout is None or timeout < 0 else time.monotonic() + timeout
-        future = asyncio.run_coroutine_threadsafe(self._flush_all(timeout), self._thread.loop)
-        while len(self) > 0:
-            remaining = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
-            if remaining <= 0:
-                break
-            self.poll(remaining)
+        loop = self._thread.loop
+        loop.call_soon_threadsafe(self._begin_flush)
+        try:
+            while len(self) > 0:
+                remaining = 0.05 if deadline is None else min(0.05, deadline - time.monotonic())
+                if remaining <= 0:
+                    break
+                self.poll(remaining)
+        finally:
+            with contextlib.suppress(RuntimeError):  # the loop is closed
+                loop.call_soon_threadsafe(self._end_flush)
         self.poll(0)
-        with contextlib.suppress(Exception):
-            future.cancel()
         return len(self)
 
-    async def _flush_all(self, timeout: float | None) -> bool:
-        """On the loop: wait until every handed-over record is in the accumulator, then flush.
+    def _begin_flush(self) -> None:
+        """On the loop: no lingering until ``_end_flush``."""
+        self._accumulator.flushing += 1
+        self._accumulator.wakeup.set()
 
-        Flushing starts first, so lingering batches go out and free the space the
-        drain may be waiting for.
-        """
-        accumulator = self._core.accumulator
-        assert accumulator is not None
-        accumulator.flushing += 1
-        accumulator.wakeup.set()
-        try:
-            while True:
-                with self._handoff_space:
-                    if not self._drain_scheduled:
-                        break
-                await asyncio.sleep(0.001)
-            return await self._core.flush(timeout)
-        finally:
-            accumulator.flushing -= 1
+    def _end_flush(self) -> None:
+        self._accumulator.flushing -= 1
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._outstanding
+        """Records produced whose delivery report has not been served yet."""
+        return self._produced - self._served
 
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         assert self._core.cluster is not None
@@ -304,22 +306,77 @@ class Producer:
                 self._thread.stop()
 
 
-def _size(data: Any) -> int:
-    return len(data) if isinstance(data, (bytes, bytearray, memoryview, str)) else 0
+_NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared, never mutated
+# what produce() hands to the loop when the topic's metadata is not known yet
+_HandedOff = tuple[
+    str, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]], Any, int
+]
 
 
-def _failed_message(
-    topic: str, partition: int, key: Any, value: Any, timestamp: int, error: Exception
-) -> Message:
-    key_bytes = key.encode() if isinstance(key, str) else key
-    value_bytes = value.encode() if isinstance(value, str) else value
-    return Message(
-        topic,
-        partition,
-        -1001,
-        key_bytes,
-        value_bytes,
-        None,
-        (TIMESTAMP_CREATE_TIME, timestamp),
-        error,
-    )
+def _serve_batch(batch: ProducerBatch) -> None:
+    """Run the delivery callbacks of a finished batch (each waiter: callback, key,
+    value, headers, timestamp), as confluent-kafka does in poll()."""
+    error = batch.error
+    if error is not None and not isinstance(error, Exception):
+        error = RuntimeError(repr(error))
+    base = batch.base_offset
+    append_time = batch.log_append_time
+    for index, (callback, key, value, headers, timestamp) in batch.waiters:
+        if error is not None:
+            offset, stamp = -1001, (TIMESTAMP_CREATE_TIME, timestamp)
+        else:
+            offset = base + index if base >= 0 else -1
+            stamp = (
+                (TIMESTAMP_CREATE_TIME, timestamp)
+                if append_time is None
+                else (TIMESTAMP_LOG_APPEND_TIME, append_time)
+            )
+        message = Message(batch.topic, batch.partition, offset, key, value, headers, stamp, error)
+        callback(error, message)
+
+
+class _FailedRecord:
+    """A record that failed before it reached a batch (its topic's metadata, say)."""
+
+    __slots__ = ("error", "headers", "key", "partition", "timestamp", "topic", "value", "waiter")
+    count = 1
+
+    def __init__(
+        self,
+        topic: str,
+        partition: int,
+        key: bytes | None,
+        value: bytes | None,
+        headers: list[tuple[str, bytes | None]],
+        timestamp: int,
+        error: Exception,
+        waiter: Any,
+    ) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.key = key
+        self.value = value
+        self.headers = headers
+        self.timestamp = timestamp
+        self.error = error
+        self.waiter = waiter
+
+    def serve(self) -> None:
+        if self.waiter is None:
+            return
+        error = self.error
+        if isinstance(error, BufferFullError):
+            error = BufferError(str(error))
+        elif isinstance(error, KafkaError):
+            error = KafkaException(error)
+        message = Message(
+            self.topic,
+            self.partition,
+            -1001,
+            self.key,
+            self.value,
+            self.headers,
+            (TIMESTAMP_CREATE_TIME, self.timestamp),
+            error,
+        )
+        self.waiter[0](error, message)

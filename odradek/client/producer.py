@@ -5,9 +5,13 @@ callable, or the configured partitioner: murmur2 of the key like the Java client
 librdkafka's ``murmur2_random``, sticky for keyless records), appends the record to
 the ``RecordAccumulator`` and returns a future that the ``Sender`` completes with a
 ``RecordMetadata`` once the broker acknowledged it (or with the error that ended its
-delivery). Idempotence is on by default, as in Kafka 3+: it needs acks=all, retries
-and at most 5 in flight; when those were *chosen* otherwise it is an error, when they
-were defaults it is quietly turned off.
+delivery). The blocking ``Producer`` uses the same core without a future per record:
+it appends from its own thread (``partition_for`` and the accumulator's ``add`` under
+the accumulator's lock) and is told once per finished batch (``on_complete``).
+
+Idempotence is on by default, as in Kafka 3+: it needs acks=all, retries and at most
+5 in flight; when those were *chosen* otherwise it is an error, when they were
+defaults it is quietly turned off.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.accumulator import RecordAccumulator
+from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.partitioner import (
@@ -31,7 +35,6 @@ from odradek.client.partitioner import (
 from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
 from odradek.client.types import RecordMetadata, as_bytes
 from odradek.storage.batch import COMPRESSION_BY_NAME
-from odradek.storage.records import Header
 
 PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4)}
 HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
@@ -53,11 +56,12 @@ def _make_partitioner(setting: Any) -> Partitioner:
         raise ConfigError("partitioner", str(error)) from None
 
 
-def _headers(headers: HeadersLike) -> tuple[Header, ...]:
+def encode_headers(headers: HeadersLike) -> list[Header]:
+    """(name, bytes) pairs from a mapping or pairs; values as ``as_bytes`` takes them."""
     if not headers:
-        return ()
+        return []
     items = headers.items() if isinstance(headers, Mapping) else headers
-    return tuple(Header(str(k), as_bytes(v, "header value")) for k, v in items)
+    return [(str(k), as_bytes(v, "header value")) for k, v in items]
 
 
 def _idempotence(config: ClientConfig) -> bool:
@@ -86,7 +90,11 @@ class AsyncProducer:
         config: ClientConfig | Mapping[str, Any],
         *,
         transactions: TransactionHook | None = None,
+        on_complete: Callable[[ProducerBatch], None] | None = None,
     ) -> None:
+        """``on_complete(batch)`` replaces the default report (resolving the futures
+        ``send`` returned): it is called on the loop for every finished batch, whose
+        waiters are then whatever was given to ``add``/``append_record``."""
         if not isinstance(config, ClientConfig):
             config = ClientConfig(config, "producer")
         self.config = config
@@ -96,6 +104,7 @@ class AsyncProducer:
         self.compression = COMPRESSION_BY_NAME[config["compression.type"]]
         self.max_block_s = config["max.block.ms"] / 1000
         self._transactions = transactions
+        self._on_complete = on_complete or self._resolve_futures
         self.cluster: Cluster | None = None
         self.accumulator: RecordAccumulator | None = None
         self.sender: Sender | None = None
@@ -118,6 +127,7 @@ class AsyncProducer:
             max_block_ms=config["max.block.ms"],
             delivery_timeout_ms=config["delivery.timeout.ms"],
             on_batch_closed=self._partitioner.on_new_batch,
+            on_complete=self._on_complete,
         )
         self.sender = Sender(
             self.cluster,
@@ -155,31 +165,77 @@ class AsyncProducer:
         headers: HeadersLike = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves when it is acknowledged."""
-        cluster, accumulator = self._check_running()
+        self._check_running()
         key_bytes = as_bytes(key, "key")
         value_bytes = as_bytes(value, "value")
-        known = cluster.metadata.topics.get(topic)
-        if known is not None:
-            partitions = known.partitions
-        else:
+        if not timestamp_ms:
+            timestamp_ms = time.time_ns() // 1_000_000
+        future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
+        waiter = (
+            future,
+            timestamp_ms,
+            -1 if key_bytes is None else len(key_bytes),
+            -1 if value_bytes is None else len(value_bytes),
+        )
+        await self.append_record(
+            topic, key_bytes, value_bytes, partition, timestamp_ms, encode_headers(headers), waiter
+        )
+        return future
+
+    async def append_record(
+        self,
+        topic: str,
+        key: bytes | None,
+        value: bytes | None,
+        partition: int | None,
+        timestamp: int,
+        headers: list[Header],
+        waiter: Any,
+        reserved: int | None = None,
+    ) -> None:
+        """On the loop: wait for the topic's metadata if needed, pick the partition and
+        append; ``reserved`` bytes of buffer.memory were already taken by the caller
+        (else this waits for space, at most max.block.ms)."""
+        cluster, accumulator = self._check_running()
+        if cluster.metadata.topics.get(topic) is None:
             # Like the Java producer's metadata wait: retriable failures (no broker
             # reachable yet, leader not available) are retried up to max.block.ms.
-            partitions = await asyncio.wait_for(
+            await asyncio.wait_for(
                 cluster.with_retry(
                     lambda: cluster.partitions_for(topic, allow_create=True),
                     deadline_s=self.max_block_s,
                 ),
                 self.max_block_s,
             )
+        with accumulator.lock:
+            chosen = self.partition_for(topic, key, partition)
+            if chosen is None:
+                raise KafkaError(ErrorCode.unknown_topic_or_partition, topic)
+            if reserved is not None:
+                wake = accumulator.add(
+                    topic, chosen, key, value, timestamp, headers, waiter, reserved
+                )
+        if reserved is None:
+            await accumulator.append(topic, chosen, key, value, timestamp, headers, waiter)
+        elif wake:
+            accumulator.wakeup.set()
+
+    def partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
+        """The partition a record goes to; None while the topic's metadata is unknown.
+
+        Hold the accumulator's lock: the partitioner's state is shared with the sender
+        (``on_new_batch``) and, in the blocking producer, with the caller's thread.
+        """
+        assert self.cluster is not None
+        known = self.cluster.metadata.topics.get(topic)
+        if known is None:
+            return None
+        partitions = known.partitions
         if partition is None or partition < 0:
-            partition = self._partition(topic, key_bytes, partitions)
-        elif partition not in partitions:
+            return self._partition(topic, key, partitions)
+        if partition not in partitions:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{topic}-{partition}")
-        if not timestamp_ms:
-            timestamp_ms = time.time_ns() // 1_000_000
-        return await accumulator.append(
-            topic, partition, key_bytes, value_bytes, timestamp_ms, _headers(headers)
-        )
+        return partition
 
     def _partition(self, topic: str, key: bytes | None, partitions: Mapping[int, Any]) -> int:
         # Sorted ids and the available ones, cached per metadata mapping (the Cluster
@@ -192,13 +248,37 @@ class AsyncProducer:
             self._partition_lists[topic] = cached
         return self._partitioner.partition(topic, key, cached[1], cached[2])
 
+    @staticmethod
+    def _resolve_futures(batch: ProducerBatch) -> None:
+        """The default report: each waiter is (future, timestamp, key size, value size)."""
+        error = batch.error
+        append_time = batch.log_append_time
+        base = batch.base_offset
+        for index, (future, timestamp, key_size, value_size) in batch.waiters:
+            if future.done():
+                continue
+            if error is not None:
+                future.set_exception(error)
+                continue
+            future.set_result(
+                RecordMetadata(
+                    batch.topic,
+                    batch.partition,
+                    base + index if base >= 0 else -1,
+                    timestamp if append_time is None else append_time,
+                    0 if append_time is None else 1,
+                    key_size,
+                    value_size,
+                )
+            )
+
     async def flush(self, timeout: float | None = None) -> bool:
         """Send everything queued now and wait for it; False if the timeout passed."""
         _, accumulator = self._check_running()
         accumulator.flushing += 1
         accumulator.wakeup.set()
         try:
-            await asyncio.wait_for(accumulator.empty.wait(), timeout)
+            await asyncio.wait_for(accumulator.wait_empty(), timeout)
             return True
         except TimeoutError:
             return False
@@ -224,8 +304,8 @@ class AsyncProducer:
         if self.sender is not None:
             await self.sender.close()
             failed = RuntimeError("producer closed before delivery")
-            for batch in list(self.accumulator.all_batches()):
-                batch.fail(failed)
+            for batch in self.accumulator.all_batches():
+                self.accumulator.complete(batch, error=failed)
         if self.cluster is not None:
             await self.cluster.close()
 

@@ -145,7 +145,7 @@ class Sender:
         while True:
             accumulator.wakeup.clear()
             now = time.monotonic()
-            for batch in list(accumulator.expired(now)):
+            for batch in accumulator.expired(now):
                 self._fail(batch, KafkaError(ErrorCode.request_timed_out, "delivery.timeout.ms"))
             if accumulator.closing and not accumulator.has_queued() and not self.requests:
                 return
@@ -189,23 +189,16 @@ class Sender:
         for node, tps in by_node.items():
             if self.in_flight_by_node.get(node, 0) >= self.max_in_flight:
                 continue
-            batches: list[ProducerBatch] = []
-            size = 0
-            for tp in tps:
-                head = self.accumulator.queues[tp][0]
-                if batches and size + head.size > self.max_request_size:
-                    break
-                batch = self.accumulator.pop(tp)
-                size += batch.size
-                state = self.partitions.setdefault(tp, PartitionState())
+            batches = self.accumulator.take(tps, self.max_request_size)
+            for batch in batches:
+                state = self.partitions.setdefault(batch.tp, PartitionState())
                 if self.idempotent and batch.base_sequence < 0:
                     batch.set_producer_state(
                         self.producer_id, self.producer_epoch, state.next_sequence
                     )
-                    state.next_sequence = (state.next_sequence + len(batch.records)) % 2**31
+                    state.next_sequence = (state.next_sequence + batch.count) % 2**31
                 state.in_flight += 1
                 batch.attempts += 1
-                batches.append(batch)
             self.in_flight_by_node[node] = self.in_flight_by_node.get(node, 0) + 1
             task = asyncio.get_running_loop().create_task(self._produce(node, batches))
             self.requests.add(task)
@@ -303,9 +296,8 @@ class Sender:
         state = self.partitions[batch.tp]
         state.in_flight -= 1
         if batch.base_sequence >= 0:
-            state.acked_next = (batch.base_sequence + len(batch.records)) % 2**31
-        batch.done(base_offset, append_time)
-        self.accumulator.release(batch)
+            state.acked_next = (batch.base_sequence + batch.count) % 2**31
+        self.accumulator.complete(batch, base_offset, append_time)
         self._maybe_unblock(batch.tp, state)
 
     def _handle_error(self, batch: ProducerBatch, error: BaseException) -> None:
@@ -342,8 +334,7 @@ class Sender:
                 self.need_epoch_bump = True
             elif self.idempotent and batch.base_sequence >= 0:
                 self.need_epoch_bump = True  # its sequences are now a gap
-            batch.fail(error)
-            self.accumulator.release(batch)
+            self.accumulator.complete(batch, error=error)
         self._maybe_unblock(batch.tp, state)
 
     def _complete_duplicate(self, batch: ProducerBatch, state: PartitionState) -> None:
@@ -361,8 +352,7 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if self.idempotent and batch.base_sequence >= 0:
             self.need_epoch_bump = True
-        batch.fail(error)
-        self.accumulator.release(batch)
+        self.accumulator.complete(batch, error=error)
 
     async def close(self) -> None:
         for task in list(self.requests):
