@@ -221,6 +221,7 @@ class _RangeReader:
     async def next(self) -> pa.RecordBatch | None:
         """The next decoded batch (possibly empty), or None at the end of the range."""
         spec = self.spec
+        stalled_since: float | None = None
         while self.position < spec.end:
             data = await self._response()
             if data.error_code == ErrorCode.offset_out_of_range:
@@ -250,7 +251,10 @@ class _RangeReader:
                 self.partition_bytes *= 2  # one batch larger than the fetch size
                 continue
             if records:
-                continue  # only batches before the position: fetch again from after them
+                raise RuntimeError(
+                    f"odradek: {spec.name}: a fetch at offset {self.position} returned only "
+                    "earlier batches"
+                )
             if end_of_log <= self.position:
                 data_loss(
                     spec,
@@ -258,7 +262,15 @@ class _RangeReader:
                     f"now ends at offset {end_of_log}",
                 )
                 return None
-            # Below the end of the log but nothing returned (a broker-side limit): retry.
+            # Below the end of the log but nothing returned: retry for a while, not forever.
+            now = time.monotonic()
+            if stalled_since is None:
+                stalled_since = now
+            elif now - stalled_since > self.deadline_s:
+                raise RuntimeError(
+                    f"odradek: {spec.name}: no records at offset {self.position} for "
+                    f"{self.deadline_s:.0f} s although the partition ends at {end_of_log}"
+                )
             await asyncio.sleep(0.01)
         return None
 
