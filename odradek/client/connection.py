@@ -1,12 +1,19 @@
 """One client connection to a Kafka broker: kio requests in, decoded responses out.
 
 How this works and why: requests are pipelined — each gets a correlation id and a
-future, and one reader task matches responses to futures in order (Kafka answers in
-request order on a connection). On connect the client sends ApiVersions and keeps the
-broker's ranges, so every request is sent at the highest version both sides know
+future, and responses are matched to futures in order (Kafka answers in request order
+on a connection). On connect the client sends ApiVersions and keeps the broker's
+ranges, so every request is sent at the highest version both sides know
 (``version_for``). Any failure of the socket fails every outstanding future with
 ``ConnectionLost`` and closes the connection; the caller decides whether to retry.
 Requests that expect no response (Produce with acks=0) complete as soon as written.
+
+Responses are read by a ``BufferedProtocol`` (``_ResponseReader``): the event loop
+receives small frames into one reused buffer, and a large frame (a fetch of
+megabytes) straight into a buffer of its own size; each whole frame is decoded in the
+protocol's callback. A ``StreamReader`` copied every byte twice more (into its
+buffer and out of it) and woke a reader task per chunk — each wake-up needing the GIL
+that the blocking faces' application thread competes for.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import contextlib
 import io
 import itertools
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -29,6 +36,10 @@ from odradek.protocol.build import make
 
 API_VERSIONS_KEY: Final = 18
 MAX_RESPONSE_BYTES: Final = 1 << 30  # a response larger than this is a broken peer
+# Responses up to this size are received into one reused buffer and copied out once;
+# larger ones (fetches) get a buffer of their own that the socket fills directly.
+SCRATCH_BYTES: Final = 256 * 1024
+CLOSE_WAIT_S: Final = 5.0  # how long close() waits for the transport to finish
 _SIZE = struct.Struct(">i")
 
 
@@ -79,26 +90,30 @@ class BrokerConnection:
         self.request_timeout_s = request_timeout_s
         self.client_versions = client_versions
         self.broker_versions: dict[int, tuple[int, int]] = {}
-        self._reader: asyncio.StreamReader | None = None
-        self._writer: asyncio.StreamWriter | None = None
+        self._transport: asyncio.Transport | None = None
+        self._protocol: _ResponseReader | None = None
         self._pending: dict[int, tuple[asyncio.Future[Any], Any]] = {}
         self._order: list[int] = []
         self._ids = itertools.count(1)
-        self._read_task: asyncio.Task[None] | None = None
         self._write_lock = asyncio.Lock()
         self.closed = False
 
     async def connect(self) -> None:
+        loop = asyncio.get_running_loop()
         try:
-            self._reader, self._writer = await asyncio.wait_for(
-                asyncio.open_connection(self.address.host, self.address.port),
+            transport, protocol = await asyncio.wait_for(
+                loop.create_connection(
+                    lambda: _ResponseReader(self._on_frame, self._on_lost),
+                    self.address.host,
+                    self.address.port,
+                ),
                 self.request_timeout_s,
             )
         except (OSError, TimeoutError) as error:
             raise KafkaConnectionError(
                 f"cannot connect to {self.address.host}:{self.address.port}: {error}"
             ) from None
-        self._read_task = asyncio.create_task(self._read_loop())
+        self._transport, self._protocol = transport, protocol
         await self._negotiate()
 
     async def _negotiate(self) -> None:
@@ -146,7 +161,7 @@ class BrokerConnection:
         """Send one request; its decoded response (None when none is expected).
         ``timeout_s`` replaces ``request.timeout.ms`` for requests the broker may hold
         longer (JoinGroup waits for the whole group)."""
-        if self.closed or self._writer is None:
+        if self.closed or self._transport is None or self._protocol is None:
             raise ConnectionLost(f"connection to node {self.address.node_id} is closed")
         correlation_id = next(self._ids)
         header_schema = request.__header_schema__
@@ -173,8 +188,8 @@ class BrokerConnection:
                 self._pending[correlation_id] = (future, schema)
                 self._order.append(correlation_id)
             try:
-                self._writer.write(_SIZE.pack(len(payload)) + payload)
-                await self._writer.drain()
+                self._transport.write(_SIZE.pack(len(payload)) + payload)
+                await self._protocol.drain()
             except (OSError, ConnectionError) as error:
                 self._fail(ConnectionLost(str(error)))
                 raise ConnectionLost(str(error)) from None
@@ -187,29 +202,29 @@ class BrokerConnection:
             self._fail(ConnectionLost(f"request timed out after {timeout} s"))
             raise ConnectionLost("request timed out") from None
 
-    async def _read_loop(self) -> None:
-        assert self._reader is not None
+    def _on_frame(self, frame: bytes | memoryview) -> None:
+        """One whole response (without its size prefix), on the loop."""
+        if self.closed:
+            return
         try:
-            while True:
-                size = _SIZE.unpack(await self._reader.readexactly(4))[0]
-                if not 0 <= size <= MAX_RESPONSE_BYTES:
-                    raise ConnectionLost(f"response size {size} out of range")
-                frame = await self._reader.readexactly(size)
-                correlation_id = _SIZE.unpack_from(frame, 0)[0]
-                if not self._order or self._order[0] != correlation_id:
-                    raise ConnectionLost(f"unexpected correlation id {correlation_id}")
-                self._order.pop(0)
-                future, schema = self._pending.pop(correlation_id)
-                _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
-                body: Any = entity_reader(schema)(frame, offset)[0]
-                if not future.done():
-                    future.set_result(body)
-        except asyncio.CancelledError:
-            raise
+            correlation_id = _SIZE.unpack_from(frame, 0)[0]
+            if not self._order or self._order[0] != correlation_id:
+                raise ConnectionLost(f"unexpected correlation id {correlation_id}")
+            self._order.pop(0)
+            future, schema = self._pending.pop(correlation_id)
+            _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
+            body: Any = entity_reader(schema)(frame, offset)[0]
         except ConnectionLost as error:
             self._fail(error)
-        except Exception as error:  # EOF, reset, undecodable response
+            return
+        except Exception as error:  # an undecodable response
             self._fail(ConnectionLost(f"{type(error).__name__}: {error}"))
+            return
+        if not future.done():
+            future.set_result(body)
+
+    def _on_lost(self, error: Exception) -> None:
+        self._fail(error if isinstance(error, ConnectionLost) else ConnectionLost(str(error)))
 
     def _fail(self, error: Exception) -> None:
         self.closed = True
@@ -218,18 +233,125 @@ class BrokerConnection:
                 future.set_exception(error)
         self._pending.clear()
         self._order.clear()
-        if self._writer is not None:
-            self._writer.close()
+        if self._transport is not None:
+            self._transport.close()
 
     async def close(self) -> None:
         self._fail(ConnectionLost("closed by the client"))
-        if self._read_task is not None:
-            self._read_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._read_task
-        if self._writer is not None:
+        if self._protocol is not None:
             with contextlib.suppress(Exception):
-                await self._writer.wait_closed()
+                await asyncio.wait_for(self._protocol.closed, CLOSE_WAIT_S)
+
+
+class _ResponseReader(asyncio.BufferedProtocol):
+    """Size-prefixed frames from the socket, each handed whole to ``on_frame``.
+
+    Bytes arrive in a reused scratch buffer; a frame that fits there is copied out
+    once as ``bytes``. A frame too big for it gets a buffer of its own size that the
+    loop then receives into directly, and is handed over as a read-only memoryview
+    of that buffer (kio decodes from any read-only buffer). Writes are paused and
+    resumed by the transport; ``drain`` waits while they are paused.
+    """
+
+    def __init__(
+        self,
+        on_frame: Callable[[bytes | memoryview], None],
+        on_lost: Callable[[Exception], None],
+    ) -> None:
+        self._on_frame = on_frame
+        self._on_lost = on_lost
+        self._scratch = bytearray(SCRATCH_BYTES)
+        self._view = memoryview(self._scratch)
+        self._start = 0  # unparsed bytes are self._scratch[_start:_end]
+        self._end = 0
+        self._frame: bytearray | None = None  # a big frame being received
+        self._frame_view = memoryview(b"")
+        self._filled = 0
+        self._paused = False
+        self._drain_waiter: asyncio.Future[None] | None = None
+        self.closed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    # -- reading ------------------------------------------------------------------
+    def get_buffer(self, sizehint: int) -> memoryview:
+        if self._frame is not None:
+            return self._frame_view[self._filled :]
+        if self._end == len(self._scratch):  # full: move the partial frame to the front
+            unparsed = self._end - self._start
+            self._scratch[:unparsed] = self._scratch[self._start : self._end]
+            self._start, self._end = 0, unparsed
+        return self._view[self._end :]
+
+    def buffer_updated(self, nbytes: int) -> None:
+        if self._frame is not None:
+            self._filled += nbytes
+            if self._filled == len(self._frame):
+                frame_view = self._frame_view.toreadonly()
+                self._frame, self._frame_view, self._filled = None, memoryview(b""), 0
+                self._on_frame(frame_view)
+            return
+        self._end += nbytes
+        self._parse_scratch()
+
+    def _parse_scratch(self) -> None:
+        scratch, view = self._scratch, self._view
+        while self._end - self._start >= 4:
+            size = _SIZE.unpack_from(scratch, self._start)[0]
+            if not 0 <= size <= MAX_RESPONSE_BYTES:
+                self._lose(ConnectionLost(f"response size {size} out of range"))
+                return
+            begin = self._start + 4
+            available = self._end - begin
+            if available >= size:
+                self._start = begin + size
+                self._on_frame(bytes(view[begin : begin + size]))
+                continue
+            if size > len(scratch) - 4:  # will not fit: a buffer of its own
+                self._frame = bytearray(size)
+                self._frame_view = memoryview(self._frame)
+                self._frame_view[:available] = view[begin : self._end]
+                self._filled = available
+                self._start = self._end = 0
+            break
+        if self._start == self._end:
+            self._start = self._end = 0
+
+    def eof_received(self) -> bool:
+        self._lose(ConnectionLost("connection closed by the broker"))
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._lose(ConnectionLost(f"connection lost: {exc}" if exc else "connection closed"))
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_exception(ConnectionLost("connection lost"))
+        if not self.closed.done():
+            self.closed.set_result(None)
+
+    def _lose(self, error: Exception) -> None:
+        on_lost, self._on_lost = self._on_lost, _ignore
+        on_lost(error)
+
+    # -- writing ------------------------------------------------------------------
+    def pause_writing(self) -> None:
+        self._paused = True
+
+    def resume_writing(self) -> None:
+        self._paused = False
+        if self._drain_waiter is not None and not self._drain_waiter.done():
+            self._drain_waiter.set_result(None)
+        self._drain_waiter = None
+
+    async def drain(self) -> None:
+        if self.closed.done():
+            raise ConnectionLost("connection closed")
+        if not self._paused:
+            return
+        if self._drain_waiter is None:
+            self._drain_waiter = asyncio.get_running_loop().create_future()
+        await asyncio.shield(self._drain_waiter)
+
+
+def _ignore(error: Exception) -> None:
+    return None
 
 
 def _retrieve_exception(future: asyncio.Future[Any]) -> None:
