@@ -432,13 +432,19 @@ def _records_section(buf: Buf, header: BatchHeader) -> tuple[bytes, int, int]:
     return data, 0, len(data)
 
 
+# A one-byte zigzag varint b (b < 0x80) is (b >> 1) ^ -(b & 1): looked up, not computed.
+_ZIGZAG: Final = tuple((byte >> 1) ^ -(byte & 1) for byte in range(0x80))
+
+
 def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
     """Decode every record of a batch whose header was already parsed from ``buf``.
 
     One pass, no per-record objects: the consumer builds its own record type from
-    the columns, and ``iter_records`` builds ``Record``. Varints of one byte (most
-    lengths, deltas and counts) are decoded inline, longer ones by kio's native
-    readers. Checks the records, not the CRC; raises CorruptRecordError on
+    the columns, and ``iter_records`` builds ``Record``. This loop is the consumer's
+    hot path, so varints of one byte (deltas, small lengths) come from a table, the
+    two-byte lengths of records and values up to 8 KiB are decoded inline, longer
+    varints by kio's native readers, and headers are looked at only when a record
+    has some. Checks the records, not the CRC; raises CorruptRecordError on
     malformed content.
     """
     count = header.record_count
@@ -447,13 +453,16 @@ def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
     data, position, end = _records_section(buf, header)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
-    log_append_time = header.timestamp_type == LOG_APPEND_TIME
-    columns = RecordColumns([], [], [], [], [])
-    add_offset = columns.offsets.append
-    add_timestamp = columns.timestamps.append
-    add_key = columns.keys.append
-    add_value = columns.values.append
-    add_headers = columns.headers.append
+    offsets: list[int] = []
+    timestamps: list[int] = []
+    keys: list[bytes | None] = []
+    values: list[bytes | None] = []
+    with_headers: list[tuple[int, tuple[tuple[str, bytes | None], ...]]] = []
+    add_offset = offsets.append
+    add_timestamp = timestamps.append
+    add_key = keys.append
+    add_value = values.append
+    zigzag = _ZIGZAG
     read_varint = read_signed_varint
     read_varlong = read_signed_varlong
     index = 0
@@ -461,11 +470,14 @@ def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
         for index in range(count):
             if position >= end:
                 raise _corrupt(header, f"record count is {count} but only {index} records fit")
-            # A one-byte zigzag varint b is (b >> 1) ^ -(b & 1).
             byte = data[position]
             if byte < 0x80:
-                length = (byte >> 1) ^ -(byte & 1)
+                length = zigzag[byte]
                 position += 1
+            elif data[position + 1] < 0x80:
+                byte = (byte & 0x7F) | (data[position + 1] << 7)
+                length = (byte >> 1) ^ -(byte & 1)
+                position += 2
             else:
                 length, size = read_varint(data, position)
                 position += size
@@ -474,72 +486,73 @@ def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
                 raise _corrupt(header, f"record {index} has bad length {length}")
             byte = data[position + 1]  # after the (unused) attributes byte
             if byte < 0x80:
-                timestamp_delta = (byte >> 1) ^ -(byte & 1)
+                add_timestamp(base_timestamp + zigzag[byte])
                 position += 2
             else:
                 timestamp_delta, size = read_varlong(data, position + 1)
+                add_timestamp(base_timestamp + timestamp_delta)
                 position += 1 + size
             byte = data[position]
             if byte < 0x80:
-                offset_delta = (byte >> 1) ^ -(byte & 1)
+                add_offset(base_offset + zigzag[byte])
                 position += 1
             else:
                 offset_delta, size = read_varint(data, position)
+                add_offset(base_offset + offset_delta)
                 position += size
 
             if data[position] == 1:  # zigzag(-1): null
-                key = None
+                add_key(None)
                 position += 1
             else:
                 key_length, size = read_varint(data, position)
                 position += size
                 if key_length == -1:
-                    key = None
+                    add_key(None)
                 elif 0 <= key_length <= record_end - position:
-                    key = data[position : position + key_length]
+                    add_key(data[position : position + key_length])
                     position += key_length
                 else:
                     raise _corrupt(header, f"record {index} has bad key length {key_length}")
 
-            if data[position] == 1:
-                value = None
+            byte = data[position]
+            if byte < 0x80:
+                value_length = zigzag[byte]
                 position += 1
+            elif data[position + 1] < 0x80:
+                byte = (byte & 0x7F) | (data[position + 1] << 7)
+                value_length = (byte >> 1) ^ -(byte & 1)
+                position += 2
             else:
                 value_length, size = read_varint(data, position)
                 position += size
-                if value_length == -1:
-                    value = None
-                elif 0 <= value_length <= record_end - position:
-                    value = data[position : position + value_length]
-                    position += value_length
-                else:
-                    raise _corrupt(header, f"record {index} has bad value length {value_length}")
-
-            if data[position] == 0:
-                pairs: tuple[tuple[str, bytes | None], ...] = ()
-                position += 1
+            if value_length == -1:
+                add_value(None)
+            elif 0 <= value_length <= record_end - position:
+                position += value_length
+                add_value(data[position - value_length : position])
             else:
+                raise _corrupt(header, f"record {index} has bad value length {value_length}")
+
+            if data[position] != 0:  # headers (0: none)
                 header_count, size = read_varint(data, position)
                 position += size
-                if header_count == 0:
-                    pairs = ()
                 # Each header takes at least two bytes (two one-byte lengths).
-                elif 0 < header_count <= (record_end - position) // 2:
+                if 0 < header_count <= (record_end - position) // 2:
                     pairs = _read_headers(data, position, record_end, header_count, header, index)
-                    position = record_end
-                else:
+                    with_headers.append((index, pairs))
+                    position = record_end - 1
+                elif header_count != 0:
                     raise _corrupt(header, f"record {index} has bad header count {header_count}")
+                else:
+                    position -= 1
+            position += 1
             if position != record_end:
                 raise _corrupt(
                     header,
                     f"record {index} declares {length} bytes but its fields "
                     f"end {position - record_end:+d} bytes from there",
                 )
-            add_offset(base_offset + offset_delta)
-            add_timestamp(base_timestamp + timestamp_delta)
-            add_key(key)
-            add_value(value)
-            add_headers(pairs)
         if position != end:
             raise _corrupt(
                 header, f"{end - position} bytes left after the declared {count} records"
@@ -548,9 +561,12 @@ def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
         raise
     except (SerialError, ValueError, IndexError, OverflowError) as exc:
         raise _corrupt(header, f"record {index} is malformed: {exc}") from exc
-    if log_append_time:
-        columns.timestamps[:] = [header.max_timestamp] * count
-    return columns
+    headers: list[tuple[tuple[str, bytes | None], ...]] = [()] * count
+    for index, pairs in with_headers:
+        headers[index] = pairs
+    if header.timestamp_type == LOG_APPEND_TIME:
+        timestamps = [header.max_timestamp] * count
+    return RecordColumns(offsets, timestamps, keys, values, headers)
 
 
 def _read_headers(
