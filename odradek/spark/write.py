@@ -16,9 +16,11 @@ write means every record is in the log.
 Columns, as in Spark's Kafka sink: ``value`` (required; binary or string, null is a
 tombstone), ``key`` (binary or string), ``topic`` (string; the ``topic`` option wins
 over it), ``partition`` (int; null means the producer's partitioner), ``headers``
-(``array<struct<key:string,value:binary>>``). Other columns are ignored. Only append
-is possible: a topic cannot be truncated, so batch ``mode("overwrite")`` and streaming
-``outputMode("complete")`` (both reach the sink as ``overwrite``) are refused.
+(``array<struct<key:string,value:binary>>``). Other columns are ignored. A null
+``topic`` (without the option), a negative ``partition`` or a header with a null key
+fails the task, naming the column. Only append is possible: a topic cannot be
+truncated, so batch ``mode("overwrite")`` and streaming ``outputMode("complete")``
+(both reach the sink as ``overwrite``) are refused.
 
 Delivery guarantee: at-least-once. A retried task or a replayed micro-batch sends its
 records again, so readers may see duplicates — the same guarantee as Spark's own Kafka
@@ -273,6 +275,9 @@ class TaskDelivery:
     ) -> None:
         raise NotImplementedError
 
+    def after_batch(self) -> None:
+        """Called after each Arrow batch of the task (a chance to serve reports)."""
+
     def finish(self) -> OdradekCommitMessage:
         raise NotImplementedError
 
@@ -336,7 +341,7 @@ class AtLeastOnceDelivery(TaskDelivery):
         )
         self._sent += 1
 
-    def poll(self) -> None:
+    def after_batch(self) -> None:
         """Serve delivery reports so far (keeps the report queue short on big tasks)."""
         self._producer.poll(0)
 
@@ -411,8 +416,7 @@ def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> Odradek
     try:
         for batch in batches:
             _send_batch(plan, delivery, batch)
-            if isinstance(delivery, AtLeastOnceDelivery):
-                delivery.poll()
+            delivery.after_batch()
         return delivery.finish()
     except BaseException:
         delivery.abandon()
@@ -441,13 +445,11 @@ def _send_batch(plan: WritePlan, delivery: TaskDelivery, batch: pa.RecordBatch) 
             raise WriteError(
                 "odradek sink: a row has a null 'topic' column and no option 'topic' is set"
             )
-        send(
-            topic,
-            value,
-            key,
-            -1 if partition is None else partition,
-            _headers_list(header),
-        )
+        if partition is None:
+            partition = -1  # the producer's partitioner picks
+        elif partition < 0:
+            raise WriteError(f"odradek sink: column 'partition' holds {partition}; must be >= 0")
+        send(topic, value, key, partition, _headers_list(header))
 
 
 # -- the writers Spark sees -------------------------------------------------------------

@@ -236,7 +236,7 @@ def test_streaming_complete_mode_and_failed_delivery(
     topic_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    """outputMode complete is refused; a record for a missing partition fails the write."""
+    """outputMode complete is refused; a record for a missing or negative partition fails."""
     source = tmp_path / "in"
     spark.createDataFrame([("a",), ("b",)], "value string").write.parquet(str(source))
     counts = spark.readStream.schema("value string").parquet(str(source)).groupBy("value").count()
@@ -261,3 +261,9 @@ def test_streaming_complete_mode_and_failed_delivery(
         ).option("topic", topic).option("kafka.delivery.timeout.ms", "5000").save()
     message = str(failure.value)
     assert "1 of 1 records" in message and f"{topic}-5" in message, message[-800:]
+
+    negative = spark.createDataFrame([(b"v", -2)], "value binary, partition int")
+    with pytest.raises(Exception, match="column 'partition' holds -2"):
+        negative.write.format("odradek").mode("append").option(
+            "kafka.bootstrap.servers", broker.bootstrap
+        ).option("topic", topic).save()
