@@ -166,6 +166,7 @@ class BrokerConnection:
         correlation_id = next(self._ids)
         header_schema = request.__header_schema__
         buffer = io.BytesIO()
+        buffer.write(b"\x00\x00\x00\x00")  # the size, filled in below
         entity_writer(header_schema)(
             buffer,
             header_schema(
@@ -176,7 +177,10 @@ class BrokerConnection:
             ),
         )
         entity_writer(type(request))(buffer, request)
-        payload = buffer.getvalue()
+        # Sent from the buffer itself: a produce request is mostly record batches,
+        # and getvalue() plus a size prefix would copy them twice more.
+        frame = buffer.getbuffer()
+        _SIZE.pack_into(frame, 0, len(frame) - 4)
         future: asyncio.Future[Any] | None = None
         async with self._write_lock:
             if expect_response:
@@ -188,7 +192,7 @@ class BrokerConnection:
                 self._pending[correlation_id] = (future, schema)
                 self._order.append(correlation_id)
             try:
-                self._transport.write(_SIZE.pack(len(payload)) + payload)
+                self._transport.write(frame)
                 await self._protocol.drain()
             except (OSError, ConnectionError) as error:
                 self._fail(ConnectionLost(str(error)))

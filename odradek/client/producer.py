@@ -23,7 +23,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator
+from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator, record_size
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.partitioner import (
@@ -165,9 +165,10 @@ class AsyncProducer:
         headers: HeadersLike = None,
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves when it is acknowledged."""
-        self._check_running()
+        cluster, accumulator = self._check_running()
         key_bytes = as_bytes(key, "key")
         value_bytes = as_bytes(value, "value")
+        header_list = encode_headers(headers)
         if not timestamp_ms:
             timestamp_ms = time.time_ns() // 1_000_000
         future: asyncio.Future[RecordMetadata] = asyncio.get_running_loop().create_future()
@@ -177,8 +178,29 @@ class AsyncProducer:
             -1 if key_bytes is None else len(key_bytes),
             -1 if value_bytes is None else len(value_bytes),
         )
+        if cluster.metadata.topics.get(topic) is not None:
+            # The usual case, without awaiting anything: metadata known, space free.
+            size = record_size(key_bytes, value_bytes, header_list)
+            with accumulator.lock:
+                chosen = self.partition_for(topic, key_bytes, partition)
+                wake = None
+                if chosen is not None and accumulator.try_reserve(size):
+                    wake = accumulator.add(
+                        topic,
+                        chosen,
+                        key_bytes,
+                        value_bytes,
+                        timestamp_ms,
+                        header_list,
+                        waiter,
+                        size,
+                    )
+            if wake is not None:
+                if wake:
+                    accumulator.wakeup.set()
+                return future
         await self.append_record(
-            topic, key_bytes, value_bytes, partition, timestamp_ms, encode_headers(headers), waiter
+            topic, key_bytes, value_bytes, partition, timestamp_ms, header_list, waiter
         )
         return future
 

@@ -8,7 +8,6 @@ asyncio core, so they live here, free of any I/O.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from odradek.client.cluster import KafkaError
@@ -28,9 +27,9 @@ class TopicPartition(NamedTuple):
     offset: int = -1001
 
 
-@dataclass(frozen=True, slots=True)
-class RecordMetadata:
-    """Where a record landed (aiokafka's shape)."""
+class RecordMetadata(NamedTuple):
+    """Where a record landed (aiokafka's shape: a named tuple there too; one is built
+    per record sent, and a frozen dataclass cost several times more to build)."""
 
     topic: str
     partition: int
