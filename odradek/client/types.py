@@ -62,10 +62,11 @@ class Message(tuple[Any, ...]):
     """One record as confluent-kafka shows it: accessor methods, ``error()`` or None.
 
     Laid out like the consumer's ``ConsumerRecord`` (topic, partition, offset,
-    timestamp, timestamp type 0/1/-1, key, value, header pairs, leader epoch), plus
-    the error when there is one, so the blocking consumer turns a fetch's records into
-    messages with ``tuple.__new__`` in C, and the garbage collector stops tracking
-    them like the records. Build one with the confluent-shaped arguments below.
+    timestamp, timestamp type 0/1/-1, key, value, header pairs, leader epoch), so the
+    blocking consumer builds a fetch's messages with ``tuple.__new__`` in C, straight
+    from its columns. Build one with the confluent-shaped arguments below; one with an
+    error is a ``Message`` too (a subclass whose ``error()`` returns it), so the
+    ``error()`` every consumer loop calls on every message is a plain ``return None``.
     """
 
     __slots__ = ()
@@ -94,7 +95,9 @@ class Message(tuple[Any, ...]):
             tuple(headers) if headers else (),
             leader_epoch,
         )
-        return tuple.__new__(cls, fields if error is None else (*fields, error))
+        if error is None:
+            return tuple.__new__(cls, fields)
+        return tuple.__new__(_FailedMessage, (*fields, error))
 
     def topic(self) -> str:
         return self[0]
@@ -122,7 +125,7 @@ class Message(tuple[Any, ...]):
         return self[8] if self[8] >= 0 else None
 
     def error(self) -> Exception | None:
-        return self[9] if tuple.__len__(self) > 9 else None
+        return None
 
     def __len__(self) -> int:
         """The value's size, as in confluent-kafka."""
@@ -130,6 +133,15 @@ class Message(tuple[Any, ...]):
 
     def __repr__(self) -> str:
         return f"Message({self[0]}-{self[1]}@{self[2]}, error={self.error()!r})"
+
+
+class _FailedMessage(Message):
+    """A ``Message`` whose delivery or fetch failed: the error is its tenth field."""
+
+    __slots__ = ()
+
+    def error(self) -> Exception | None:
+        return self[9]
 
 
 def as_bytes(data: Any, what: str) -> bytes | None:

@@ -111,7 +111,7 @@ def test_messages_are_built_with_the_record_layout() -> None:
 def test_message_built_like_confluent_kafka() -> None:
     error = RuntimeError("boom")
     message = Message("t", 1, -1001, b"k", b"v", [("a", b"b")], (TIMESTAMP_CREATE_TIME, 5), error)
-    assert message.error() is error
+    assert message.error() is error and isinstance(message, Message)
     assert message.headers() == [("a", b"b")]
     assert message.timestamp() == (TIMESTAMP_CREATE_TIME, 5)
     unknown = Message("t", 1, 0, None, None, None, (TIMESTAMP_NOT_AVAILABLE, -1))
