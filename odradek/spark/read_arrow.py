@@ -177,6 +177,10 @@ class ArrowDecoder:
         counts: list[int] = []
         view = memoryview(data)
         total = 0
+        # Without compression the response itself is the buffer the columns slice
+        # (record positions are then absolute in it); otherwise the records sections,
+        # decompressed where needed, are joined into one.
+        in_place = not any(b[5] & _COMPRESSION_MASK for b in found.batches)
         read_varint = read_signed_varint
         for batch_pos, base, _last, _bts, _mts, attributes, count in found.batches:
             section_start = batch_pos + HEADER_SIZE
@@ -193,7 +197,7 @@ class ArrowDecoder:
             else:
                 section = view[section_start:section_end]
                 scan_buf, p, limit = data, section_start, section_end
-            offset_in_buffer = total - p
+            offset_in_buffer = 0 if in_place else total - p
             if count < 0:
                 raise CorruptRecordError(f"{self._where} batch {base}: record count {count}")
             try:
@@ -212,15 +216,16 @@ class ArrowDecoder:
                     f"{self._where} batch {base}: {count} records do not fill the batch "
                     f"({limit - p:+d} bytes)"
                 )
-            chunks.append(section)
             counts.append(count)
-            total += limit - (0 if codec else section_start)
-        buffer = b"".join(chunks)
+            if not in_place:
+                chunks.append(section)
+                total += limit - (0 if codec else section_start)
+        buffer = data if in_place else b"".join(chunks)
         return self._columns(buffer, found, counts, bodies, lengths, start, end)
 
     def _columns(
         self,
-        buffer: bytes,
+        buffer: bytes | memoryview,
         found: Scan,
         counts: list[int],
         bodies_list: list[int],
