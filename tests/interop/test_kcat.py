@@ -156,8 +156,14 @@ def test_produce_keys_and_headers_then_consume_with_format(
     ]
     assert {tuple(m.headers()) for m in messages} == {(("h", b"1"), ("h", b"2"), ("empty", b""))}
     stored = {b.compression for b in stored_batches(interop_broker.data_dir, topic_name, 0)}
-    if compression in ("none", "zstd") or _librdkafka_version() > (2, 11, 0):
-        assert stored == {codec(compression if kcat_compresses(compression) else "none")}
+    if compression == "none" or not kcat_compresses(compression):
+        assert stored == {codec("none")}
+    elif compression == "zstd" or _librdkafka_version() > (2, 11, 0):
+        # librdkafka sends a batch uncompressed when compressing does not make it
+        # smaller: when load splits kcat's lines over several batches, a batch of one
+        # short record goes out as it is. The batch holding the long value compresses.
+        assert codec(compression) in stored
+        assert stored <= {codec(compression), codec("none")}
     else:
         # librdkafka <= 2.11 decides gzip/snappy/lz4 per batch from the broker's
         # features and, seen here, sends some or all batches uncompressed even when
