@@ -422,9 +422,10 @@ class GroupRun:
         """Records a killed member consumed at or after its last commit of the partition.
 
         Also, for an eager client whose assign arrives while it still owns partitions
-        (no revoke callback first: aiokafka when a pattern subscription matches a new
-        topic drops its positions without calling the listener, so nothing could be
-        committed), what it consumed of those partitions since its last commit."""
+        (no revoke logged first: when a pattern subscription matches a new topic,
+        aiokafka drops its positions before calling the revoke listener, whose commit
+        then fails on partitions no longer assigned, so nothing could be committed),
+        what it consumed of those partitions since its last commit."""
         allowed: set[tuple[str, int, int]] = set()
         committed: dict[tuple[str, str, int], int] = {}
         consumed: dict[str, list[tuple[str, int, int]]] = defaultdict(list)

@@ -247,12 +247,17 @@ async def _aiokafka(cfg: dict[str, Any], log: Log) -> None:
         committed.update({tp: o.offset for tp, o in todo.items()})
         log("commit", offsets=[[tp.topic, tp.partition, o.offset] for tp, o in todo.items()])
 
+    owned: set[Any] = set()  # what the listener last reported (eager: whole assignments)
+
     class Listener(ConsumerRebalanceListener):
         async def on_partitions_revoked(self, revoked: Any) -> None:
             await commit(revoked)
+            owned.difference_update(revoked)
             log("revoke", parts=[[tp.topic, tp.partition] for tp in revoked])
 
         async def on_partitions_assigned(self, assigned: Any) -> None:
+            owned.clear()
+            owned.update(assigned)
             log("assign", parts=[[tp.topic, tp.partition] for tp in assigned])
 
     if cfg.get("pattern"):
@@ -275,11 +280,13 @@ async def _aiokafka(cfg: dict[str, Any], log: Log) -> None:
                 last_commit = time.monotonic()
                 await commit(consumer.assignment())
         await commit(consumer.assignment())
-        # aiokafka's stop() leaves the group without calling the listener: the member
-        # stops owning its partitions here.
-        log("revoke", parts=[[tp.topic, tp.partition] for tp in consumer.assignment()])
     finally:
         await consumer.stop()
+    # aiokafka's stop() leaves the group without calling the listener, and before that
+    # finishes a rebalance already under way (a member that just left made the group
+    # rebalance): on_partitions_assigned may run inside stop(). The member owns what
+    # the listener last gave it until stop() has left the group.
+    log("revoke", parts=[[tp.topic, tp.partition] for tp in sorted(owned)])
 
 
 CLIENTS = {

@@ -66,7 +66,7 @@ def test_pattern_subscription_new_topics_and_partitions(
     stats = run.check(produced)
     if client != "aiokafka":
         # aiokafka may redeliver what it had not committed when the pattern matched a new
-        # topic (it drops its positions without calling the revoke listener); check()
+        # topic (it drops its positions before calling the revoke listener); check()
         # allows exactly those records (harness.GroupRun._crash_redelivery_allowance).
         assert stats["duplicates"] == 0
     consumed_topics = {r[1] for r in run.consumed()}
