@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import enum
 import logging
 import random
 import time
@@ -71,16 +72,31 @@ class ClusterMetadata:
     updated_monotonic: float = 0.0
 
 
-class KafkaError(Exception):
-    """An error answered by a broker; ``code`` is kio's ErrorCode."""
+class LocalError(enum.IntEnum):
+    """Errors the client reports itself, never a broker: librdkafka's negative codes,
+    so code written for confluent-kafka compares them alike (printed ``_NAME``)."""
 
-    def __init__(self, code: ErrorCode, message: str = "") -> None:
-        super().__init__(f"{code.name.upper()}{': ' + message if message else ''}")
+    assignment_lost = -142
+    max_poll_exceeded = -147
+    no_offset = -168
+
+
+class KafkaError(Exception):
+    """An error answered by a broker (``code`` is kio's ErrorCode) or found by the
+    client itself (a ``LocalError``, e.g. ``KafkaError._MAX_POLL_EXCEEDED``)."""
+
+    _ASSIGNMENT_LOST: Final = LocalError.assignment_lost
+    _MAX_POLL_EXCEEDED: Final = LocalError.max_poll_exceeded
+    _NO_OFFSET: Final = LocalError.no_offset
+
+    def __init__(self, code: ErrorCode | LocalError, message: str = "") -> None:
+        name = code.name.upper() if isinstance(code, ErrorCode) else f"_{code.name.upper()}"
+        super().__init__(f"{name}{': ' + message if message else ''}")
         self.code = code
 
     @property
     def retriable(self) -> bool:
-        return bool(self.code.retriable)
+        return isinstance(self.code, ErrorCode) and self.code.retriable
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:

@@ -155,6 +155,12 @@ class ClientConfig:
             self.values[key] = prop.parse(key, raw)
         if not self.values.get("bootstrap.servers"):
             raise ConfigError("bootstrap.servers", "required")
+        if role == "consumer":  # as librdkafka requires
+            poll_ms = self.values["max.poll.interval.ms"]
+            session_ms = self.values["session.timeout.ms"]
+            if poll_ms < session_ms:
+                message = f"{poll_ms} must be >= session.timeout.ms ({session_ms})"
+                raise ConfigError("max.poll.interval.ms", message)
         self.explicit = frozenset(properties)
 
     def __getitem__(self, key: str) -> Any:

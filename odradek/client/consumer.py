@@ -88,6 +88,8 @@ class _PartState:
     epoch: int = 0  # bumped by every seek; stale fetch data is dropped
     high_watermark: int = -1
     stored: int | None = None  # store_offsets (enable.auto.offset.store=false)
+    committed: int | None = None  # the group's offset as last read or committed here
+    reset_position: int | None = None  # where auto.offset.reset / seek_to_* put it
     revoking: bool = False  # being given up: nothing more is handed out or fetched
 
 
@@ -258,9 +260,10 @@ class ConsumerCore:
                 if state is None or state.position is not None:
                     continue
                 if tp in committed:
-                    state.position = committed[tp]
+                    state.position = state.committed = committed[tp]
                 elif tp in found and state.reset_to in (None, query.get(tp)):
                     state.position, state.reset_to = found[tp][0], None
+                    state.reset_position = state.position
         self._notify_state()
 
     # -- ListOffsets -----------------------------------------------------------------
@@ -530,17 +533,29 @@ class ConsumerCore:
                 state.stored = offset
         return missing
 
-    def current_offsets(self, partitions: Iterable[TP] | None = None) -> dict[TP, int]:
+    def current_offsets(
+        self,
+        partitions: Iterable[TP] | None = None,
+        changed_only: bool = False,
+        consumed_only: bool = False,
+    ) -> dict[TP, int]:
         """What a commit without offsets commits: the positions, or with
-        ``enable.auto.offset.store=false`` the offsets the application stored."""
+        ``enable.auto.offset.store=false`` the offsets the application stored;
+        ``changed_only`` leaves out those the group has committed already, and
+        ``consumed_only`` positions no record moved since a reset (librdkafka commits
+        only offsets stored by consuming)."""
         wanted = self._parts if partitions is None else partitions
         out = {}
         for tp in wanted:
             state = self._parts.get(tp)
-            if state is not None:
-                offset = state.position if self.auto_store else state.stored
-                if offset is not None:
-                    out[tp] = offset
+            if state is None:
+                continue
+            offset = state.position if self.auto_store else state.stored
+            if offset is None or (changed_only and offset == state.committed):
+                continue
+            if consumed_only and self.auto_store and offset == state.reset_position:
+                continue
+            out[tp] = offset
         return out
 
     async def commit(
@@ -548,14 +563,20 @@ class ConsumerCore:
         offsets: Mapping[TP, int] | None = None,
         metadata: str = "",
         partitions: Iterable[TP] | None = None,
+        changed_only: bool = False,
+        consumed_only: bool = False,
     ) -> dict[TP, int]:
-        """Commit ``offsets`` (default: ``current_offsets(partitions)``); returns what
-        was committed."""
+        """Commit ``offsets`` (default: ``current_offsets(partitions, changed_only,
+        consumed_only)``); returns what was committed."""
         if offsets is None:
-            offsets = self.current_offsets(partitions)
+            offsets = self.current_offsets(partitions, changed_only, consumed_only)
         to_commit = dict(offsets)
         if to_commit:
             await self.offsets.commit(to_commit, metadata)
+            for tp, offset in to_commit.items():
+                state = self._parts.get(tp)
+                if state is not None:
+                    state.committed = offset
         return to_commit
 
     async def close(self) -> None:

@@ -8,12 +8,19 @@ which falls back to ``on_partitions_revoked``) may be sync or async; as with Jav
 listener, revoked partitions are still assigned while it runs and assigned ones
 already are. With ``partition_assignment_strategy=("cooperative-sticky",)`` they get
 only the partitions that move (KIP-429), and the others are consumed throughout.
+
+As in aiokafka, going longer than ``max_poll_interval_ms`` without ``getone`` /
+``getmany`` makes the consumer leave the group (its partitions are lost:
+``on_partitions_lost``), and the next call rejoins; nothing is raised.
+``unsubscribe`` revokes and leaves the group (a static member only stops
+heartbeating, as in aiokafka).
 """
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from odradek.client.config import ClientConfig
@@ -135,8 +142,7 @@ class AIOKafkaConsumer:
 
     def unsubscribe(self) -> None:
         if self._member is not None:
-            self._member.topics, self._member.patterns = [], []
-            self._member.rejoin()
+            self._member.unsubscribe(leave_static=False)
 
     def assign(self, partitions: Any) -> Any:
         return self.core.assign([_key(tp) for tp in partitions])
@@ -151,18 +157,34 @@ class AIOKafkaConsumer:
             error, self._member.error = self._member.error, None
             raise error
 
+    @contextlib.contextmanager
+    def _polling(self) -> Iterator[None]:
+        """max.poll.interval.ms is timed from one getone/getmany to the next."""
+        member = self._member
+        if member is None:
+            yield
+            return
+        member.poll_begin()  # aiokafka raises nothing for an expired interval
+        try:
+            yield
+        finally:
+            member.poll_end()
+
     async def getone(self, *partitions: Any) -> ConsumerRecord:
-        while True:
-            self._raise_group_error()
-            records = await self.core.getmany(1, 1.0)
-            if records:
-                return records[0]
+        with self._polling():
+            while True:
+                self._raise_group_error()
+                records = await self.core.getmany(1, 1.0)
+                if records:
+                    return records[0]
 
     async def getmany(
         self, *partitions: Any, timeout_ms: int = 0, max_records: int | None = None
     ) -> dict[TopicPartition, list[ConsumerRecord]]:
         self._raise_group_error()
-        records = await self.core.getmany(max_records or self.max_poll_records, timeout_ms / 1000)
+        with self._polling():
+            wait_s = timeout_ms / 1000
+            records = await self.core.getmany(max_records or self.max_poll_records, wait_s)
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         for record in records:
             out.setdefault(TopicPartition(record.topic, record.partition), []).append(record)

@@ -17,6 +17,15 @@ asks for a rejoin, ILLEGAL_GENERATION / UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID m
 the partitions are lost (``on_lost``, no commit). Static members
 (``group.instance.id``) keep their identity and do not LeaveGroup on close.
 
+``max.poll.interval.ms`` (as librdkafka and Java enforce it): the faces call
+``poll_begin``/``poll_end`` around every poll. Once the application has polled and
+then stays out of poll longer than that, the heartbeat task stops the rebalance in
+progress, sends LeaveGroup (dynamic members; a static one just stops heartbeating, so
+its session runs out) and forgets its member id; the rebalance task gives the
+partitions up as lost (``on_lost``) and does not rejoin until the next poll, which
+also gets the error (``_MAX_POLL_EXCEEDED``, blocking face). ``unsubscribe`` gives
+everything up (``on_revoke``) and leaves the group; a later ``subscribe`` joins anew.
+
 Callbacks follow confluent-kafka: ``on_assign`` / ``on_revoke`` / ``on_lost`` get the
 partitions (the change only, when cooperative) and return True if they changed the
 assignment themselves (``assign``, ``incremental_assign``, ...); otherwise, or if
@@ -28,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import logging
 import re
 import time
@@ -38,17 +46,11 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client import assignors, consumer_protocol
-from odradek.client.cluster import KafkaError
+from odradek.client import consumer_group_requests as requests
+from odradek.client.cluster import KafkaError, LocalError
 from odradek.client.config import ConfigError
-from odradek.client.connection import KafkaConnectionError, request_entity
-from odradek.client.consumer import (
-    HEARTBEAT,
-    JOIN_GROUP,
-    LEAVE_GROUP,
-    SYNC_GROUP,
-    TP,
-    ConsumerCore,
-)
+from odradek.client.connection import KafkaConnectionError
+from odradek.client.consumer import TP, ConsumerCore
 from odradek.client.consumer_offsets import CommitFailedError, Generation
 from odradek.client.consumer_rebalance import (
     chosen_assignor,
@@ -78,10 +80,13 @@ class GroupMember:
     def __init__(self, core: ConsumerCore) -> None:
         config = core.config
         self.core = core
-        self.group_id = core.group_id
+        if not core.group_id:
+            raise ConfigError("group.id", "group membership needs a group.id")
+        self.group_id: str = core.group_id
         self.instance_id: str | None = config["group.instance.id"]
         self.session_timeout_ms: int = config["session.timeout.ms"]
         self.rebalance_timeout_ms: int = config["max.poll.interval.ms"]
+        self.max_poll_s = self.rebalance_timeout_ms / 1000
         self.heartbeat_s: float = config["heartbeat.interval.ms"] / 1000
         self.auto_commit: bool = config["enable.auto.commit"]
         self.auto_commit_s: float = config["auto.commit.interval.ms"] / 1000
@@ -111,6 +116,16 @@ class GroupMember:
         self.joining = False  # JoinGroup/SyncGroup in flight: no heartbeats
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._current: asyncio.Task[None] | None = None  # the rebalance in progress
+        self._loop = asyncio.get_running_loop()
+        # max.poll.interval.ms: when the application last returned from a poll (None:
+        # it never polled, so nothing expires yet), how many polls are under way, and
+        # whether the member left for it (rejoining on the next poll).
+        self._last_poll: float | None = None
+        self._in_poll = 0
+        self.poll_expired = False
+        self.poll_error: KafkaError | None = None
+        self.leave_static = False  # unsubscribe: a static member leaves too (librdkafka)
         self.error: Exception | None = None
         self.owned: list[TP] = []  # what the group gave this member and it still holds
         self.previous: list[TP] = []  # the last assignment (eager sticky's user data)
@@ -149,6 +164,63 @@ class GroupMember:
         self.lost = True
         self.rejoin()
 
+    def unsubscribe(self, leave_static: bool = False) -> None:
+        """Give every partition up and leave the group (a static member sends
+        LeaveGroup only with ``leave_static``, as librdkafka does and aiokafka not)."""
+        self.topics, self.patterns = [], []
+        self.leave_static = leave_static
+        if self._tasks:
+            self.rejoin()
+
+    # -- max.poll.interval.ms ----------------------------------------------------------
+    def poll_begin(self) -> KafkaError | None:
+        """The application polls (from any thread). Returns the max.poll.interval.ms
+        error, once; a member that left for it rejoins now."""
+        self._in_poll += 1
+        if self.poll_expired:
+            self._loop.call_soon_threadsafe(self._poll_resumed)
+        error, self.poll_error = self.poll_error, None
+        return error
+
+    def poll_end(self) -> None:
+        self._last_poll = time.monotonic()
+        self._in_poll -= 1
+
+    def _poll_resumed(self) -> None:
+        if self.poll_expired:
+            self.poll_expired = False
+            logger.info("group %s: the application polls again: rejoining", self.group_id)
+            self._wake.set()
+
+    def _poll_overdue_s(self) -> float:
+        """How long ago the poll interval ran out (negative: still within it)."""
+        if self._last_poll is None or self._in_poll or self.poll_expired:
+            return -self.max_poll_s
+        if not (self.topics or self.patterns):
+            return -self.max_poll_s
+        return time.monotonic() - self._last_poll - self.max_poll_s
+
+    async def _poll_timeout(self, over_s: float) -> None:
+        """Leave the group: the application stopped polling (see the module doc)."""
+        message = (
+            f"Application maximum poll interval ({self.rebalance_timeout_ms}ms) "
+            f"exceeded by {int(over_s * 1000)}ms"
+        )
+        logger.warning("group %s: %s: leaving the group", self.group_id, message)
+        self.poll_error = KafkaError(LocalError.max_poll_exceeded, message)
+        self.poll_expired = True
+        task, joining = self._current, self.joining
+        if task is not None and not task.done():
+            task.cancel()
+            await asyncio.wait([task])
+            if joining:  # the broker may hold its JoinGroup: leave on a new connection
+                self.core.offsets.reconnect()
+        member_id = self.member_id
+        self.generation_id, self.member_id = -1, ""  # no more heartbeats
+        self.rejoin_lost()  # released by the rebalance task, rejoined on the next poll
+        if self.instance_id is None and member_id:
+            await self._send_leave(member_id, "consumer poll timeout has expired")
+
     def _commit_failed(self, code: ErrorCode, generation: Generation) -> None:
         """The group refused a commit made in ``generation``."""
         if generation[:2] != (self.generation_id, self.member_id):
@@ -180,14 +252,26 @@ class GroupMember:
         while not self.closed:
             in_rebalance = False
             try:
+                if self.poll_expired:  # give the partitions up; rejoin on the next poll
+                    if self.lost:
+                        await self._lose_all()
+                    self._wake.clear()
+                    if self.poll_expired:
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), 1.0)
+                    continue
                 if self.need_rejoin:
                     in_rebalance = True
-                    await self._rebalance()
+                    if not (self.topics or self.patterns):
+                        self.need_rejoin = False
+                        await self._leave_group("the consumer unsubscribed", self.leave_static)
+                        continue
+                    await self._run_rebalance()
                     continue
                 now = time.monotonic()
                 if self.auto_commit and now >= next_commit:
                     next_commit = now + self.auto_commit_s
-                    await self.core.commit()
+                    await self.core.commit(changed_only=True)
                 if self.patterns and now >= next_check:
                     next_check = now + min(self.core.cluster.metadata_max_age_s, 5.0)
                     if await self._matching_topics() != self.subscribed_topics:
@@ -218,6 +302,27 @@ class GroupMember:
                 self.error = error
                 await asyncio.sleep(1.0)
 
+    async def _run_rebalance(self) -> None:
+        """``_rebalance`` as a task of its own, which the poll timeout may stop."""
+        self._current = self._loop.create_task(self._rebalance())
+        try:
+            await self._current
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if self.closed or (current is not None and current.cancelling()):
+                raise
+            logger.info("group %s: rebalance stopped by the poll timeout", self.group_id)
+        finally:
+            self._current = None
+
+    async def _lose_all(self) -> None:
+        """Give up, as lost, everything held: owned, or still assigned because a
+        stopped rebalance never finished giving it up."""
+        held = list(dict.fromkeys(self.owned + self.core.assignment()))
+        self.generation_id, self.previous = -1, []
+        await self._release(held, lost=True, notify_empty=False)
+        self.lost = False
+
     async def _call(self, callback: Callback, partitions: list[TP]) -> bool:
         """Run a rebalance callback; True if it changed the assignment itself. A failing
         callback is reported through ``poll`` and the member applies the change."""
@@ -244,18 +349,19 @@ class GroupMember:
             callback = self.on_revoke
             if self.auto_commit and partitions:
                 with contextlib.suppress(KafkaError, KafkaConnectionError):
-                    await self.core.commit(partitions=partitions)
+                    await self.core.commit(partitions=partitions, changed_only=True)
         if not await self._call(callback, partitions) and gone:
             await self.core.assign([tp for tp in self.core.assignment() if tp not in gone])
 
     async def _take(self, partitions: list[TP]) -> None:
-        """Start on new partitions (eager: the whole assignment) and tell the application."""
-        self.owned += [tp for tp in partitions if tp not in set(self.owned)]
+        """Start on new partitions (eager: the whole assignment) and tell the application.
+        They count as owned once that is done (a poll timeout may stop it midway)."""
         if self.assign_first:
             await self._assign_partitions(partitions)
             await self._call(self.on_assign, partitions)
         elif not await self._call(self.on_assign, partitions):
             await self._assign_partitions(partitions)
+        self.owned += [tp for tp in partitions if tp not in set(self.owned)]
 
     async def _assign_partitions(self, partitions: list[TP]) -> None:
         if self.protocol == assignors.EAGER:
@@ -267,11 +373,12 @@ class GroupMember:
     async def _rebalance(self) -> None:
         self.need_rejoin = False
         topics = await self._matching_topics()
-        lost, self.lost = self.lost, False
+        lost = self.lost
         plan = plan_join(self.protocol, self.owned, self.generation_id, lost, topics)
         if lost:
             self.generation_id, self.previous = -1, []
             await self._release(list(plan.lose), lost=True, notify_empty=plan.notify_empty)
+            self.lost = False
         else:
             await self._release(list(plan.revoke), lost=False, notify_empty=plan.notify_empty)
         self.subscribed_topics = topics
@@ -305,29 +412,14 @@ class GroupMember:
         assignments: dict[str, bytes] = {}
         if response.leader == self.member_id:
             assignments = await self._assign(assignor, response.members)
-        connection = await self.core.coordinator()
-        version = connection.version_for(SYNC_GROUP)
-        sync = await connection.send(
-            request_entity(
-                SYNC_GROUP,
-                version,
-                group_id=self.group_id,
-                generation_id=self.generation_id,
-                member_id=self.member_id,
-                group_instance_id=self.instance_id,
-                protocol_type="consumer",
-                protocol_name=response.protocol_name,
-                assignments=tuple(
-                    request_entity(
-                        SYNC_GROUP,
-                        version,
-                        "SyncGroupRequestAssignment",
-                        member_id=m,
-                        assignment=a,
-                    )
-                    for m, a in assignments.items()
-                ),
-            )
+        sync = await requests.sync_group(
+            await self.core.coordinator(),
+            self.group_id,
+            self.generation_id,
+            self.member_id,
+            self.instance_id,
+            response.protocol_name,
+            assignments,
         )
         if sync.error_code != ErrorCode.none:
             self._handle_error(sync.error_code)
@@ -355,29 +447,15 @@ class GroupMember:
             for a in self.strategies
         ]
         while True:
-            connection = await self.core.coordinator()
-            version = connection.version_for(JOIN_GROUP)
-            request = request_entity(
-                JOIN_GROUP,
-                version,
-                group_id=self.group_id,
-                session_timeout=datetime.timedelta(milliseconds=self.session_timeout_ms),
-                rebalance_timeout=datetime.timedelta(milliseconds=self.rebalance_timeout_ms),
-                member_id=self.member_id,
-                group_instance_id=self.instance_id,
-                protocol_type="consumer",
-                protocols=tuple(
-                    request_entity(
-                        JOIN_GROUP, version, "JoinGroupRequestProtocol", name=name, metadata=data
-                    )
-                    for name, data in protocols
-                ),
-                reason=None,
+            response = await requests.join_group(
+                await self.core.coordinator(),
+                self.group_id,
+                self.member_id,
+                self.instance_id,
+                self.session_timeout_ms,
+                self.rebalance_timeout_ms,
+                protocols,
             )
-            # The broker holds a JoinGroup until the group has joined: up to the
-            # rebalance timeout, as Java's client allows for.
-            wait_s = max(connection.request_timeout_s, self.rebalance_timeout_ms / 1000 + 5)
-            response = await connection.send(request, timeout_s=wait_s)
             code = response.error_code
             if code == ErrorCode.none:
                 return response
@@ -420,21 +498,26 @@ class GroupMember:
     # -- the heartbeat task ------------------------------------------------------------
     async def _heartbeat_loop(self) -> None:
         while not self.closed:
-            await asyncio.sleep(self.heartbeat_s)
+            overdue = self._poll_overdue_s()
+            await asyncio.sleep(min(self.heartbeat_s, max(-overdue, 0.0) + 0.001))
+            overdue = self._poll_overdue_s()
+            if overdue >= 0:
+                try:
+                    await self._poll_timeout(overdue)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    logger.exception("group %s: leaving on the poll timeout", self.group_id)
+                continue
             if self.generation_id < 0 or self.joining:
                 continue
             try:
-                connection = await self.core.coordinator()
-                version = connection.version_for(HEARTBEAT)
-                response = await connection.send(
-                    request_entity(
-                        HEARTBEAT,
-                        version,
-                        group_id=self.group_id,
-                        generation_id=self.generation_id,
-                        member_id=self.member_id,
-                        group_instance_id=self.instance_id,
-                    )
+                response = await requests.heartbeat(
+                    await self.core.coordinator(),
+                    self.group_id,
+                    self.generation_id,
+                    self.member_id,
+                    self.instance_id,
                 )
                 if response.error_code != ErrorCode.none:
                     logger.info("heartbeat: %s", response.error_code.name)
@@ -445,44 +528,41 @@ class GroupMember:
             except (KafkaError, KafkaConnectionError) as error:
                 logger.debug("heartbeat failed: %s", error)
 
-    # -- close -----------------------------------------------------------------------
+    # -- leaving -----------------------------------------------------------------------
+    async def _leave_group(self, reason: str, leave_static: bool) -> None:
+        """Commit (auto-commit), revoke everything (or lose it, if the member was
+        fenced), and leave the group (a static member only with ``leave_static``)."""
+        # Lost partitions whose release never finished (closed meanwhile) go too.
+        held = list(dict.fromkeys(self.owned + (self.core.assignment() if self.lost else [])))
+        if held or self.generation_id >= 0:
+            lost = self.lost or self.generation_id < 0
+            eager = self.protocol == assignors.EAGER
+            with contextlib.suppress(KafkaError, KafkaConnectionError):
+                await self._release(held, lost, notify_empty=eager and not lost)
+        with contextlib.suppress(KafkaError, KafkaConnectionError):
+            await self.core.assign([])
+        member_id = self.member_id
+        self.generation_id, self.member_id, self.previous, self.lost = -1, "", [], False
+        self.subscribed_topics = []
+        if member_id and (self.instance_id is None or leave_static):
+            await self._send_leave(member_id, reason)
+
+    async def _send_leave(self, member_id: str, reason: str) -> None:
+        """LeaveGroup, best effort (the session expires anyway)."""
+        with contextlib.suppress(KafkaError, KafkaConnectionError, IndexError):
+            response = await requests.leave_group(
+                await self.core.coordinator(), self.group_id, member_id, self.instance_id, reason
+            )
+            logger.info("group %s: left (%s): %s", self.group_id, reason, response.error_code.name)
+
     async def close(self) -> None:
         """Commit (auto-commit), revoke everything (or lose it, if the member was
         fenced), and leave the group (dynamic members only)."""
         self.closed = True
-        for task in self._tasks:
+        tasks = [*self._tasks, *([self._current] if self._current is not None else [])]
+        for task in tasks:
             task.cancel()
-        for task in self._tasks:
+        for task in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
-        if self.owned or self.generation_id >= 0:
-            lost = self.lost or self.generation_id < 0
-            eager = self.protocol == assignors.EAGER
-            with contextlib.suppress(KafkaError, KafkaConnectionError):
-                await self._release(list(self.owned), lost, notify_empty=eager and not lost)
-        with contextlib.suppress(KafkaError, KafkaConnectionError):
-            await self.core.assign([])
-        if self.instance_id is not None or not self.member_id:
-            return
-        with contextlib.suppress(KafkaError, KafkaConnectionError, IndexError):
-            connection = await self.core.coordinator()
-            version = connection.version_for(LEAVE_GROUP)
-            await connection.send(
-                request_entity(
-                    LEAVE_GROUP,
-                    version,
-                    group_id=self.group_id,
-                    member_id=self.member_id,
-                    members=(
-                        request_entity(
-                            LEAVE_GROUP,
-                            version,
-                            "MemberIdentity",
-                            member_id=self.member_id,
-                            group_instance_id=None,
-                            reason="the consumer is closing",
-                        ),
-                    ),
-                )
-            )
-        self.generation_id, self.member_id = -1, ""
+        await self._leave_group("the consumer is closing", leave_static=False)

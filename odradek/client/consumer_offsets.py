@@ -72,6 +72,11 @@ class GroupOffsets:
             self._forget()
         return KafkaError(code, what)
 
+    def reconnect(self) -> None:
+        """Use a new connection from now on: the broker may be holding a request on
+        this one (a JoinGroup that was given up) and answers a connection in order."""
+        self._forget()
+
     def _forget(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None:

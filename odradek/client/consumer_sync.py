@@ -13,7 +13,13 @@ replaces the consumer's own change, which is made otherwise.
 
 Offsets: with ``enable.auto.offset.store=true`` (the default) the offset after each
 record handed out is the one ``commit()`` and auto-commit commit; with ``false``
-only what the application passed to ``store_offsets`` is.
+only what the application passed to ``store_offsets`` is. As in librdkafka, a
+``commit()`` without offsets commits only what changed since the group's last commit,
+and with nothing to commit fails with ``_NO_OFFSET``; while the assignment is lost
+(fenced, or ``max.poll.interval.ms`` exceeded) a commit fails with
+``_ASSIGNMENT_LOST``. Going longer than ``max.poll.interval.ms`` between polls makes
+the consumer leave the group; the next ``poll``/``consume`` returns a
+``_MAX_POLL_EXCEEDED`` error message and the consumer rejoins (``consumer_group.py``).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.assignors import COOPERATIVE
 from odradek.client.blocking import LoopThread
-from odradek.client.cluster import KafkaError
+from odradek.client.cluster import KafkaError, LocalError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import KafkaConnectionError
 from odradek.client.consumer import EARLIEST, LATEST, TP, ConsumerCore
@@ -152,12 +158,13 @@ class Consumer:
         self._run(go())
 
     def unsubscribe(self) -> None:
+        """Revoke everything (on the next poll) and leave the group, as
+        confluent-kafka does (static members too)."""
         if self._member is not None:
             member = self._member
 
             async def go() -> None:
-                member.topics, member.patterns = [], []
-                member.rejoin()
+                member.unsubscribe(leave_static=True)
 
             self._run(go())
 
@@ -214,6 +221,21 @@ class Consumer:
         return records[0] if records else None
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
+        member = self._member
+        if member is None:
+            return self._consume(num_messages, timeout)
+        expired = member.poll_begin()  # max.poll.interval.ms is timed from poll to poll
+        try:
+            if expired is None:
+                return self._consume(num_messages, timeout)
+            # As librdkafka: an error message first, then (consume) on with the rest.
+            text = str(expired.args[0]).split(": ", 1)[-1].encode()
+            error = Message(None, 0, None, None, text, None, (0, -1), expired)  # type: ignore[arg-type]
+            return [error, *(self._consume(num_messages - 1, timeout) if num_messages > 1 else [])]
+        finally:
+            member.poll_end()
+
+    def _consume(self, num_messages: int, timeout: float | None) -> list[Message]:
         wait = 1e9 if timeout is None or timeout < 0 else timeout
         self._raise_group_error()
         records = self._run(self._core.getmany(num_messages, wait))
@@ -303,13 +325,24 @@ class Consumer:
             wanted = {(message.topic(), message.partition()): message.offset() + 1}
         elif offsets is not None:
             wanted = {(tp.topic, tp.partition): tp.offset for tp in offsets}
-        coroutine = self._core.commit(wanted)
+        if self._member is not None and self._member.lost:
+            error = KafkaError(LocalError.assignment_lost, "the group's assignment was lost")
+            if asynchronous:
+                return None
+            raise KafkaException(error)
+        coroutine = self._commit(wanted)
         if asynchronous:
             future = asyncio.run_coroutine_threadsafe(coroutine, self._thread.loop)
             future.add_done_callback(lambda f: f.exception())  # never unretrieved
             return None
         done = self._run(coroutine)
         return [TopicPartition(t, p, o) for (t, p), o in done.items()]
+
+    async def _commit(self, wanted: dict[TP, int] | None) -> dict[TP, int]:
+        done = await self._core.commit(wanted, changed_only=True, consumed_only=True)
+        if not done:
+            raise KafkaError(LocalError.no_offset, "no offset stored to commit")
+        return done
 
     def store_offsets(
         self, message: Message | None = None, offsets: list[TopicPartition] | None = None

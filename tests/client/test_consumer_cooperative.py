@@ -115,12 +115,13 @@ def test_commit_without_offsets_commits_what_was_stored(kafka: BrokerProcess) ->
         consumer.assign([TopicPartition(topic, 0), TopicPartition(topic, 1)])
         messages: list[Message] = []
         wait_for(lambda: messages.extend(consumer.consume(10, 0.2)) or len(messages) == 10, "10")
-        assert consumer.commit(asynchronous=False) == []  # nothing stored yet
+        with pytest.raises(KafkaException, match="_NO_OFFSET"):  # nothing stored yet
+            consumer.commit(asynchronous=False)
         third = next(m for m in messages if m.partition() == 0 and m.offset() == 2)
         consumer.store_offsets(third)
         assert consumer.commit(asynchronous=False) == [TopicPartition(topic, 0, 3)]
         consumer.store_offsets(offsets=[TopicPartition(topic, 1, 4), TopicPartition("other", 0, 1)])
-        consumer.commit(asynchronous=False)
+        assert consumer.commit(asynchronous=False) == [TopicPartition(topic, 1, 4)]
         assert [tp.offset for tp in consumer.committed(consumer.assignment())] == [3, 4]
 
         with pytest.raises(ValueError, match="mutually exclusive"):
