@@ -29,10 +29,14 @@ What is measured, and how:
   table shows the best round of each client and side (``--rounds``, 2 full, 1 quick).
   Ratios are from the same run. Goal: odradek >= 1.5x kafka-python and >= 0.3x
   confluent-kafka, producer and consumer.
+- Round trips: the blocking faces run the asyncio core on a background thread.
+  ``produce()`` does not wait for it (it encodes the record into its batch on the
+  caller's thread), but every ``consume()``/``poll()`` call of the blocking
+  ``Consumer`` is one round trip to that thread; its cost is measured on its own, and
+  ``poll()`` one message at a time (the usual confluent-kafka loop) is timed for
+  odradek and confluent-kafka over ``min(N, 20k)`` records, outside the goals.
 - Profile: the odradek producer and consumer are run once more under py-spy (sampling,
-  every thread, idle time excluded) and the busiest functions are listed; and the cost
-  of the blocking ``Producer``'s hand-off to its event-loop thread (one
-  ``run_coroutine_threadsafe`` round trip per ``produce()``) is measured on its own.
+  every thread, idle time excluded) and the busiest functions are listed.
 
 Other processes share the 2 cores and skew all of this, so the load average is printed
 at start and end, with a warning above 1.5.
@@ -41,7 +45,6 @@ at start and end, with a warning above 1.5.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import os
 import platform
@@ -56,21 +59,22 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
+from _client_workers import (  # noqa: E402
+    PARTITIONS,
+    POLLERS,
+    SOURCE_TOPIC,
+    VALUE_SIZE,
+    worker_main,
+)
 from _support import OdradekBroker, load_average  # noqa: E402
 
 READY_TIMEOUT_S = 60.0
 WORKER_TIMEOUT_S = 600.0
-STALL_S = 30.0
 PROFILE_RECORDS = 50_000
 BUSY_LOAD = 1.5
-PARTITIONS = 4
-VALUE_SIZE = 1024
-LINGER_MS = 5
-BATCH_SIZE = 65536
 GOAL_KAFKA_PYTHON = 1.5
 GOAL_CONFLUENT = 0.3
 CLIENTS = ("odradek", "odradek-aio", "kafka-python", "confluent-kafka")
-SOURCE_TOPIC = "bench-client-source"
 
 SETTINGS = {
     "odradek": "`acks=1`, `linger.ms=5`, `batch.size=65536`, `compression.type=none`, "
@@ -120,312 +124,6 @@ class Odradek(OdradekBroker):
             )
         finally:
             consumer.close()
-
-
-# -- workers (child processes: ``client.py --worker SPEC``) -----------------------------------
-def payloads(count: int) -> list[bytes]:
-    block = os.urandom(VALUE_SIZE * 64)
-    return [block[(i % 64) * VALUE_SIZE : (i % 64 + 1) * VALUE_SIZE] for i in range(count)]
-
-
-def produce_odradek(spec: dict[str, Any], values: list[bytes]) -> float:
-    from odradek.client import Producer
-
-    producer = Producer(
-        {
-            "bootstrap.servers": spec["bootstrap"],
-            "acks": 1,
-            "linger.ms": LINGER_MS,
-            "batch.size": BATCH_SIZE,
-            "compression.type": "none",
-            "enable.idempotence": False,
-        }
-    )
-    topic = spec["topic"]
-    producer.list_topics(topic)
-    started = time.perf_counter()
-    for value in values:
-        producer.produce(topic, value)
-    CALLS["seconds"] = time.perf_counter() - started
-    left = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    producer.close()
-    if left:
-        raise RuntimeError(f"{left} records not delivered")
-    return elapsed
-
-
-CALLS: dict[str, float] = {}  # the blocking producer's produce() loop alone, for the report
-
-
-def produce_odradek_aio(spec: dict[str, Any], values: list[bytes]) -> float:
-    from odradek.client import AIOKafkaProducer
-
-    async def go() -> float:
-        producer = AIOKafkaProducer(
-            bootstrap_servers=spec["bootstrap"],
-            acks=1,
-            linger_ms=LINGER_MS,
-            max_batch_size=BATCH_SIZE,
-            compression_type=None,
-            enable_idempotence=False,
-        )
-        await producer.start()
-        topic = spec["topic"]
-        await producer.partitions_for(topic)
-        started = time.perf_counter()
-        futures = [await producer.send(topic, value) for value in values]
-        await producer.flush()
-        elapsed = time.perf_counter() - started
-        failed = sum(1 for f in futures if f.exception() is not None)
-        await producer.stop()
-        if failed:
-            raise RuntimeError(f"{failed} records not delivered")
-        return elapsed
-
-    return _run_async(go())
-
-
-def _run_async(coroutine: Any) -> Any:
-    try:
-        import uvloop
-
-        return uvloop.run(coroutine)
-    except ImportError:
-        return asyncio.run(coroutine)
-
-
-def produce_kafka_python(spec: dict[str, Any], values: list[bytes]) -> float:
-    from kafka import KafkaProducer
-
-    producer = KafkaProducer(
-        bootstrap_servers=spec["bootstrap"],
-        acks=1,
-        linger_ms=LINGER_MS,
-        batch_size=BATCH_SIZE,
-        compression_type=None,
-        enable_idempotence=False,
-    )
-    topic = spec["topic"]
-    producer.partitions_for(topic)
-    started = time.perf_counter()
-    futures = [producer.send(topic, value) for value in values]
-    producer.flush(120)
-    elapsed = time.perf_counter() - started
-    failed = sum(1 for f in futures if not f.succeeded())
-    producer.close()
-    if failed:
-        raise RuntimeError(f"{failed} records not delivered")
-    return elapsed
-
-
-def produce_confluent(spec: dict[str, Any], values: list[bytes]) -> float:
-    from confluent_kafka import Producer
-
-    failed = 0
-
-    def report(error: Any, _message: Any) -> None:
-        nonlocal failed
-        failed += error is not None
-
-    producer = Producer(
-        {
-            "bootstrap.servers": spec["bootstrap"],
-            "acks": 1,
-            "linger.ms": LINGER_MS,
-            "batch.size": BATCH_SIZE,
-            "compression.type": "none",
-            "enable.idempotence": False,
-            "on_delivery": report,
-        }
-    )
-    topic = spec["topic"]
-    producer.list_topics(topic, timeout=20)
-    started = time.perf_counter()
-    spread = spec.get("spread", False)
-    for number, value in enumerate(values):
-        while True:
-            try:
-                if spread:  # the consumers' source: the same share in every partition
-                    producer.produce(topic, value, partition=(number // 64) % PARTITIONS)
-                else:
-                    producer.produce(topic, value)
-                break
-            except BufferError:
-                producer.poll(0.01)
-    left = producer.flush(120)
-    elapsed = time.perf_counter() - started
-    if left or failed:
-        raise RuntimeError(f"{left + failed} records not delivered")
-    return elapsed
-
-
-class Stall:
-    """Fails a consumer that has had no new record for STALL_S (never hang the bench)."""
-
-    def __init__(self) -> None:
-        self.seen = -1
-        self.since = time.monotonic()
-
-    def check(self, seen: int, wanted: int) -> None:
-        now = time.monotonic()
-        if seen != self.seen:
-            self.seen, self.since = seen, now
-        elif now - self.since > STALL_S:
-            raise RuntimeError(f"no new record for {STALL_S:g} s after {seen} of {wanted}")
-
-
-def consume_odradek(spec: dict[str, Any]) -> float:
-    from odradek.client import Consumer, TopicPartition
-
-    consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "enable.auto.commit": False})
-    topic, wanted = spec["topic"], spec["count"]
-    consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])
-    seen = 0
-    stalled = Stall()
-    while seen < wanted:
-        stalled.check(seen, wanted)
-        for message in consumer.consume(500, 1.0):
-            if message.error() is not None:
-                raise RuntimeError(str(message.error()))
-            seen += 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
-
-
-def consume_odradek_aio(spec: dict[str, Any]) -> float:
-    from odradek.client import AIOKafkaConsumer, TopicPartition
-
-    async def go() -> float:
-        consumer = AIOKafkaConsumer(
-            bootstrap_servers=spec["bootstrap"], group_id=None, enable_auto_commit=False
-        )
-        await consumer.start()
-        topic, wanted = spec["topic"], spec["count"]
-        parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-        await consumer.end_offsets(parts)
-        started = time.perf_counter()
-        await consumer.assign(parts)
-        await consumer.seek_to_beginning(*parts)
-        seen = 0
-        stalled = Stall()
-        while seen < wanted:
-            stalled.check(seen, wanted)
-            batches = await consumer.getmany(timeout_ms=1000, max_records=500)
-            seen += sum(len(records) for records in batches.values())
-        elapsed = time.perf_counter() - started
-        await consumer.stop()
-        return elapsed
-
-    return _run_async(go())
-
-
-def consume_kafka_python(spec: dict[str, Any]) -> float:
-    from kafka import KafkaConsumer, TopicPartition
-
-    consumer = KafkaConsumer(
-        bootstrap_servers=spec["bootstrap"],
-        group_id=None,
-        enable_auto_commit=False,
-        auto_offset_reset="earliest",
-    )
-    topic, wanted = spec["topic"], spec["count"]
-    consumer.partitions_for_topic(topic)
-    parts = [TopicPartition(topic, p) for p in range(PARTITIONS)]
-    started = time.perf_counter()
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    seen = 0
-    stalled = Stall()
-    while seen < wanted:
-        stalled.check(seen, wanted)
-        batches = consumer.poll(timeout_ms=1000, max_records=500)
-        seen += sum(len(records) for records in batches.values())
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
-
-
-def consume_confluent(spec: dict[str, Any]) -> float:
-    from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
-
-    consumer = Consumer(
-        {
-            "bootstrap.servers": spec["bootstrap"],
-            "group.id": "bench-client",
-            "enable.auto.commit": False,
-        }
-    )
-    topic, wanted = spec["topic"], spec["count"]
-    consumer.list_topics(topic, timeout=20)
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    seen = 0
-    stalled = Stall()
-    while seen < wanted:
-        stalled.check(seen, wanted)
-        for message in consumer.consume(500, 1.0):
-            if message.error() is not None:
-                raise RuntimeError(str(message.error()))
-            seen += 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
-
-
-PRODUCERS = {
-    "odradek": produce_odradek,
-    "odradek-aio": produce_odradek_aio,
-    "kafka-python": produce_kafka_python,
-    "confluent-kafka": produce_confluent,
-}
-CONSUMERS = {
-    "odradek": consume_odradek,
-    "odradek-aio": consume_odradek_aio,
-    "kafka-python": consume_kafka_python,
-    "confluent-kafka": consume_confluent,
-}
-
-
-def handoff_worker(spec: dict[str, Any]) -> dict[str, float]:
-    """Per-call cost of the blocking Producer's hand-off to its loop thread, alone."""
-    from odradek.client.blocking import LoopThread
-
-    async def nothing() -> None:
-        return None
-
-    thread = LoopThread("bench-handoff")
-    try:
-        count = spec["count"]
-        for _ in range(200):
-            thread.run(nothing())
-        started = time.perf_counter()
-        for _ in range(count):
-            thread.run(nothing())
-        elapsed = time.perf_counter() - started
-    finally:
-        thread.stop()
-    return {"seconds": elapsed, "count": count}
-
-
-def worker_main(raw: str) -> int:
-    spec = json.loads(raw)
-    if spec["kind"] == "handoff":
-        print(json.dumps(handoff_worker(spec)), flush=True)
-        return 0
-    if spec["kind"] == "produce":
-        values = payloads(spec["count"])
-        seconds = PRODUCERS[spec["client"]](spec, values)
-    else:
-        seconds = CONSUMERS[spec["client"]](spec)
-    result = {"seconds": seconds, "count": spec["count"]}
-    if "seconds" in CALLS:
-        result["call_seconds"] = CALLS["seconds"]
-    print(json.dumps(result), flush=True)
-    return 0
 
 
 def worker_command(spec: dict[str, Any]) -> list[str]:
@@ -549,6 +247,66 @@ def top_inclusive(inclusive: Counter[str], total: int) -> list[tuple[str, int]]:
         if not any(word in name for word in skipped) and count < total * 0.97
     ]
     return chosen[:12]
+
+
+# -- round trips -------------------------------------------------------------------------------
+def round_trips(
+    odradek: Odradek,
+    count: int,
+    best: dict[tuple[str, str], float],
+    call_us: dict[str, float],
+    errors: list[str],
+) -> list[str]:
+    """What the blocking faces' background loop thread costs them, in sentences."""
+    lines: list[str] = []
+    handoff = run_worker({"kind": "handoff", "count": min(count, 20_000)})
+    if "error" in handoff:
+        errors.append(f"round trip: {handoff['error']}")
+        return lines
+    per_call = handoff["seconds"] / handoff["count"]
+    blocking, aio = best.get(("odradek", "produce")), best.get(("odradek-aio", "produce"))
+    text = (
+        f"Round trip to the blocking faces' event-loop thread (`LoopThread.run`: "
+        f"`run_coroutine_threadsafe` + `future.result()`, an empty coroutine, the loop idle "
+        f"and woken through its self-pipe each time): {per_call * 1e6:.1f} µs alone "
+        f"({1 / per_call:,.0f} calls/s). The blocking `Consumer` pays it once per "
+        f"`consume()` call and once per `poll()`; `produce()` does not wait for the loop."
+    )
+    if blocking and aio and "odradek" in call_us:
+        text += (
+            f" Per record (best rounds above) the blocking producer takes "
+            f"{1e6 / blocking:.1f} µs and the asyncio face over the same core "
+            f"{1e6 / aio:.1f} µs; the blocking `produce()` calls returned in "
+            f"{call_us['odradek']:.1f} µs each on average (the record encoded into its batch "
+            f"on the caller's thread), the rest of its time was `flush()`."
+        )
+    lines += [text, ""]
+    polled: dict[str, float] = {}
+    polls = min(count, 20_000)
+    for client in POLLERS:
+        progress(f"{client} poll() one message at a time")
+        spec = {
+            "kind": "poll",
+            "client": client,
+            "bootstrap": odradek.bootstrap,
+            "topic": SOURCE_TOPIC,
+            "count": polls,
+        }
+        result = run_worker(spec)
+        if "error" in result:
+            errors.append(f"{client} poll: {result['error']}")
+        else:
+            polled[client] = polls / result["seconds"]
+    if len(polled) == len(POLLERS):
+        ours, theirs = polled["odradek"], polled["confluent-kafka"]
+        lines += [
+            f"`poll()` one message per call (outside the goals), {polls:,} records: odradek "
+            f"{ours:,.0f} msg/s, confluent-kafka {theirs:,.0f} msg/s ({ours / theirs:.2f}x); "
+            f"odradek's `consume(500, 1.0)` above reads "
+            f"{best.get(('odradek', 'consume'), 0):,.0f} msg/s.",
+            "",
+        ]
+    return lines
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -683,36 +441,7 @@ def main(argv: list[str] | None = None) -> int:
             flush=True,
         )
 
-        handoff = run_worker({"kind": "handoff", "count": min(count, 20_000)})
-        if "error" in handoff:
-            errors.append(f"hand-off: {handoff['error']}")
-        else:
-            per_call = handoff["seconds"] / handoff["count"]
-            blocking = best.get(("odradek", "produce"))
-            aio = best.get(("odradek-aio", "produce"))
-            compared = ""
-            if blocking and aio:
-                extra = 1 / blocking - 1 / aio
-                compared = (
-                    f" Per record (best rounds above) the blocking producer takes "
-                    f"{1e6 / blocking:.1f} µs and the asyncio face over the same core "
-                    f"{1e6 / aio:.1f} µs: the blocking face costs {extra * 1e6:.1f} µs more per "
-                    f"record ({extra * blocking:.0%} of its time)"
-                )
-                if "odradek" in call_us:
-                    compared += (
-                        f"; its `produce()` calls returned in {call_us['odradek']:.1f} µs each "
-                        "on average, the rest of its time was `flush()`"
-                    )
-                compared += "."
-            print(
-                f"Blocking `Producer` hand-off to its event-loop thread: one `LoopThread.run` "
-                f"round trip (`run_coroutine_threadsafe` + `future.result()`, an empty "
-                f"coroutine, the loop idle and woken through its self-pipe each time) costs "
-                f"{per_call * 1e6:.1f} µs alone ({1 / per_call:,.0f} calls/s): the floor of a "
-                f"`produce()` that waits for the loop on every call.{compared}\n",
-                flush=True,
-            )
+        print("\n".join(round_trips(odradek, count, best, call_us, errors)), flush=True)
 
         if not args.no_profile:
             print("#### Profile (py-spy)\n", flush=True)
