@@ -87,7 +87,7 @@ class Scan:
 
 
 def scan(
-    data: bytes,
+    data: bytes | memoryview,
     position: int,
     aborted: Sequence[tuple[int, int]] | None,
     verify_crc: bool = False,
@@ -145,7 +145,7 @@ def scan(
     return Scan(kept, next_offset, whole)
 
 
-def _unpack_count(data: bytes, start: int) -> int:
+def _unpack_count(data: bytes | memoryview, start: int) -> int:
     return int.from_bytes(data[start + 57 : start + 61], "big", signed=True)
 
 
@@ -167,7 +167,9 @@ class ArrowDecoder:
         self._topic_bytes = topic.encode()
         self._where = f"{topic}-{partition}"
 
-    def decode(self, data: bytes, found: Scan, start: int, end: int) -> pa.RecordBatch | None:
+    def decode(
+        self, data: bytes | memoryview, found: Scan, start: int, end: int
+    ) -> pa.RecordBatch | None:
         """Records of the scanned batches with ``start <= offset < end``; None if none."""
         if not found.batches:
             return None
@@ -374,7 +376,7 @@ class ArrowDecoder:
         return column, p
 
 
-def _batch_length(data: bytes, start: int) -> int:
+def _batch_length(data: bytes | memoryview, start: int) -> int:
     return int.from_bytes(data[start + 8 : start + 12], "big", signed=True)
 
 

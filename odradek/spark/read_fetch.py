@@ -3,7 +3,9 @@
 How this works and why: a Spark task gets a picklable ``RangeSpec`` (bootstrap
 servers, client config, topic, partition, [start, end)) and nothing else, so reading
 is stateless. ``read_range`` runs a private asyncio loop with odradek's ``Cluster`` and
-one ``BrokerConnection`` to the partition's leader and loops Fetch requests: each
+one ``BrokerConnection`` to the partition's leader (metadata, versions, ListOffsets),
+and loops Fetch requests over a blocking ``FetchSocket`` to that broker whose responses
+are parsed raw (``fetch_raw``; the records stay a view of the socket's buffer): each
 response is scanned (batch headers only) to find where the next fetch starts, the next
 Fetch is sent, and only then the response is decoded into Arrow columns
 (``read_arrow``), so the broker prepares the next response while this process decodes.
@@ -21,7 +23,6 @@ skipped and reads what is there.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime
 import logging
 import time
@@ -35,6 +36,8 @@ from kio.schema.errors import ErrorCode
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.spark.fetch_raw import FetchParseError, RawPartition, parse_fetch_response
+from odradek.spark.fetch_socket import FetchSocket
 from odradek.spark.read_arrow import ArrowDecoder, TimestampBounds, scan
 
 logger = logging.getLogger("odradek.spark")
@@ -42,7 +45,7 @@ logger = logging.getLogger("odradek.spark")
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
 READ_VERSIONS: Final = {FETCH: (4, 12), LIST_OFFSETS: (1, 8)}
-_RETRY_ERRORS: Final = frozenset(
+_RETRY_ERRORS: Final[frozenset[ErrorCode]] = frozenset(
     {
         ErrorCode.not_leader_or_follower,
         ErrorCode.leader_not_available,
@@ -55,7 +58,12 @@ _RETRY_ERRORS: Final = frozenset(
         ErrorCode.not_enough_replicas,
     }
 )
+_RETRY_CODES: Final = frozenset(code.value for code in _RETRY_ERRORS)
 MAX_FETCH_BYTES: Final = 256 * 1024 * 1024  # a batch larger than this is not a Kafka batch
+# Bytes per fetch unless kafka.max.partition.fetch.bytes is set: a task reads one
+# partition range from start to end, so bigger responses only amortise the per-response
+# cost (the consumer's 1 MiB default is sized for many partitions per request).
+READER_PARTITION_BYTES: Final = 8 * 1024 * 1024
 
 
 class DataLossError(RuntimeError):
@@ -119,10 +127,14 @@ class _RangeReader:
         )
         self.committed = self.config["isolation.level"] == "read_committed"
         self.partition_bytes = int(self.config["max.partition.fetch.bytes"])
+        if "max.partition.fetch.bytes" not in spec.client:
+            self.partition_bytes = READER_PARTITION_BYTES
         self.cluster: Cluster | None = None
         self.connection: BrokerConnection | None = None
-        self.inflight: asyncio.Task[Any] | None = None
-        self.inflight_offset = -1
+        # Fetches go over a socket of their own, received raw (see fetch_socket).
+        self.fetcher: FetchSocket | None = None
+        self.fetch_version = 0
+        self.inflight_offset = -1  # the offset of the fetch sent and not yet received
         self.deadline_s = self.config["request.timeout.ms"] / 1000 * 4
         self.skipped = 0
 
@@ -147,8 +159,22 @@ class _RangeReader:
         self.connection = await cluster.with_retry(attempt, deadline_s=self.deadline_s)
         return self.connection
 
-    def _fetch_request(self, connection: BrokerConnection, offset: int) -> Any:
-        version = connection.version_for(FETCH)
+    async def _fetcher(self) -> FetchSocket:
+        if self.fetcher is not None and not self.fetcher.closed:
+            return self.fetcher
+        connection = await self._connect()
+        self.fetch_version = connection.version_for(FETCH)
+        self.inflight_offset = -1
+        self.fetcher = FetchSocket(
+            connection.address.host,
+            connection.address.port,
+            client_id=self.config["client.id"],
+            timeout_s=self.config["request.timeout.ms"] / 1000,
+        )
+        return self.fetcher
+
+    def _fetch_request(self, offset: int) -> Any:
+        version = self.fetch_version
         partition = request_entity(
             FETCH,
             version,
@@ -179,34 +205,42 @@ class _RangeReader:
             rack_id="",
         )
 
-    def _send(self, connection: BrokerConnection, offset: int) -> None:
-        request = self._fetch_request(connection, offset)
-        self.inflight = asyncio.get_running_loop().create_task(connection.send(request))
+    def _send(self, fetcher: FetchSocket, offset: int) -> None:
+        fetcher.send(self._fetch_request(offset))
         self.inflight_offset = offset
 
-    async def _response(self) -> Any:
-        """The partition's data for a fetch at ``self.position`` (retrying leader moves)."""
+    async def _response(self) -> RawPartition:
+        """The partition's data for a fetch at ``self.position`` (retrying leader moves).
+
+        Its ``records`` view is valid until the next call (the fetch socket's buffer).
+        """
         deadline = time.monotonic() + self.deadline_s
         backoff = 0.05
         while True:
             try:
-                connection = await self._connect()
-                if self.inflight is None or self.inflight_offset != self.position:
-                    if self.inflight is not None:
-                        self.inflight.cancel()
-                    self._send(connection, self.position)
-                assert self.inflight is not None
-                response = await self.inflight
-                self.inflight = None
-                if response.error_code != ErrorCode.none:
-                    raise KafkaError(response.error_code, "fetch")
-                (topic,) = response.responses
-                (data,) = topic.partitions
-                if data.error_code in _RETRY_ERRORS:
-                    raise KafkaError(data.error_code, self.spec.name)
+                fetcher = await self._fetcher()
+                if self.inflight_offset != self.position:
+                    if self.inflight_offset >= 0:
+                        fetcher.receive()  # the answer to a fetch at another offset
+                    self._send(fetcher, self.position)
+                frame = fetcher.receive()
+                self.inflight_offset = -1
+                try:
+                    response = parse_fetch_response(frame, self.fetch_version)
+                except FetchParseError as error:
+                    message = f"odradek: reading {self.spec.name} failed: {error}"
+                    raise RuntimeError(message) from None
+                if response.error_code != ErrorCode.none.value:
+                    name = _error_name(response.error_code)
+                    raise RuntimeError(f"odradek: fetching {self.spec.name} failed: {name}")
+                ((_name, (data,)),) = response.topics
+                if data.error_code in _RETRY_CODES:
+                    raise KafkaError(ErrorCode(data.error_code), self.spec.name)
                 return data
             except (KafkaError, KafkaConnectionError) as error:
-                self.inflight = None
+                self.inflight_offset = -1
+                if self.fetcher is not None:
+                    self.fetcher.close()
                 retriable = isinstance(error, KafkaConnectionError) or error.code in _RETRY_ERRORS
                 if not retriable or time.monotonic() + backoff > deadline:
                     message = f"odradek: reading {self.spec.name} failed: {error}"
@@ -224,24 +258,24 @@ class _RangeReader:
         stalled_since: float | None = None
         while self.position < spec.end:
             data = await self._response()
-            if data.error_code == ErrorCode.offset_out_of_range:
+            if data.error_code == ErrorCode.offset_out_of_range.value:
                 if not await self._out_of_range():
                     return None
                 continue
-            if data.error_code != ErrorCode.none:
-                raise RuntimeError(f"odradek: fetching {spec.name} failed: {data.error_code.name}")
-            records = bytes(data.records or b"")
+            if data.error_code != ErrorCode.none.value:
+                name = _error_name(data.error_code)
+                raise RuntimeError(f"odradek: fetching {spec.name} failed: {name}")
+            records = data.records if data.records is not None else memoryview(b"")
             aborted = None
             if self.committed:
-                aborted = [(a.producer_id, a.first_offset) for a in data.aborted_transactions or ()]
+                aborted = data.aborted_transactions or []
             found = scan(records, self.position, aborted, where=spec.name)
             if found.next_offset > self.position:
                 start = self.position
                 self.position = found.next_offset
                 if self.position < spec.end:
                     # Send the next fetch now (one loop turn writes it) and decode meanwhile.
-                    self._send(await self._connect(), self.position)
-                    await asyncio.sleep(0)
+                    self._send(await self._fetcher(), self.position)
                 return self.decoder.decode(records, found, start, spec.end)
             # Nothing whole at this position.
             end_of_log = data.last_stable_offset if self.committed else data.high_watermark
@@ -334,9 +368,14 @@ class _RangeReader:
         return found[-2], found[-1]
 
     async def close(self) -> None:
-        if self.inflight is not None:
-            self.inflight.cancel()
-            with contextlib.suppress(BaseException):
-                await self.inflight
+        if self.fetcher is not None:
+            self.fetcher.close()
         if self.cluster is not None:
             await self.cluster.close()
+
+
+def _error_name(code: int) -> str:
+    try:
+        return ErrorCode(code).name
+    except ValueError:
+        return f"error code {code}"

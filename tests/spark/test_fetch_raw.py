@@ -1,0 +1,208 @@
+"""The Spark reader's raw FetchResponse parser against the broker's encoder and kio."""
+
+from __future__ import annotations
+
+import datetime
+import os
+import tempfile
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
+
+from odradek.protocol.fetch_codec import PartitionResult, TopicResult, encode_fetch_response
+from odradek.spark.fetch_raw import FetchParseError, RawPartition, parse_fetch_response
+from odradek.storage.segment import FileRange
+
+FETCH = 1
+VERSIONS = range(4, 13)
+ERRORS = [0, 1, 3, 6, 74]
+
+_aborted = st.none() | st.lists(
+    st.tuples(st.integers(0, 2**63 - 1), st.integers(0, 2**63 - 1)), max_size=3
+)
+_partition = st.tuples(
+    st.integers(0, 2**31 - 1),  # index
+    st.sampled_from(ERRORS),
+    st.integers(-1, 2**63 - 1),  # high watermark
+    st.integers(-1, 2**63 - 1),  # last stable offset
+    st.integers(-1, 2**63 - 1),  # log start offset
+    _aborted,
+    st.binary(max_size=300),  # records (the parser does not look inside)
+)
+_topics = st.lists(
+    st.tuples(st.text(min_size=1, max_size=20), st.lists(_partition, max_size=4)), max_size=3
+)
+
+
+def _encode(version: int, correlation_id: int, topics: list[Any], **kwargs: Any) -> bytes:
+    """encode_fetch_response's parts made into one frame (records through a real file)."""
+    with tempfile.TemporaryFile() as file:
+        results = []
+        for name, partitions in topics:
+            parts = []
+            for index, error, hw, lso, log_start, aborted, records in partitions:
+                ranges = []
+                if records:
+                    position = file.seek(0, os.SEEK_END)
+                    file.write(records)
+                    file.flush()
+                    ranges.append(FileRange(file.fileno(), position, len(records)))
+                parts.append(PartitionResult(index, error, hw, lso, log_start, ranges, aborted))
+            results.append(TopicResult(name, parts))
+        out = bytearray()
+        for part in encode_fetch_response(version, correlation_id, results, **kwargs):
+            if isinstance(part, FileRange):
+                out += os.pread(part.fd, part.length, part.position)
+            else:
+                out += part
+    return bytes(out)
+
+
+def _kio(frame: bytes, version: int) -> Any:
+    schema = load_response_schema(FETCH, version)
+    _, offset = entity_reader(schema.__header_schema__)(frame, 0)
+    body, size = entity_reader(schema)(frame, offset)
+    assert offset + size == len(frame)
+    return body
+
+
+@settings(max_examples=60, deadline=None)
+@given(version=st.sampled_from(VERSIONS), correlation=st.integers(0, 2**31 - 1), topics=_topics)
+def test_round_trip_against_encoder_and_kio(version: int, correlation: int, topics: Any) -> None:
+    frame = _encode(version, correlation, topics, throttle_ms=5, session_id=0)
+    parsed = parse_fetch_response(memoryview(frame).toreadonly(), version)
+    assert parsed.correlation_id == correlation and parsed.throttle_time_ms == 5
+    assert [name for name, _ in parsed.topics] == [name for name, _ in topics]
+    kio_body = _kio(frame, version)
+    for (_, got), (_, sent), kio_topic in zip(
+        parsed.topics, topics, kio_body.responses, strict=True
+    ):
+        assert len(got) == len(sent) == len(kio_topic.partitions)
+        for raw, want, theirs in zip(got, sent, kio_topic.partitions, strict=True):
+            index, error, hw, lso, log_start, aborted, records = want
+            assert raw.partition_index == index == theirs.partition_index
+            assert raw.error_code == error == theirs.error_code.value
+            assert raw.high_watermark == hw == theirs.high_watermark
+            assert raw.last_stable_offset == lso == theirs.last_stable_offset
+            assert raw.log_start_offset == (log_start if version >= 5 else -1)
+            assert raw.aborted_transactions == aborted
+            assert raw.records is not None and bytes(raw.records) == records
+            assert bytes(raw.records) == (theirs.records or b"")
+            if version >= 11:
+                assert raw.preferred_read_replica == -1 == theirs.preferred_read_replica
+
+
+@pytest.mark.parametrize("version", [4, 7, 12])
+def test_top_level_error(version: int) -> None:
+    frame = _encode(version, 3, [], error_code=70)
+    parsed = parse_fetch_response(frame, version)
+    assert parsed.topics == []
+    assert parsed.error_code == (70 if version >= 7 else 0)
+
+
+def _kio_frame(version: int, correlation: int, body: Any) -> bytes:
+    import io
+
+    schema = type(body)
+    out = io.BytesIO()
+    header_schema = schema.__header_schema__
+    entity_writer(header_schema)(out, header_schema(correlation_id=correlation))
+    entity_writer(schema)(out, body)
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("version", [4, 11, 12])
+def test_frames_written_by_kio_with_tagged_fields_and_null_records(version: int) -> None:
+    """kio's encoder (tagged current_leader/diverging_epoch at v12, null records)."""
+    module = __import__(f"kio.schema.fetch.v{version}.response", fromlist=["x"])
+    extra: dict[str, Any] = {}
+    if version >= 12:
+        extra = {
+            "current_leader": module.LeaderIdAndEpoch(leader_id=3, leader_epoch=9),
+            "diverging_epoch": module.EpochEndOffset(epoch=2, end_offset=77),
+        }
+    fields: dict[str, Any] = {
+        "partition_index": 7,
+        "error_code": ErrorCode.none,
+        "high_watermark": 100,
+        "last_stable_offset": 90,
+        "aborted_transactions": (module.AbortedTransaction(producer_id=5, first_offset=80),),
+        "records": None,
+        **extra,
+    }
+    if version >= 5:
+        fields["log_start_offset"] = 11
+    if version >= 11:
+        fields["preferred_read_replica"] = 2
+    partition = module.PartitionData(**fields)
+    second = module.PartitionData(**{**fields, "partition_index": 8, "records": b"abc"})
+    topic = module.FetchableTopicResponse(topic="t", partitions=(partition, second))
+    body_fields: dict[str, Any] = {
+        "throttle_time": datetime.timedelta(milliseconds=1),
+        "responses": (topic,),
+    }
+    if version >= 7:
+        body_fields.update(error_code=ErrorCode.none, session_id=4)
+    frame = _kio_frame(version, 42, module.FetchResponse(**body_fields))
+    parsed = parse_fetch_response(frame, version)
+    ((name, (first, other)),) = parsed.topics
+    assert name == "t" and parsed.correlation_id == 42
+    assert first == RawPartition(
+        7, 0, 100, 90, 11 if version >= 5 else -1, [(5, 80)], 2 if version >= 11 else -1, None
+    )
+    assert other.partition_index == 8 and other.records is not None
+    assert bytes(other.records) == b"abc"
+    if version >= 7:
+        assert parsed.session_id == 4
+
+
+@pytest.mark.parametrize("version", [4, 12])
+def test_truncated_or_padded_frames_fail_clearly(version: int) -> None:
+    topics = [("orders", [(0, 0, 10, 10, 0, [(1, 2)], b"x" * 40)])]
+    frame = _encode(version, 1, topics)
+    for cut in range(len(frame)):
+        with pytest.raises(FetchParseError):
+            parse_fetch_response(frame[:cut], version)
+    with pytest.raises(FetchParseError, match="after its last field"):
+        parse_fetch_response(frame + b"\x00", version)
+    with pytest.raises(FetchParseError, match="version 13"):
+        parse_fetch_response(frame, 13)
+
+
+def test_records_are_a_slice_of_the_frame_not_a_copy() -> None:
+    frame = bytearray(_encode(12, 1, [("t", [(0, 0, 1, 1, 0, None, b"payload")])]))
+    parsed = parse_fetch_response(memoryview(frame), 12)
+    records = parsed.topics[0][1][0].records
+    assert records is not None and records.obj is frame
+
+
+@pytest.mark.parametrize("headers", [False, True])
+def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> None:
+    """The fetch socket reuses its receive buffer, so decoded columns must own their bytes."""
+    from odradek.spark.read_arrow import ArrowDecoder, scan
+    from odradek.storage.records import Header, Record, encode_batch
+
+    records = [
+        Record(
+            offset=10 + i,
+            timestamp=1000 + i,
+            key=b"key-%d-long-enough-to-not-inline" % i,
+            value=bytes([i]) * (5 + 40 * i),
+            headers=(Header("h", b"header-value-long-enough-%d" % i),),
+        )
+        for i in range(5)
+    ]
+    buffer = bytearray(encode_batch(records, base_offset=10))
+    view = memoryview(buffer).toreadonly()
+    found = scan(view, 10, None)
+    batch = ArrowDecoder("t", 0, headers).decode(view, found, 10, 15)
+    assert batch is not None
+    before = batch.to_pylist()
+    buffer[:] = b"\xff" * len(buffer)
+    assert batch.to_pylist() == before
+    assert [row["value"] for row in before] == [r.value for r in records]
