@@ -33,6 +33,7 @@ import numpy as np
 import pyarrow as pa
 from kio.serial.readers import read_signed_varint
 
+from odradek.spark.read_spec import TimestampBounds
 from odradek.storage.batch import (
     CONTROL_MASK,
     HEADER_SIZE,
@@ -65,16 +66,6 @@ ARROW_SCHEMA: Final = pa.schema(_FIELDS)
 ARROW_SCHEMA_WITH_HEADERS: Final = pa.schema(
     [*_FIELDS, pa.field("headers", pa.list_(pa.field("element", HEADER_STRUCT)))]
 )
-
-
-@dataclass(frozen=True, slots=True)
-class TimestampBounds:
-    """Pushed-down ``timestamp`` filters, in microseconds (Spark's unit); None = unbounded."""
-
-    low_us: int | None = None
-    low_inclusive: bool = True
-    high_us: int | None = None
-    high_inclusive: bool = True
 
 
 @dataclass(slots=True)

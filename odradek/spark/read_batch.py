@@ -20,9 +20,8 @@ from __future__ import annotations
 import datetime
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSourceReader,
     EqualTo,
@@ -37,10 +36,12 @@ from pyspark.sql.datasource import (
 from pyspark.sql.types import StructType
 
 from odradek.spark.options import OptionError
-from odradek.spark.read_arrow import TimestampBounds
-from odradek.spark.read_fetch import RangeSpec, read_range
 from odradek.spark.read_options import ReadConfig, parse_read_options
 from odradek.spark.read_plan import KafkaMetadata, OffsetRange, split_ranges
+from odradek.spark.read_spec import RangeSpec, TimestampBounds
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
@@ -225,6 +226,9 @@ class BatchReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):
+            # Imported here: planning (on the driver) needs none of the reader.
+            from odradek.spark.read_fetch import read_range
+
             yield from read_range(partition.spec)
 
 

@@ -26,8 +26,7 @@ import asyncio
 import datetime
 import logging
 import time
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterator
 from typing import Any, Final
 
 import pyarrow as pa
@@ -38,9 +37,11 @@ from odradek.client.config import ClientConfig
 from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
 from odradek.spark.fetch_raw import FetchParseError, RawPartition, parse_fetch_response
 from odradek.spark.fetch_socket import FetchSocket
-from odradek.spark.read_arrow import ArrowDecoder, TimestampBounds, scan
+from odradek.spark.read_arrow import ArrowDecoder, scan
+from odradek.spark.read_spec import DataLossError, RangeSpec, data_loss
 
 logger = logging.getLogger("odradek.spark")
+__all__ = ["DataLossError", "RangeSpec", "data_loss", "read_range"]
 
 FETCH: Final = 1
 LIST_OFFSETS: Final = 2
@@ -64,39 +65,6 @@ MAX_FETCH_BYTES: Final = 256 * 1024 * 1024  # a batch larger than this is not a 
 # partition range from start to end, so bigger responses only amortise the per-response
 # cost (the consumer's 1 MiB default is sized for many partitions per request).
 READER_PARTITION_BYTES: Final = 8 * 1024 * 1024
-
-
-class DataLossError(RuntimeError):
-    """Records the query needed are gone from the partition (failOnDataLoss=true)."""
-
-
-@dataclass(frozen=True)
-class RangeSpec:
-    """Everything a task needs to read ``topic``-``partition`` offsets [start, end)."""
-
-    topic: str
-    partition: int
-    start: int
-    end: int
-    client: Mapping[str, str]
-    include_headers: bool = False
-    fail_on_data_loss: bool = True
-    timestamps: TimestampBounds = field(default_factory=TimestampBounds)
-
-    @property
-    def name(self) -> str:
-        return f"{self.topic}-{self.partition}"
-
-
-def data_loss(spec: RangeSpec, detail: str) -> None:
-    """Fail (failOnDataLoss=true) or warn."""
-    if spec.fail_on_data_loss:
-        raise DataLossError(
-            f"{spec.name}: {detail}. Some data may have been lost because it is no longer "
-            "available in Kafka (deleted by retention or DeleteRecords, or the topic was "
-            "deleted); set the source option 'failOnDataLoss' to 'false' to skip it"
-        )
-    logger.warning("odradek: %s: %s; skipped (failOnDataLoss=false)", spec.name, detail)
 
 
 def read_range(spec: RangeSpec) -> Iterator[pa.RecordBatch]:

@@ -30,9 +30,8 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -43,7 +42,6 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from odradek.spark.read_batch import RangePartition
-from odradek.spark.read_fetch import RangeSpec, data_loss, read_range
 from odradek.spark.read_options import (
     TP,
     ReadConfig,
@@ -52,6 +50,10 @@ from odradek.spark.read_options import (
     parse_read_options,
 )
 from odradek.spark.read_plan import KafkaMetadata, OffsetRange, rate_limit, split_ranges
+from odradek.spark.read_spec import RangeSpec, data_loss
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 logger = logging.getLogger("odradek.spark")
 
@@ -186,6 +188,9 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):
+            # Imported here: planning (on the driver) needs none of the reader.
+            from odradek.spark.read_fetch import read_range
+
             yield from read_range(partition.spec)
 
     def commit(self, end: dict[str, Any]) -> None:
