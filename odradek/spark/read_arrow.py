@@ -165,8 +165,7 @@ class ArrowDecoder:
         if not found.batches:
             return None
         chunks: list[memoryview | bytes] = []
-        bodies: list[int] = []
-        lengths: list[int] = []
+        starts: list[int] = []
         counts: list[int] = []
         view = memoryview(data)
         total = 0
@@ -194,12 +193,11 @@ class ArrowDecoder:
             if count < 0:
                 raise CorruptRecordError(f"{self._where} batch {base}: record count {count}")
             try:
+                # Only where each record starts; numpy reads the lengths again later.
                 for _ in range(count):
+                    starts.append(p + offset_in_buffer)
                     length, size = read_varint(scan_buf, p)
-                    body = p + size
-                    bodies.append(body + offset_in_buffer)
-                    lengths.append(length)
-                    p = body + length
+                    p += size + length
             except Exception as error:  # a truncated varint: kio's SerialError, IndexError
                 raise CorruptRecordError(
                     f"{self._where} batch {base}: malformed record length ({error})"
@@ -214,24 +212,22 @@ class ArrowDecoder:
                 chunks.append(section)
                 total += limit - (0 if codec else section_start)
         buffer = data if in_place else b"".join(chunks)
-        return self._columns(buffer, found, counts, bodies, lengths, start, end)
+        return self._columns(buffer, found, counts, starts, start, end)
 
     def _columns(
         self,
         buffer: bytes | memoryview,
         found: Scan,
         counts: list[int],
-        bodies_list: list[int],
-        lengths_list: list[int],
+        starts: list[int],
         start: int,
         end: int,
     ) -> pa.RecordBatch | None:
-        n = len(bodies_list)
+        n = len(starts)
         if n == 0:
             return None
         raw = np.frombuffer(buffer, dtype=np.uint8)
-        body = np.array(bodies_list, dtype=np.int64)
-        length = np.array(lengths_list, dtype=np.int64)
+        length, body = _varint(raw, np.array(starts, dtype=np.int64), 5, self._where)
         record_end = body + length
         if (length < 6).any() or record_end[-1] > len(raw):
             raise CorruptRecordError(f"{self._where}: a record has a bad length")
@@ -401,22 +397,33 @@ def _varint(
 
 
 def _binary(raw: np.ndarray, buffer: pa.Buffer, start: np.ndarray, length: np.ndarray) -> pa.Array:
-    """A ``binary`` array of ``raw[start:start+length]`` slices; length -1 = null."""
+    """A ``binary`` array of ``raw[start:start+length]`` slices; length -1 = null.
+
+    Built as a ``binary_view`` array over ``buffer`` (16 bytes per value: the length,
+    then up to 12 bytes inline, or a 4-byte prefix, buffer index 0 and the offset) and
+    cast to ``binary`` by Arrow, which copies each value once into a buffer of its own.
+    """
     n = len(start)
     null = length < 0
-    lengths = np.where(null, 0, length).astype("<i4")
-    views = np.zeros((n, 16), dtype=np.uint8)
-    views[:, :4] = lengths.view(np.uint8).reshape(n, 4)
+    lengths = np.where(null, 0, length).astype("<u4")
+    views = np.zeros((n, 4), dtype="<u4")
+    views[:, 0] = lengths
     if n:
-        gather = start[:, None] + np.arange(_VIEW_INLINE, dtype=np.int64)
-        np.minimum(gather, len(raw) - 1, out=gather)
-        prefix = raw[gather]
-        prefix[np.arange(_VIEW_INLINE)[None, :] >= lengths[:, None]] = 0
-        views[:, 4:16] = prefix
-        long = np.nonzero(lengths > _VIEW_INLINE)[0]
-        if len(long):
-            views[long, 8:12] = 0  # buffer index 0: the one data buffer
-            views[long, 12:16] = start[long].astype("<i4").view(np.uint8).reshape(-1, 4)
+        long = lengths > _VIEW_INLINE
+        at = start if long.all() else start[long]
+        if len(at):
+            # Every byte of raw read as the little-endian word starting there.
+            words = np.ndarray((len(raw) - 3,), dtype="<u4", buffer=raw, strides=(1,))
+            rows = slice(None) if len(at) == n else long
+            views[rows, 1] = words[at]  # the first 4 bytes, as they lie in memory
+            views[rows, 3] = at  # views[:, 2] = 0: buffer index 0, the one data buffer
+        short = np.nonzero(~long & (lengths > 0))[0]
+        if len(short):
+            gather = start[short, None] + np.arange(_VIEW_INLINE, dtype=np.int64)
+            np.minimum(gather, len(raw) - 1, out=gather)
+            inline = raw[gather]
+            inline[np.arange(_VIEW_INLINE)[None, :] >= lengths[short, None]] = 0
+            views.view(np.uint8).reshape(n, 16)[short, 4:16] = inline
     nulls = int(null.sum())
     validity = pa.py_buffer(np.packbits(~null, bitorder="little")) if nulls else None
     array = pa.Array.from_buffers(
