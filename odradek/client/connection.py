@@ -114,7 +114,11 @@ class BrokerConnection:
                 f"cannot connect to {self.address.host}:{self.address.port}: {error}"
             ) from None
         self._transport, self._protocol = transport, protocol
-        await self._negotiate()
+        try:
+            await self._negotiate()
+        except BaseException:  # failed or cancelled mid-handshake: do not leak the socket
+            self._fail(ConnectionLost("closed during the ApiVersions handshake"))
+            raise
 
     async def _negotiate(self) -> None:
         low, high = self.client_versions.get(API_VERSIONS_KEY, (0, 3))

@@ -178,7 +178,25 @@ def test_request_timeout_bounds_an_unanswered_call() -> None:
             futures = client.create_topics([NewTopic("never", 1, 1)], request_timeout=0.5)
             with pytest.raises(KafkaException, match="REQUEST_TIMED_OUT"):
                 futures["never"].result(20)
+            # The connections cancelled mid-handshake are closed, not left open.
+            deadline = time.monotonic() + 10
+            while _established_to(port) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert _established_to(port) == 0
         finally:
             client.close()
     finally:
         silent.close()
+
+
+def _established_to(port: int) -> int:
+    """Client-side TCP connections to ``port`` still established (Linux /proc/net/tcp)."""
+    count = 0
+    with open("/proc/net/tcp") as table:
+        next(table)
+        for line in table:
+            fields = line.split()
+            remote, state = fields[2], fields[3]
+            if int(remote.rsplit(":", 1)[1], 16) == port and state == "01":
+                count += 1
+    return count
