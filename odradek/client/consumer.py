@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import datetime
 import logging
+import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
@@ -34,6 +35,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client.consumer_list_offsets import LIST_OFFSETS, list_offsets
 from odradek.client.consumer_offsets import (
     FIND_COORDINATOR,
     OFFSET_COMMIT,
@@ -48,7 +50,6 @@ logger = logging.getLogger(__name__)
 # How often a fetcher looks again while other partitions' records wait to be read.
 BUFFERED_RECHECK_S = 0.005
 FETCH: Final = 1
-LIST_OFFSETS: Final = 2
 JOIN_GROUP: Final = 11
 HEARTBEAT: Final = 12
 LEAVE_GROUP: Final = 13
@@ -91,6 +92,20 @@ class _PartState:
     committed: int | None = None  # the group's offset as last read or committed here
     reset_position: int | None = None  # where auto.offset.reset / seek_to_* put it
     revoking: bool = False  # being given up: nothing more is handed out or fetched
+    # (epoch, next offset for the application) while records drained from the core
+    # still wait in the blocking face's poll() buffer; see committable_position.
+    consumed: tuple[int, int] | None = None
+
+
+def committable_position(state: _PartState) -> int | None:
+    """The offset after the last record the application received: what commits,
+    auto-commit and ``position()`` use. Records drained by a prefetching face but not
+    yet returned from its ``poll()`` do not count; a consumed mark from before the
+    last seek or reset (an older epoch) is stale and ignored."""
+    consumed = state.consumed
+    if consumed is not None and consumed[0] == state.epoch:
+        return consumed[1]
+    return state.position
 
 
 @dataclass(slots=True)
@@ -128,6 +143,13 @@ class ConsumerCore:
         self._error: Exception | None = None
         self.offsets = GroupOffsets(self.cluster, self.group_id)
         self.closed = False
+        # Set by the blocking face, which hands drained records out later from its own
+        # thread: _drain then keeps the committable position where it was.
+        self.prefetch = False
+        # Held by that face while it checks a buffered record is still deliverable and
+        # marks it consumed, and by hold(): a record returned after a revocation's
+        # commit was computed would be handed out twice (here and by the next owner).
+        self.hand_lock = threading.Lock()
 
     # -- wakeups ---------------------------------------------------------------------
     def _notify_state(self) -> None:
@@ -199,7 +221,9 @@ class ConsumerCore:
             await self._resolve_positions()
             self._raise_error()
             state = self._state(tp)
-        return state.position
+        position = committable_position(state)
+        assert position is not None
+        return position
 
     def pause(self, partitions: Iterable[TP]) -> None:
         for tp in partitions:
@@ -213,10 +237,11 @@ class ConsumerCore:
     def hold(self, partitions: Iterable[TP]) -> None:
         """Hand out no more records of partitions about to be revoked: what the
         revoke callback commits must cover everything the application got."""
-        for tp in partitions:
-            state = self._parts.get(tp)
-            if state is not None:
-                state.revoking = True
+        with self.hand_lock:
+            for tp in partitions:
+                state = self._parts.get(tp)
+                if state is not None:
+                    state.revoking = True
 
     def paused(self) -> list[TP]:
         return [tp for tp, s in self._parts.items() if s.paused]
@@ -269,48 +294,7 @@ class ConsumerCore:
     # -- ListOffsets -----------------------------------------------------------------
     async def list_offsets(self, query: Mapping[TP, int]) -> dict[TP, tuple[int, int]]:
         """(offset, timestamp) per partition for a timestamp, LATEST or EARLIEST."""
-
-        async def attempt() -> dict[TP, tuple[int, int]]:
-            by_node: dict[int, list[TP]] = {}
-            for tp in query:
-                by_node.setdefault(await self.cluster.leader_for(*tp), []).append(tp)
-            result: dict[TP, tuple[int, int]] = {}
-            for node_id, tps in by_node.items():
-                connection = await self.cluster.connection(node_id)
-                version = connection.version_for(LIST_OFFSETS)
-                topics: dict[str, list[Any]] = {}
-                for t, p in tps:
-                    topics.setdefault(t, []).append(
-                        request_entity(
-                            LIST_OFFSETS,
-                            version,
-                            "ListOffsetsPartition",
-                            partition_index=p,
-                            current_leader_epoch=-1,
-                            timestamp=query[(t, p)],
-                        )
-                    )
-                request = request_entity(
-                    LIST_OFFSETS,
-                    version,
-                    replica_id=-1,
-                    isolation_level=self.isolation,
-                    topics=tuple(
-                        request_entity(
-                            LIST_OFFSETS, version, "ListOffsetsTopic", name=t, partitions=tuple(ps)
-                        )
-                        for t, ps in topics.items()
-                    ),
-                )
-                response = await connection.send(request)
-                for topic in response.topics:
-                    for p in topic.partitions:
-                        if p.error_code != ErrorCode.none:
-                            raise KafkaError(p.error_code, f"{topic.name}-{p.partition_index}")
-                        result[(topic.name, p.partition_index)] = (p.offset, p.timestamp)
-            return result
-
-        return await self.cluster.with_retry(attempt)
+        return await list_offsets(self.cluster, self.isolation, query)
 
     async def offsets_for_times(
         self, timestamps: Mapping[TP, int]
@@ -440,6 +424,8 @@ class ConsumerCore:
                 elif p.error_code == ErrorCode.offset_out_of_range:
                     logger.info("%s-%s: offset %s out of range", *tp, part.position)
                     part.position, part.reset_to = None, self.reset_policy
+                    # No epoch bump: records drained before it are still valid and a
+                    # prefetching face hands them out (its consumed mark moves on).
                     if self.reset_policy is None:
                         self._error = KafkaError(p.error_code, f"{tp[0]}-{tp[1]}")
                         self._notify_data()
@@ -468,9 +454,16 @@ class ConsumerCore:
             self._buffer[tp] = _Buffered(records, records.next_offset, state.epoch)
             self._notify_data()
         elif records.next_offset > state.position:
-            state.position = records.next_offset  # only control or aborted batches
+            # Only control or aborted batches: skip them, and if the application has
+            # everything before them, its committable position moves on too.
+            if state.consumed == (state.epoch, state.position):
+                state.consumed = (state.epoch, records.next_offset)
+            state.position = records.next_offset
 
-    def _drain(self, max_records: int) -> list[Any]:
+    def _drain(self, max_records: int, marks: list[Any] | None = None) -> list[Any]:
+        """Hand out up to ``max_records`` buffered records, round robin between
+        partitions, each partition's a contiguous run; ``marks`` gets (tp, state,
+        count) per run. In prefetch mode a partition's committable position stays put."""
         out: list[Any] = []
         for tp in list(self._buffer):
             buffered = self._buffer[tp]
@@ -480,10 +473,16 @@ class ConsumerCore:
                 continue
             if state.paused or state.revoking:
                 continue
+            if self.prefetch:
+                consumed = state.consumed
+                if (consumed is None or consumed[0] != state.epoch) and state.position is not None:
+                    state.consumed = (state.epoch, state.position)
             taken = buffered.records.take(max_records - len(out), self.record_type)
             if taken:
                 out += taken
                 state.position = buffered.records.position
+                if marks is not None:
+                    marks.append((tp, state, len(taken)))
             del self._buffer[tp]  # re-inserted at the end: round robin between partitions
             if buffered.records:
                 self._buffer[tp] = buffered
@@ -494,12 +493,15 @@ class ConsumerCore:
                 break
         return out
 
-    async def getmany(self, max_records: int, timeout_s: float) -> list[Any]:
-        """Up to ``max_records`` buffered records, waiting up to ``timeout_s`` for some."""
+    async def getmany(
+        self, max_records: int, timeout_s: float, marks: list[Any] | None = None
+    ) -> list[Any]:
+        """Up to ``max_records`` buffered records, waiting up to ``timeout_s`` for some
+        (``marks``: see ``_drain``)."""
         self._raise_error()
         deadline = time.monotonic() + timeout_s
         while True:
-            records = self._drain(max_records)
+            records = self._drain(max_records, marks)
             if records:
                 return records
             remaining = deadline - time.monotonic()
@@ -550,7 +552,7 @@ class ConsumerCore:
             state = self._parts.get(tp)
             if state is None:
                 continue
-            offset = state.position if self.auto_store else state.stored
+            offset = committable_position(state) if self.auto_store else state.stored
             if offset is None or (changed_only and offset == state.committed):
                 continue
             if consumed_only and self.auto_store and offset == state.reset_position:

@@ -20,6 +20,17 @@ and with nothing to commit fails with ``_NO_OFFSET``; while the assignment is lo
 ``_ASSIGNMENT_LOST``. Going longer than ``max.poll.interval.ms`` between polls makes
 the consumer leave the group; the next ``poll``/``consume`` returns a
 ``_MAX_POLL_EXCEEDED`` error message and the consumer rejoins (``consumer_group.py``).
+
+``poll()`` and prefetching: a round trip to the loop thread costs ~30 µs, so ``poll()``
+takes up to ``POLL_CHUNK`` records per round trip into a local buffer and returns them
+one at a time. The core runs in prefetch mode: draining records does not move what is
+committed; each record returned marks its partition consumed up to it (``_PartState.
+consumed``), so commits, auto-commit and ``position()`` cover only records the
+application received. A buffered record is returned only if its partition is still
+assigned (same state), not sought or reset since (same epoch), not paused and not being
+revoked — checked under ``core.hand_lock``, which the revocation takes too. Records
+dropped while their partition stays where it was (paused, being revoked) make the core
+seek back to the first of them, so none is skipped.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import queue
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, TypeVar
 
@@ -38,7 +50,14 @@ from odradek.client.blocking import LoopThread
 from odradek.client.cluster import KafkaError, LocalError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import KafkaConnectionError
-from odradek.client.consumer import EARLIEST, LATEST, TP, ConsumerCore
+from odradek.client.consumer import (
+    EARLIEST,
+    LATEST,
+    TP,
+    ConsumerCore,
+    _PartState,
+    committable_position,
+)
 from odradek.client.consumer_group import GroupMember
 from odradek.client.types import (
     KafkaException,
@@ -52,10 +71,24 @@ OFFSET_END = -1
 OFFSET_STORED = -1000
 OFFSET_INVALID = -1001
 UserCallback = Callable[["Consumer", list[TopicPartition]], None] | None
+# Records poll() takes per round trip to the loop thread. confluent-kafka has no such
+# setting (librdkafka queues whole fetches); 500 is the Java client's max.poll.records
+# default: the ~30 µs round trip is then well under 0.1 µs per record, and what waits
+# in the buffer stays small (a rebalance or pause drops it and fetches it again).
+POLL_CHUNK = 500
+# One partition's run of buffered records: partition, its state and epoch when drained,
+# its position right after the drain, and the index in the chunk after its last record.
+_Run = tuple[TP, _PartState, int, int, int]
 
 
 def _tps(partitions: Iterable[TP]) -> list[TopicPartition]:
     return [TopicPartition(t, p) for t, p in partitions]
+
+
+def _expired(error: KafkaError) -> Message:
+    """The message poll/consume return once after max.poll.interval.ms ran out."""
+    text = str(error.args[0]).split(": ", 1)[-1].encode()
+    return Message(None, 0, None, None, text, None, (0, -1), error)  # type: ignore[arg-type]
 
 
 class Consumer:
@@ -69,12 +102,17 @@ class Consumer:
         ]
         self._callbacks = queue.SimpleQueue()
         self._closed = False
+        self._chunk: list[Message] = []  # records poll() has taken and not returned
+        self._at = 0  # the next of them
+        self._run_now: _Run | None = None  # the run self._at is in
+        self._runs: deque[_Run] = deque()  # the runs after it
         self._in_callback = False  # a rebalance callback is running
         self._callback_assigned = False  # ... and it set the assignment itself
 
         async def build() -> tuple[ConsumerCore, GroupMember | None]:
             core = ConsumerCore(self.config)
             core.record_type = Message  # built straight from the fetched columns
+            core.prefetch = True  # commits cover what poll() returned, not what it took
             return core, GroupMember(core) if core.group_id else None
 
         self._core, self._member = self._thread.run(build())
@@ -215,34 +253,148 @@ class Consumer:
     def assignment(self) -> list[TopicPartition]:
         return _tps(self._core.assignment())
 
-    # -- records -----------------------------------------------------------------------
+    # -- records ----------------------------------------------------------------------
     def poll(self, timeout: float | None = None) -> Message | None:
-        records = self.consume(1, timeout)
-        return records[0] if records else None
+        member = self._member
+        if member is None:
+            return self._poll(timeout)
+        expired = member.poll_begin()  # max.poll.interval.ms is timed from poll to poll
+        try:
+            return self._poll(timeout) if expired is None else _expired(expired)
+        finally:
+            member.poll_end()
 
     def consume(self, num_messages: int = 1, timeout: float | None = None) -> list[Message]:
         member = self._member
         if member is None:
             return self._consume(num_messages, timeout)
-        expired = member.poll_begin()  # max.poll.interval.ms is timed from poll to poll
+        expired = member.poll_begin()
         try:
             if expired is None:
                 return self._consume(num_messages, timeout)
             # As librdkafka: an error message first, then (consume) on with the rest.
-            text = str(expired.args[0]).split(": ", 1)[-1].encode()
-            error = Message(None, 0, None, None, text, None, (0, -1), expired)  # type: ignore[arg-type]
-            return [error, *(self._consume(num_messages - 1, timeout) if num_messages > 1 else [])]
+            rest = self._consume(num_messages - 1, timeout) if num_messages > 1 else []
+            return [_expired(expired), *rest]
         finally:
             member.poll_end()
 
-    def _consume(self, num_messages: int, timeout: float | None) -> list[Message]:
+    def _poll(self, timeout: float | None) -> Message | None:
+        if not self._callbacks.empty():
+            self._serve_callbacks()
+        member = self._member
+        if member is not None and member.error is not None:
+            self._raise_group_error()
+        message = self._pop()
+        if message is not None:
+            return message
         wait = 1e9 if timeout is None or timeout < 0 else timeout
+        self._chunk, runs = self._run(self._take(POLL_CHUNK, wait, keep=True))
+        self._at, self._runs = 0, deque(runs)
+        self._run_now = self._runs.popleft() if runs else None
+        self._serve_callbacks()
+        message = self._pop()
+        if message is None:  # an error raised now would lose records: the next call raises
+            self._raise_group_error()
+        return message
+
+    def _consume(self, num_messages: int, timeout: float | None) -> list[Message]:
         self._raise_group_error()
-        records = self._run(self._core.getmany(num_messages, wait))
+        records = self._pop_many(num_messages)  # what poll() took comes first
+        if records:
+            self._serve_callbacks()
+            return records
+        wait = 1e9 if timeout is None or timeout < 0 else timeout
+        records, _runs = self._run(self._take(num_messages, wait, keep=False))
         self._serve_callbacks()
         if not records:  # an error raised now would lose them: the next call raises it
             self._raise_group_error()
         return records
+
+    async def _take(self, count: int, wait: float, keep: bool) -> tuple[list[Message], list[_Run]]:
+        """On the loop: up to ``count`` records and their runs. Unless ``keep`` (poll()
+        buffers them), they all go to the application: mark them consumed now."""
+        marks: list[tuple[TP, _PartState, int]] = []
+        records = await self._core.getmany(count, wait, marks)
+        runs, stop = [], 0
+        for tp, state, taken in marks:
+            stop += taken
+            assert state.position is not None
+            runs.append((tp, state, state.epoch, state.position, stop))
+            if not keep:
+                state.consumed = (state.epoch, state.position)
+        return records, runs
+
+    def _deliverable(self, tp: TP, state: _PartState, epoch: int) -> bool:
+        """Call with core.hand_lock held."""
+        return (
+            state.epoch == epoch
+            and not state.paused
+            and not state.revoking
+            and self._core._parts.get(tp) is state
+        )
+
+    def _pop(self) -> Message | None:
+        """The next buffered record the application may have (see the module doc)."""
+        while (run := self._run_now) is not None:
+            tp, state, epoch, end, stop = run
+            at = self._at
+            if at < stop:
+                with self._core.hand_lock:
+                    if self._deliverable(tp, state, epoch):
+                        message = self._chunk[at]
+                        self._at = at = at + 1
+                        state.consumed = (epoch, end if at == stop else message[2] + 1)
+                        return message
+                self._drop(run)
+            self._next_run()
+        return None
+
+    def _pop_many(self, count: int) -> list[Message]:
+        out: list[Message] = []
+        while len(out) < count and (run := self._run_now) is not None:
+            tp, state, epoch, end, stop = run
+            at = self._at
+            if at < stop:
+                with self._core.hand_lock:
+                    if self._deliverable(tp, state, epoch):
+                        self._at = upto = min(stop, at + count - len(out))
+                        out += self._chunk[at:upto]
+                        state.consumed = (epoch, end if upto == stop else out[-1][2] + 1)
+                        continue
+                self._drop(run)
+            self._next_run()
+        return out
+
+    def _next_run(self) -> None:
+        if self._runs:
+            self._run_now = self._runs.popleft()
+        else:
+            self._run_now, self._chunk, self._at = None, [], 0
+
+    def _drop(self, run: _Run) -> None:
+        """Drop the rest of a run. If its partition was not moved (paused, or being
+        revoked and maybe kept after all), the core seeks back to the first dropped."""
+        tp, state, epoch, _end, stop = run
+        offset = self._chunk[self._at][2]
+        self._at = stop
+        if state.epoch == epoch and self._core._parts.get(tp) is state:
+            self._thread.loop.call_soon_threadsafe(self._rewind, tp, state, epoch, offset)
+
+    def _rewind(self, tp: TP, state: _PartState, epoch: int, offset: int) -> None:
+        """On the loop: back to ``offset`` unless the partition moved meanwhile."""
+        if self._core._parts.get(tp) is state and state.epoch == epoch:
+            self._core.seek(tp, offset)
+
+    def _pending(self, partitions: Iterable[TP]) -> list[tuple[TP, _PartState, int, int]]:
+        """(partition, state, epoch, first offset) of buffered records of ``partitions``."""
+        wanted = set(partitions)
+        out, at = [], self._at
+        for run in [self._run_now, *self._runs] if self._run_now is not None else []:
+            tp, state, epoch, _end, stop = run
+            if tp in wanted and at < stop:
+                out.append((tp, state, epoch, self._chunk[at][2]))
+            at = stop
+        return out
 
     def _raise_group_error(self) -> None:
         """A group error, or the exception a rebalance callback raised (as is, like
@@ -266,11 +418,13 @@ class Consumer:
         self._run(go())
 
     def position(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        """The offset after the last record returned, per partition."""
+
         async def go() -> list[TopicPartition]:
             out = []
             for tp in partitions:
                 state = self._core._parts.get((tp.topic, tp.partition))
-                position = state.position if state is not None else None
+                position = committable_position(state) if state is not None else None
                 out.append(
                     TopicPartition(
                         tp.topic, tp.partition, OFFSET_INVALID if position is None else position
@@ -281,8 +435,15 @@ class Consumer:
         return self._run(go())
 
     def pause(self, partitions: list[TopicPartition]) -> None:
+        """Pause fetching; records poll() buffered for them are dropped and fetched
+        again on resume (librdkafka purges its fetch queue likewise)."""
+        keys = [(tp.topic, tp.partition) for tp in partitions]
+        pending = self._pending(keys)
+
         async def go() -> None:
-            self._core.pause([(tp.topic, tp.partition) for tp in partitions])
+            self._core.pause(keys)
+            for tp, state, epoch, offset in pending:
+                self._rewind(tp, state, epoch, offset)
 
         self._run(go())
 
@@ -403,6 +564,7 @@ class Consumer:
             self._run(self._core.close())
         finally:
             self._closed = True
+            self._run_now, self._runs, self._chunk = None, deque(), []
             self._thread.stop()
 
     def __enter__(self) -> Consumer:
