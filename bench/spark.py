@@ -72,7 +72,7 @@ BUSY_LOAD = 1.5
 READY_TIMEOUT_S = 60.0
 WORKER_TIMEOUT_S = 900.0
 QUERY_TIMEOUT_S = 1800.0
-CEILING_BATCH_ROWS = 1000  # about what one fetch of 1 MiB per partition yields
+CEILING_BATCH_ROWS = 8000  # about what one 8 MiB fetch (the reader's default) yields
 PROFILE_RATE_HZ = 200
 
 
