@@ -37,7 +37,7 @@ from pyspark.sql.types import StructType
 
 from odradek.spark.options import OptionError
 from odradek.spark.read_options import ReadConfig, parse_read_options
-from odradek.spark.read_plan import KafkaMetadata, OffsetRange, split_ranges
+from odradek.spark.read_plan import KafkaMetadata, OffsetRange, range_spec, split_ranges
 from odradek.spark.read_spec import RangeSpec, TimestampBounds
 
 if TYPE_CHECKING:
@@ -213,16 +213,7 @@ class BatchReader(DataSourceReader):
         return [RangePartition(self._spec(r)) for r in pieces]
 
     def _spec(self, r: OffsetRange) -> RangeSpec:
-        return RangeSpec(
-            topic=r.topic,
-            partition=r.partition,
-            start=r.start,
-            end=r.end,
-            client=dict(self.config.client),
-            include_headers=self.config.include_headers,
-            fail_on_data_loss=self.config.fail_on_data_loss,
-            timestamps=self.timestamps,
-        )
+        return range_spec(self.config, r, self.timestamps)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):

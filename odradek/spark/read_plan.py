@@ -42,6 +42,7 @@ from odradek.spark.read_options import (
     SubscribePattern,
     Subscription,
 )
+from odradek.spark.read_spec import RangeSpec, TimestampBounds
 
 logger = logging.getLogger("odradek.spark")
 
@@ -245,3 +246,19 @@ class KafkaMetadata:
         )
         futures: Any = self.admin.alter_consumer_group_offsets([request])
         futures[group].result(METADATA_TIMEOUT_S)
+
+
+def range_spec(
+    config: ReadConfig, r: OffsetRange, timestamps: TimestampBounds | None = None
+) -> RangeSpec:
+    """What an executor needs to read ``r``: everything from the query's options."""
+    return RangeSpec(
+        topic=r.topic,
+        partition=r.partition,
+        start=r.start,
+        end=r.end,
+        client=dict(config.client),
+        include_headers=config.include_headers,
+        fail_on_data_loss=config.fail_on_data_loss,
+        timestamps=timestamps if timestamps is not None else TimestampBounds(),
+    )

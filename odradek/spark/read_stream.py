@@ -49,7 +49,7 @@ from odradek.spark.read_options import (
     offsets_to_json,
     parse_read_options,
 )
-from odradek.spark.read_plan import KafkaMetadata, OffsetRange, rate_limit, split_ranges
+from odradek.spark.read_plan import KafkaMetadata, OffsetRange, range_spec, rate_limit, split_ranges
 from odradek.spark.read_spec import RangeSpec, data_loss
 
 if TYPE_CHECKING:
@@ -176,15 +176,7 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [RangePartition(self._spec(r)) for r in pieces]
 
     def _spec(self, r: OffsetRange) -> RangeSpec:
-        return RangeSpec(
-            topic=r.topic,
-            partition=r.partition,
-            start=r.start,
-            end=r.end,
-            client=dict(self.config.client),
-            include_headers=self.config.include_headers,
-            fail_on_data_loss=self.config.fail_on_data_loss,
-        )
+        return range_spec(self.config, r)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         if isinstance(partition, RangePartition):
