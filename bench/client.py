@@ -31,10 +31,11 @@ What is measured, and how:
   confluent-kafka, producer and consumer.
 - Round trips: the blocking faces run the asyncio core on a background thread.
   ``produce()`` does not wait for it (it encodes the record into its batch on the
-  caller's thread), but every ``consume()``/``poll()`` call of the blocking
-  ``Consumer`` is one round trip to that thread; its cost is measured on its own, and
-  ``poll()`` one message at a time (the usual confluent-kafka loop) is timed for
-  odradek and confluent-kafka over ``min(N, 20k)`` records, outside the goals.
+  caller's thread), but every ``consume()`` call of the blocking ``Consumer`` is one
+  round trip to that thread, and ``poll()`` one per up to 500 records (it returns
+  them one at a time from a local buffer); the round trip's cost is measured on its
+  own, and ``poll()`` one message at a time (the usual confluent-kafka loop) is timed
+  for odradek and confluent-kafka over ``min(N, 20k)`` records, outside the goals.
 - Profile: the odradek producer and consumer are run once more under py-spy (sampling,
   every thread, idle time excluded) and the busiest functions are listed.
 
@@ -270,7 +271,8 @@ def round_trips(
         f"`run_coroutine_threadsafe` + `future.result()`, an empty coroutine, the loop idle "
         f"and woken through its self-pipe each time): {per_call * 1e6:.1f} µs alone "
         f"({1 / per_call:,.0f} calls/s). The blocking `Consumer` pays it once per "
-        f"`consume()` call and once per `poll()`; `produce()` does not wait for the loop."
+        f"`consume()` call and once per up to 500 records `poll()` returns (they wait in a "
+        f"local buffer); `produce()` does not wait for the loop."
     )
     if blocking and aio and "odradek" in call_us:
         text += (
