@@ -19,19 +19,13 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicCollection, TopicPartition
 from confluent_kafka.admin import AdminClient, ConfigResource
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("tools") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("tools") / "data") as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def odradek(

@@ -26,7 +26,7 @@ from odradek.client.admin_aio import (
     OffsetAndMetadata,
     RecordsToDelete,
 )
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 TIMEOUT = 15
 Both = Callable[[AIOKafkaAdminClient, theirs_admin.AIOKafkaAdminClient], Awaitable[None]]
@@ -34,14 +34,8 @@ Both = Callable[[AIOKafkaAdminClient, theirs_admin.AIOKafkaAdminClient], Awaitab
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("admin_aio") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("admin_aio") / "data") as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def run_both(kafka: BrokerProcess, body: Both) -> None:

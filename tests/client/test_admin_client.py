@@ -16,19 +16,13 @@ from confluent_kafka.admin import AdminClient as CKAdmin
 
 from odradek.client.admin import AdminClient, NewPartitions, NewTopic, TopicCollection
 from odradek.client.types import KafkaException
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("admin") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("admin") / "data") as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 @pytest.fixture

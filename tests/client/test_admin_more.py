@@ -26,21 +26,15 @@ from odradek.client import (
     ResourceType,
     TopicPartition,
 )
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 TIMEOUT = 15
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("admin_more") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("admin_more") / "data") as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 @pytest.fixture(scope="module")

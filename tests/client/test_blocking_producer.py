@@ -3,7 +3,6 @@ once), records whose topic is not known yet, errors at produce() and in callback
 
 from __future__ import annotations
 
-import gc
 import sys
 import threading
 import uuid
@@ -16,20 +15,13 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 
 from odradek.client import KafkaException, Producer  # noqa: E402
 from tests.client.test_producer import TIMEOUT_S, consume, new_topic  # noqa: E402
-from tests.support.broker import BrokerProcess  # noqa: E402
+from tests.support.broker import BrokerProcess, running_broker  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("blocking-producer") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("blocking-producer") / "data") as process:
         yield process
-    finally:
-        gc.collect()  # librdkafka handles in reference cycles
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def test_threads_producing_at_once_keep_their_own_order(kafka: BrokerProcess) -> None:

@@ -23,7 +23,7 @@ from odradek.client.consumer_sync import Consumer
 from odradek.client.fetch_decode import decode_fetched
 from odradek.client.types import TIMESTAMP_CREATE_TIME, KafkaException, Message, TopicPartition
 from odradek.storage.records import Header, Record, encode_batch
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 GROUP_ARGS = [
     "--override",
@@ -35,14 +35,8 @@ GROUP_ARGS = [
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("consumer") / "data", GROUP_ARGS).start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("consumer") / "data", GROUP_ARGS) as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def new_topic(kafka: BrokerProcess, partitions: int = 1) -> str:

@@ -30,7 +30,7 @@ from confluent_kafka.admin import AdminClient as CKAdmin
 from confluent_kafka.admin import NewTopic as CKNewTopic
 
 from odradek.client import AIOKafkaConsumer, Consumer, KafkaException, Message, TopicPartition
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 GROUP_ARGS = [
     "--override",
@@ -43,14 +43,8 @@ TP = tuple[str, int]
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("coop") / "data", GROUP_ARGS).start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("coop") / "data", GROUP_ARGS) as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def new_topic(kafka: BrokerProcess, partitions: int, per_partition: int) -> str:

@@ -42,7 +42,7 @@ from odradek.client import (
     KafkaException,
     TopicPartition,
 )
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 GROUP_ARGS = [
     "--override",
@@ -69,14 +69,8 @@ PARTITION: dict[str, Callable[..., Any]] = {
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("leave") / "data", GROUP_ARGS).start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("leave") / "data", GROUP_ARGS) as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def new_topic(kafka: BrokerProcess, partitions: int = 2, per_partition: int = 5) -> str:

@@ -23,21 +23,15 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from odradek.client.consumer_sync import POLL_CHUNK, Consumer
 from odradek.client.types import TopicPartition
 from tests.client.test_consumer import GROUP_ARGS, config, new_topic, produce
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 PER_PARTITION = 300
 
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("poll") / "data", GROUP_ARGS).start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("poll") / "data", GROUP_ARGS) as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def filled_topic(kafka: BrokerProcess, partitions: int, per_partition: int = PER_PARTITION) -> str:

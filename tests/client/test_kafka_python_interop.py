@@ -24,7 +24,7 @@ from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka import TopicPartition as KPTopicPartition  # noqa: E402
 
 from odradek.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from tests.support.broker import BrokerProcess  # noqa: E402
+from tests.support.broker import BrokerProcess, running_broker  # noqa: E402
 
 TIMEOUT_S = 30.0
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -33,14 +33,8 @@ BASE_TS = 1_700_000_000_000
 
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("kp-interop") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("kp-interop") / "data") as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def new_topic(bootstrap: str, partitions: int = 1) -> str:

@@ -27,7 +27,7 @@ from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 from odradek.client import AIOKafkaProducer, ConfigError, Producer  # noqa: E402
 from odradek.client.types import TIMESTAMP_CREATE_TIME  # noqa: E402
 from odradek.storage.batch import COMPRESSION_BY_NAME, BatchHeader, iter_batches  # noqa: E402
-from tests.support.broker import BrokerProcess  # noqa: E402
+from tests.support.broker import BrokerProcess, running_broker  # noqa: E402
 
 TIMEOUT_S = 30.0
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -36,15 +36,8 @@ BASE_TS = 1_600_000_000_000
 
 @pytest.fixture(scope="module")
 def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path_factory.mktemp("producer") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("producer") / "data") as process:
         yield process
-    finally:
-        gc.collect()  # librdkafka handles in reference cycles
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def new_topic(bootstrap: str, partitions: int = 1) -> str:

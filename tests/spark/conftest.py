@@ -20,7 +20,7 @@ pytest.importorskip("pyspark")
 pytest.importorskip("pyarrow")
 
 from odradek.client import AdminClient, NewTopic
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, running_broker
 
 
 @pytest.fixture(scope="session")
@@ -60,14 +60,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 @pytest.fixture(scope="session")
 def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
     """One odradek broker for all Spark tests (each test makes its own topics)."""
-    process = BrokerProcess(tmp_path_factory.mktemp("spark-broker") / "data").start()
-    try:
+    with running_broker(tmp_path_factory.mktemp("spark-broker") / "data") as process:
         yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,7 @@ every process a test starts is stopped by that test (SIGTERM, then SIGKILL by pi
 
 from __future__ import annotations
 
+import gc
 import os
 import select
 import signal
@@ -107,10 +108,12 @@ class BrokerProcess:
 
 @contextmanager
 def running_broker(data_dir: Path, extra_args: Sequence[str] = ()) -> Iterator[BrokerProcess]:
+    """A started broker, stopped by pid when the block ends (SIGTERM, then SIGKILL)."""
     broker = BrokerProcess(data_dir, extra_args).start()
     try:
         yield broker
     finally:
+        gc.collect()  # client handles (librdkafka's) in reference cycles close their sockets
         try:
             broker.stop()
         finally:
