@@ -128,7 +128,7 @@ def emit(
 def error_code(error: BaseException) -> ErrorCode | None:
     """The broker's error code inside a client failure, if it carries one."""
     inner = getattr(error, "error", error)
-    code = getattr(inner, "code", None)
+    code = inner.code() if isinstance(inner, KafkaError) else None
     return code if isinstance(code, ErrorCode) else None
 
 

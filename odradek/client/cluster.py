@@ -79,24 +79,58 @@ class LocalError(enum.IntEnum):
     assignment_lost = -142
     max_poll_exceeded = -147
     no_offset = -168
+    partition_eof = -191  # librdkafka's end-of-partition event (never raised here yet)
 
 
 class KafkaError(Exception):
-    """An error answered by a broker (``code`` is kio's ErrorCode) or found by the
-    client itself (a ``LocalError``, e.g. ``KafkaError._MAX_POLL_EXCEEDED``)."""
+    """An error answered by a broker (``code()`` is kio's ErrorCode) or found by the
+    client itself (a ``LocalError``, e.g. ``KafkaError._MAX_POLL_EXCEEDED``).
+
+    Shaped like confluent-kafka's KafkaError — ``code()``, ``name()``, ``str()``,
+    ``retriable()``, ``fatal()`` are methods — so code written for it, such as
+    ``msg.error().code() == KafkaError._PARTITION_EOF``, runs unchanged.
+    """
 
     _ASSIGNMENT_LOST: Final = LocalError.assignment_lost
     _MAX_POLL_EXCEEDED: Final = LocalError.max_poll_exceeded
     _NO_OFFSET: Final = LocalError.no_offset
+    _PARTITION_EOF: Final = LocalError.partition_eof
 
     def __init__(self, code: ErrorCode | LocalError, message: str = "") -> None:
-        name = code.name.upper() if isinstance(code, ErrorCode) else f"_{code.name.upper()}"
-        super().__init__(f"{name}{': ' + message if message else ''}")
-        self.code = code
+        self._name = code.name.upper() if isinstance(code, ErrorCode) else f"_{code.name.upper()}"
+        super().__init__(f"{self._name}{': ' + message if message else ''}")
+        self._code = code
+        self._message = message
 
-    @property
+    def code(self) -> ErrorCode | LocalError:
+        return self._code
+
+    def name(self) -> str:
+        return self._name
+
+    def str(self) -> str:
+        return self._message or self._name
+
     def retriable(self) -> bool:
-        return isinstance(self.code, ErrorCode) and self.code.retriable
+        return isinstance(self._code, ErrorCode) and self._code.retriable
+
+    def fatal(self) -> bool:
+        return False  # no fatal errors yet: those come with transactions
+
+    def txn_requires_abort(self) -> bool:
+        return False
+
+
+def error_code(error: BaseException) -> ErrorCode | LocalError | None:
+    """The code of a client error (``KafkaError``), None for anything else."""
+    return error.code() if isinstance(error, KafkaError) else None
+
+
+def is_retriable(error: BaseException) -> bool:
+    """A retriable broker error, or a lost connection (``retriable = True`` on it)."""
+    if isinstance(error, KafkaError):
+        return error.retriable()
+    return bool(getattr(error, "retriable", False))
 
 
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
@@ -315,7 +349,7 @@ class Cluster:
             try:
                 return await attempt()
             except (KafkaError, KafkaConnectionError) as error:
-                if not getattr(error, "retriable", False) or time.monotonic() + backoff > deadline:
+                if not is_retriable(error) or time.monotonic() + backoff > deadline:
                     raise
                 logger.debug("retrying after %s", error)
                 await asyncio.sleep(backoff)

@@ -26,7 +26,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -146,6 +146,8 @@ class ConsumerCore:
         # Set by the blocking face, which hands drained records out later from its own
         # thread: _drain then keeps the committable position where it was.
         self.prefetch = False
+        # Every commit's outcome, on the loop thread (the blocking face's on_commit).
+        self.commit_listener: Callable[[BaseException | None, dict[TP, int]], None] | None = None
         # Held by that face while it checks a buffered record is still deliverable and
         # marks it consumed, and by hold(): a record returned after a revocation's
         # commit was computed would be handed out twice (here and by the next owner).
@@ -351,7 +353,7 @@ class ConsumerCore:
                 raise
             except (KafkaError, KafkaConnectionError) as error:
                 logger.debug("fetch from node %s failed: %s", node_id, error)
-                if isinstance(error, KafkaError) and not error.retriable:
+                if isinstance(error, KafkaError) and not error.retriable():
                     self._error = error
                     self._notify_data()
                 await asyncio.sleep(self.cluster.retry_backoff_s)
@@ -574,11 +576,18 @@ class ConsumerCore:
             offsets = self.current_offsets(partitions, changed_only, consumed_only)
         to_commit = dict(offsets)
         if to_commit:
-            await self.offsets.commit(to_commit, metadata)
+            try:
+                await self.offsets.commit(to_commit, metadata)
+            except Exception as error:
+                if self.commit_listener is not None:
+                    self.commit_listener(error, to_commit)
+                raise
             for tp, offset in to_commit.items():
                 state = self._parts.get(tp)
                 if state is not None:
                     state.committed = offset
+            if self.commit_listener is not None:
+                self.commit_listener(None, to_commit)
         return to_commit
 
     async def close(self) -> None:

@@ -289,8 +289,8 @@ class GroupMember:
                     self.need_rejoin = True  # the rebalance did not finish: try again
                 if (
                     isinstance(error, KafkaError)
-                    and not error.retriable
-                    and error.code not in _RETRY | _LOST
+                    and not error.retriable()
+                    and error.code() not in _RETRY | _LOST
                     and not isinstance(error, CommitFailedError)
                 ):
                     self.error = error

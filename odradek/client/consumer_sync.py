@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import queue
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
@@ -66,6 +67,8 @@ from odradek.client.types import (
 )
 
 T = TypeVar("T")
+# False in the task of a synchronous commit: it raises, confluent's on_commit is not called.
+_REPORT_COMMIT: contextvars.ContextVar[bool] = contextvars.ContextVar("report", default=True)
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
 OFFSET_STORED = -1000
@@ -116,6 +119,28 @@ class Consumer:
             return core, GroupMember(core) if core.group_id else None
 
         self._core, self._member = self._thread.run(build())
+        self._on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None
+        self._on_commit = self.config["on_commit"]
+        if self._on_commit is not None:
+            self._core.commit_listener = self._report_commit
+
+    def _report_commit(self, error: BaseException | None, offsets: dict[TP, int]) -> None:
+        """confluent's ``on_commit(err, partitions)``: the outcome of every automatic and
+        asynchronous commit (a synchronous one raises instead), called from the next
+        poll()/consume() on the caller's thread, like the rebalance callbacks."""
+        on_commit = self._on_commit
+        assert on_commit is not None
+        if not _REPORT_COMMIT.get():
+            return
+        if error is not None and not isinstance(error, KafkaError):
+            error = KafkaError(ErrorCode.unknown_server_error, f"{type(error).__name__}: {error}")
+        partitions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
+
+        def call() -> bool:
+            on_commit(error, partitions)
+            return False
+
+        self._callbacks.put((call, concurrent.futures.Future()))
 
     # -- running coroutines while serving rebalance callbacks ---------------------------
     def _run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
@@ -494,10 +519,23 @@ class Consumer:
         coroutine = self._commit(wanted)
         if asynchronous:
             future = asyncio.run_coroutine_threadsafe(coroutine, self._thread.loop)
-            future.add_done_callback(lambda f: f.exception())  # never unretrieved
+            future.add_done_callback(self._async_commit_done)  # never unretrieved
             return None
-        done = self._run(coroutine)
+        done = self._run(self._unreported(coroutine))
         return [TopicPartition(t, p, o) for (t, p), o in done.items()]
+
+    @staticmethod
+    async def _unreported(coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` (in a task of its own) without on_commit reports."""
+        _REPORT_COMMIT.set(False)
+        return await coroutine
+
+    def _async_commit_done(self, future: concurrent.futures.Future[dict[TP, int]]) -> None:
+        error = None if future.cancelled() else future.exception()
+        # Failed requests were reported by the core; nothing to commit never reaches it.
+        nothing = isinstance(error, KafkaError) and error.code() == LocalError.no_offset
+        if nothing and self._on_commit is not None:  # as librdkafka: the assignment, -1001
+            self._report_commit(error, dict.fromkeys(self._core.assignment(), OFFSET_INVALID))
 
     async def _commit(self, wanted: dict[TP, int] | None) -> dict[TP, int]:
         done = await self._core.commit(wanted, changed_only=True, consumed_only=True)

@@ -31,7 +31,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client.accumulator import ProducerBatch, RecordAccumulator
-from odradek.client.cluster import Cluster, KafkaError
+from odradek.client.cluster import Cluster, KafkaError, error_code, is_retriable
 from odradek.client.connection import KafkaConnectionError, request_entity
 
 logger = logging.getLogger(__name__)
@@ -303,12 +303,12 @@ class Sender:
     def _handle_error(self, batch: ProducerBatch, error: BaseException) -> None:
         state = self.partitions[batch.tp]
         state.in_flight -= 1
-        code = getattr(error, "code", None)
+        code = error_code(error)
         if code == ErrorCode.duplicate_sequence_number:
             # already written by an earlier attempt whose answer was lost
             self._complete_duplicate(batch, state)
             return
-        retriable = bool(getattr(error, "retriable", False))
+        retriable = is_retriable(error)
         if code in SEQUENCE_ERRORS and self.idempotent:
             # The broker and we disagree about this partition's sequences: a new epoch
             # renumbers from 0. Kafka marks both errors non-retriable, yet as in the Java

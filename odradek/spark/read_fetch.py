@@ -209,7 +209,7 @@ class _RangeReader:
                 self.inflight_offset = -1
                 if self.fetcher is not None:
                     self.fetcher.close()
-                retriable = isinstance(error, KafkaConnectionError) or error.code in _RETRY_ERRORS
+                retriable = isinstance(error, KafkaConnectionError) or error.code() in _RETRY_ERRORS
                 if not retriable or time.monotonic() + backoff > deadline:
                     message = f"odradek: reading {self.spec.name} failed: {error}"
                     raise RuntimeError(message) from None

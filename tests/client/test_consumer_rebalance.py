@@ -47,7 +47,7 @@ def test_the_group_chosen_assignor_runs() -> None:
     assert chosen_assignor([RANGE, COOP], "range") is RANGE
     with pytest.raises(KafkaError) as caught:
         chosen_assignor([RANGE, COOP], "roundrobin")
-    assert caught.value.code == ErrorCode.inconsistent_group_protocol
+    assert caught.value.code() == ErrorCode.inconsistent_group_protocol
     assert "roundrobin" in str(caught.value) and "range, cooperative-sticky" in str(caught.value)
     with pytest.raises(KafkaError):
         chosen_assignor([RANGE], None)
