@@ -2,8 +2,8 @@
 
 Process plumbing: an ``odradek serve`` child on port 0 with a confluent-kafka admin
 client, reading a child's ready line without consuming what follows, stopping a child
-by pid, and the machine's load average (printed by every bench, since the numbers are
-only meaningful on a quiet machine).
+by pid, and the machine's load average (printed by every bench at start and end, since
+the numbers are only meaningful on a quiet machine), and the common end of a bench run.
 """
 
 from __future__ import annotations
@@ -14,13 +14,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
 READY_TIMEOUT_S = 30.0
+BUSY_LOAD = 1.5  # a load average above this: other processes share the 2 cores
 
 
 def read_line(
@@ -65,6 +66,38 @@ def load_average() -> tuple[float, float, float]:
         return os.getloadavg()
     except OSError:
         return (0.0, 0.0, 0.0)
+
+
+def show_load(values: tuple[float, float, float]) -> str:
+    return " ".join(f"{value:.2f}" for value in values)
+
+
+def warn_if_busy(load_start: tuple[float, float, float]) -> None:
+    if max(load_start) > BUSY_LOAD:
+        print(
+            f"**The machine was busy at the start (load average above {BUSY_LOAD}): other "
+            "processes share its 2 cores, so these numbers are slow and noisy.**\n",
+            flush=True,
+        )
+
+
+def finish(name: str, started: float, errors: Sequence[str], misses: int, strict: bool) -> int:
+    """Print the wall time, the load at the end and any errors; the exit status (1 on an
+    error, or on a missed goal with ``--strict``)."""
+    load_end = load_average()
+    busy = (
+        f" (above {BUSY_LOAD}: other processes were running)" if max(load_end) > BUSY_LOAD else ""
+    )
+    print(
+        f"{name} bench wall time: {time.perf_counter() - started:.1f} s; "
+        f"load average at end: {show_load(load_end)}{busy}",
+        flush=True,
+    )
+    for error in errors:
+        print(f"error: {error}", file=sys.stderr)
+    if errors:
+        return 1
+    return 1 if strict and misses else 0
 
 
 class OdradekBroker:

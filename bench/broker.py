@@ -83,7 +83,15 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from _support import OdradekBroker, load_average, read_line, stop_process  # noqa: E402
+from _support import (  # noqa: E402
+    OdradekBroker,
+    finish,
+    load_average,
+    read_line,
+    show_load,
+    stop_process,
+    warn_if_busy,
+)
 
 MOCK_SOURCE = Path(__file__).resolve().parent / "mock_cluster.c"
 KIB = 1024
@@ -92,7 +100,6 @@ READY_TIMEOUT_S = 30.0
 PRODUCE_GOAL = 0.5  # odradek / mock produce throughput with 1 KiB records, at least
 LATENCY_RATE = 20 * MB  # bytes/s of record values
 LATENCY_P99_GOAL_MS = 10.0
-BUSY_LOAD = 1.5
 # odradek's produce-run topics keep about as little as the mock does (see the docstring).
 RETENTION_CONFIG = {
     "retention.bytes": str(16 * KIB * KIB),
@@ -106,10 +113,6 @@ PROFILE_RATE = 250  # py-spy samples per second
 
 
 # -- environment -------------------------------------------------------------------------
-
-
-def show_load(values: tuple[float, float, float]) -> str:
-    return " ".join(f"{value:.2f}" for value in values)
 
 
 def progress(message: str) -> None:
@@ -1116,12 +1119,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Load average at start: {show_load(load_start)}.\n",
         flush=True,
     )
-    if max(load_start) > BUSY_LOAD:
-        print(
-            f"**The machine was busy at the start (load average above {BUSY_LOAD}): other "
-            "processes share its 2 cores, so these numbers are low and noisy.**\n",
-            flush=True,
-        )
+    warn_if_busy(load_start)
     peers: list[Peer] = []
     errors: list[str] = []
     misses = 0
@@ -1155,20 +1153,7 @@ def main(argv: list[str] | None = None) -> int:
         for peer in peers:
             peer.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    load_end = load_average()
-    busy = (
-        f" (above {BUSY_LOAD}: other processes were running)" if max(load_end) > BUSY_LOAD else ""
-    )
-    print(
-        f"broker bench wall time: {time.perf_counter() - started:.1f} s; "
-        f"load average at end: {show_load(load_end)}{busy}",
-        flush=True,
-    )
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-    if errors:
-        return 1
-    return 1 if args.strict and misses else 0
+    return finish("broker", started, errors, misses, args.strict)
 
 
 if __name__ == "__main__":

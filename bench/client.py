@@ -67,12 +67,11 @@ from _client_workers import (  # noqa: E402
     VALUE_SIZE,
     worker_main,
 )
-from _support import OdradekBroker, load_average  # noqa: E402
+from _support import OdradekBroker, finish, load_average, show_load, warn_if_busy  # noqa: E402
 
 READY_TIMEOUT_S = 60.0
 WORKER_TIMEOUT_S = 600.0
 PROFILE_RECORDS = 50_000
-BUSY_LOAD = 1.5
 GOAL_KAFKA_PYTHON = 1.5
 GOAL_CONFLUENT = 0.3
 CLIENTS = ("odradek", "odradek-aio", "kafka-python", "confluent-kafka")
@@ -94,10 +93,6 @@ SETTINGS = {
 
 
 # -- environment ---------------------------------------------------------------------------
-
-
-def show_load(values: tuple[float, float, float]) -> str:
-    return " ".join(f"{value:.2f}" for value in values)
 
 
 def progress(message: str) -> None:
@@ -372,12 +367,7 @@ def main(argv: list[str] | None = None) -> int:
         "the last record in hand (MB = 10^6 B of values).\n",
         flush=True,
     )
-    if max(load_start) > BUSY_LOAD:
-        print(
-            f"**The machine was busy at the start (load average above {BUSY_LOAD}): other "
-            "processes share its 2 cores, so these numbers are slow and noisy.**\n",
-            flush=True,
-        )
+    warn_if_busy(load_start)
     errors: list[str] = []
     misses = 0
     best: dict[tuple[str, str], float] = {}
@@ -456,20 +446,7 @@ def main(argv: list[str] | None = None) -> int:
         if odradek is not None:
             odradek.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    load_end = load_average()
-    busy = (
-        f" (above {BUSY_LOAD}: other processes were running)" if max(load_end) > BUSY_LOAD else ""
-    )
-    print(
-        f"client bench wall time: {time.perf_counter() - started:.1f} s; "
-        f"load average at end: {show_load(load_end)}{busy}",
-        flush=True,
-    )
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-    if errors:
-        return 1
-    return 1 if args.strict and misses else 0
+    return finish("client", started, errors, misses, args.strict)
 
 
 if __name__ == "__main__":

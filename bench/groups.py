@@ -89,10 +89,9 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from _support import OdradekBroker, load_average  # noqa: E402
+from _support import OdradekBroker, finish, load_average, show_load, warn_if_busy  # noqa: E402
 
 READY_TIMEOUT_S = 60.0
-BUSY_LOAD = 1.5
 REBALANCE_GOAL = 1.5  # rebalance latency / slowest member's rejoin time, at most
 MEMBERS = 10
 PARTITIONS = 20
@@ -107,10 +106,6 @@ ROUNDING_S = 0.0015  # librdkafka log times are truncated to ms; ours are not
 
 
 # -- environment -------------------------------------------------------------------------
-
-
-def show_load(values: tuple[float, float, float]) -> str:
-    return " ".join(f"{value:.2f}" for value in values)
 
 
 def progress(message: str) -> None:
@@ -1005,12 +1000,7 @@ def main(argv: list[str] | None = None) -> int:
         f"Load average at start: {show_load(load_start)}.\n",
         flush=True,
     )
-    if max(load_start) > BUSY_LOAD:
-        print(
-            f"**The machine was busy at the start (load average above {BUSY_LOAD}): other "
-            "processes share its 2 cores, so these numbers are slow and noisy.**\n",
-            flush=True,
-        )
+    warn_if_busy(load_start)
     errors: list[str] = []
     problems: list[str] = []
     misses = 0
@@ -1086,20 +1076,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"work dir kept: {shown}", flush=True)
         else:
             shutil.rmtree(workdir, ignore_errors=True)
-    load_end = load_average()
-    busy = (
-        f" (above {BUSY_LOAD}: other processes were running)" if max(load_end) > BUSY_LOAD else ""
-    )
-    print(
-        f"groups bench wall time: {time.perf_counter() - started:.1f} s; "
-        f"load average at end: {show_load(load_end)}{busy}",
-        flush=True,
-    )
-    for error in errors + problems:
-        print(f"error: {error}", file=sys.stderr)
-    if errors or problems:
-        return 1
-    return 1 if args.strict and misses else 0
+    return finish("groups", started, errors + problems, misses, args.strict)
 
 
 if __name__ == "__main__":

@@ -61,14 +61,13 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO / "bench"))
-from _support import OdradekBroker, load_average  # noqa: E402
+from _support import OdradekBroker, finish, load_average, show_load, warn_if_busy  # noqa: E402
 
 VALUE_SIZE = 1024
 PARTITIONS = 4
 TOPIC = "bench-spark"
 SINK_TOPIC = "bench-spark-sink"
 GOAL = 0.5
-BUSY_LOAD = 1.5
 READY_TIMEOUT_S = 60.0
 WORKER_TIMEOUT_S = 900.0
 QUERY_TIMEOUT_S = 1800.0
@@ -435,10 +434,6 @@ def shorten(frame: str) -> str:
 
 
 # -- report -------------------------------------------------------------------------------------
-def show_load(values: tuple[float, float, float]) -> str:
-    return " ".join(f"{value:.2f}" for value in values)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="100k records, 1 round")
@@ -482,12 +477,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{show_load(load_start)}.\n",
         flush=True,
     )
-    if max(load_start) > BUSY_LOAD:
-        print(
-            f"**The machine was busy at the start (load average above {BUSY_LOAD}): other "
-            "processes share its 2 cores, so these numbers are slow and noisy.**\n",
-            flush=True,
-        )
+    warn_if_busy(load_start)
     errors: list[str] = []
     best: dict[str, float] = {}
     broker: OdradekBroker | None = None
@@ -605,17 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         if broker is not None:
             broker.stop()
         shutil.rmtree(workdir, ignore_errors=True)
-    load_end = load_average()
-    print(
-        f"spark bench wall time: {time.perf_counter() - started:.1f} s; load average at end: "
-        f"{show_load(load_end)}",
-        flush=True,
-    )
-    for error in errors:
-        print(f"error: {error}", file=sys.stderr)
-    if errors:
-        return 1
-    return 1 if args.strict and misses else 0
+    return finish("spark", started, errors, misses, args.strict)
 
 
 if __name__ == "__main__":
