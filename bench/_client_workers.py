@@ -180,21 +180,8 @@ def consume_odradek(spec: dict[str, Any]) -> float:
     from odradek.client import Consumer, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": spec["bootstrap"], "enable.auto.commit": False})
-    topic, wanted = spec["topic"], spec["count"]
-    consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=20)
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, -2) for p in range(PARTITIONS)])
-    seen = 0
-    stalled = Stall()
-    while seen < wanted:
-        stalled.check(seen, wanted)
-        for message in consumer.consume(500, 1.0):
-            if message.error() is not None:
-                raise RuntimeError(str(message.error()))
-            seen += 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
+    consumer.get_watermark_offsets(TopicPartition(spec["topic"], 0), timeout=20)  # metadata
+    return _consume_loop(consumer, TopicPartition, -2, spec)
 
 
 def consume_odradek_aio(spec: dict[str, Any]) -> float:
@@ -260,21 +247,8 @@ def consume_confluent(spec: dict[str, Any]) -> float:
             "enable.auto.commit": False,
         }
     )
-    topic, wanted = spec["topic"], spec["count"]
-    consumer.list_topics(topic, timeout=20)
-    started = time.perf_counter()
-    consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(PARTITIONS)])
-    seen = 0
-    stalled = Stall()
-    while seen < wanted:
-        stalled.check(seen, wanted)
-        for message in consumer.consume(500, 1.0):
-            if message.error() is not None:
-                raise RuntimeError(str(message.error()))
-            seen += 1
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
+    consumer.list_topics(spec["topic"], timeout=20)  # metadata
+    return _consume_loop(consumer, TopicPartition, OFFSET_BEGINNING, spec)
 
 
 def poll_odradek(spec: dict[str, Any]) -> float:
@@ -297,6 +271,26 @@ def poll_confluent(spec: dict[str, Any]) -> float:
     )
     consumer.list_topics(spec["topic"], timeout=20)
     return _poll_loop(consumer, TopicPartition, OFFSET_BEGINNING, spec)
+
+
+def _consume_loop(
+    consumer: Any, partition_type: Any, beginning: int, spec: dict[str, Any]
+) -> float:
+    """``consume(500)`` until the N-th record (confluent-shaped faces): time from ``assign``."""
+    topic, wanted = spec["topic"], spec["count"]
+    started = time.perf_counter()
+    consumer.assign([partition_type(topic, p, beginning) for p in range(PARTITIONS)])
+    seen = 0
+    stalled = Stall()
+    while seen < wanted:
+        stalled.check(seen, wanted)
+        for message in consumer.consume(500, 1.0):
+            if message.error() is not None:
+                raise RuntimeError(str(message.error()))
+            seen += 1
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
 
 
 def _poll_loop(consumer: Any, partition_type: Any, beginning: int, spec: dict[str, Any]) -> float:
