@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from odradek.server.handlers import supported_versions
 from odradek.storage.batch import COMPRESSION_BY_NAME, BatchHeader, iter_batches
@@ -79,6 +79,22 @@ def by_partition(records: list[Sample]) -> dict[int, list[Sample]]:
     for record in records:
         out.setdefault(record.partition, []).append(record)
     return out
+
+
+def assert_same_records(received: list[Any], records: list[Sample]) -> None:
+    """Records a Python client consumed (``.partition/.offset/.key/.value/.headers/
+    .timestamp_type/.timestamp`` attributes, as kafka-python's and aiokafka's have) are
+    exactly ``records``: per partition, in order, from offset 0, CreateTime."""
+    got: dict[int, list[Any]] = {}
+    for record in received:
+        got.setdefault(record.partition, []).append(record)
+    for partition, wanted in by_partition(records).items():
+        have = got.pop(partition)
+        assert [r.offset for r in have] == list(range(len(wanted)))
+        assert [(r.key, r.value) for r in have] == [(w.key, w.value) for w in wanted]
+        assert [list(r.headers) for r in have] == [w.headers for w in wanted]
+        assert [(r.timestamp_type, r.timestamp) for r in have] == [(0, w.timestamp) for w in wanted]
+    assert not got
 
 
 def stored_batches(data_dir: Path, topic: str, partition: int) -> list[BatchHeader]:

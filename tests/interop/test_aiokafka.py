@@ -30,9 +30,8 @@ from tests.interop.support import (  # noqa: E402
     BASE_TIMESTAMP,
     CLIENT_TIMEOUT_S,
     DELETE_TOPICS_KEY,
-    Sample,
+    assert_same_records,
     broker_supports,
-    by_partition,
     codec,
     sample_records,
     stored_batches,
@@ -86,19 +85,6 @@ async def consume(
         return records
     finally:
         await consumer.stop()
-
-
-def assert_same_records(received: list[Any], records: list[Sample]) -> None:
-    got: dict[int, list[Any]] = {}
-    for record in received:
-        got.setdefault(record.partition, []).append(record)
-    for partition, wanted in by_partition(records).items():
-        have = got.pop(partition)
-        assert [r.offset for r in have] == list(range(len(wanted)))
-        assert [(r.key, r.value) for r in have] == [(w.key, w.value) for w in wanted]
-        assert [list(r.headers) for r in have] == [w.headers for w in wanted]
-        assert [(r.timestamp_type, r.timestamp) for r in have] == [(0, w.timestamp) for w in wanted]
-    assert not got
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "snappy", "lz4", "zstd"])
