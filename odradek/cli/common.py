@@ -26,6 +26,7 @@ from rich.table import Table
 from odradek.client.admin import AdminClient
 from odradek.client.admin_types import OffsetSpec, TopicCollection, TopicDescription
 from odradek.client.cluster import KafkaError
+from odradek.client.cluster import error_code as client_error_code
 from odradek.client.config import ConfigError
 from odradek.client.connection import KafkaConnectionError, UnsupportedVersionError
 from odradek.client.types import KafkaException, TopicPartition
@@ -127,8 +128,7 @@ def emit(
 
 def error_code(error: BaseException) -> ErrorCode | None:
     """The broker's error code inside a client failure, if it carries one."""
-    inner = getattr(error, "error", error)
-    code = inner.code() if isinstance(inner, KafkaError) else None
+    code = client_error_code(getattr(error, "error", error))  # inside a KafkaException
     return code if isinstance(code, ErrorCode) else None
 
 

@@ -569,9 +569,12 @@ class ConsumerCore:
         partitions: Iterable[TP] | None = None,
         changed_only: bool = False,
         consumed_only: bool = False,
+        report: bool = True,
     ) -> dict[TP, int]:
         """Commit ``offsets`` (default: ``current_offsets(partitions, changed_only,
-        consumed_only)``); returns what was committed."""
+        consumed_only)``); returns what was committed. ``report``: tell the
+        ``commit_listener`` the outcome."""
+        listener = self.commit_listener if report else None
         if offsets is None:
             offsets = self.current_offsets(partitions, changed_only, consumed_only)
         to_commit = dict(offsets)
@@ -579,15 +582,15 @@ class ConsumerCore:
             try:
                 await self.offsets.commit(to_commit, metadata)
             except Exception as error:
-                if self.commit_listener is not None:
-                    self.commit_listener(error, to_commit)
+                if listener is not None:
+                    listener(error, to_commit)
                 raise
             for tp, offset in to_commit.items():
                 state = self._parts.get(tp)
                 if state is not None:
                     state.committed = offset
-            if self.commit_listener is not None:
-                self.commit_listener(None, to_commit)
+            if listener is not None:
+                listener(None, to_commit)
         return to_commit
 
     async def close(self) -> None:

@@ -38,7 +38,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import contextvars
 import queue
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
@@ -67,8 +66,6 @@ from odradek.client.types import (
 )
 
 T = TypeVar("T")
-# False in the task of a synchronous commit: it raises, confluent's on_commit is not called.
-_REPORT_COMMIT: contextvars.ContextVar[bool] = contextvars.ContextVar("report", default=True)
 OFFSET_BEGINNING = -2
 OFFSET_END = -1
 OFFSET_STORED = -1000
@@ -130,8 +127,6 @@ class Consumer:
         poll()/consume() on the caller's thread, like the rebalance callbacks."""
         on_commit = self._on_commit
         assert on_commit is not None
-        if not _REPORT_COMMIT.get():
-            return
         if error is not None and not isinstance(error, KafkaError):
             error = KafkaError(ErrorCode.unknown_server_error, f"{type(error).__name__}: {error}")
         partitions = [TopicPartition(t, p, o) for (t, p), o in offsets.items()]
@@ -516,19 +511,14 @@ class Consumer:
             if asynchronous:
                 return None
             raise KafkaException(error)
-        coroutine = self._commit(wanted)
         if asynchronous:
+            coroutine = self._commit(wanted, report=True)
             future = asyncio.run_coroutine_threadsafe(coroutine, self._thread.loop)
             future.add_done_callback(self._async_commit_done)  # never unretrieved
             return None
-        done = self._run(self._unreported(coroutine))
+        # A synchronous commit raises instead: confluent's on_commit is not called for it.
+        done = self._run(self._commit(wanted, report=False))
         return [TopicPartition(t, p, o) for (t, p), o in done.items()]
-
-    @staticmethod
-    async def _unreported(coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` (in a task of its own) without on_commit reports."""
-        _REPORT_COMMIT.set(False)
-        return await coroutine
 
     def _async_commit_done(self, future: concurrent.futures.Future[dict[TP, int]]) -> None:
         error = None if future.cancelled() else future.exception()
@@ -537,8 +527,8 @@ class Consumer:
         if nothing and self._on_commit is not None:  # as librdkafka: the assignment, -1001
             self._report_commit(error, dict.fromkeys(self._core.assignment(), OFFSET_INVALID))
 
-    async def _commit(self, wanted: dict[TP, int] | None) -> dict[TP, int]:
-        done = await self._core.commit(wanted, changed_only=True, consumed_only=True)
+    async def _commit(self, wanted: dict[TP, int] | None, report: bool) -> dict[TP, int]:
+        done = await self._core.commit(wanted, changed_only=True, consumed_only=True, report=report)
         if not done:
             raise KafkaError(LocalError.no_offset, "no offset stored to commit")
         return done
