@@ -38,28 +38,12 @@ from odradek.protocol.messages import decode_request, encode_response, peek_head
 from odradek.storage.batch import BatchHeader, iter_batches
 from odradek.storage.records import iter_records
 from tests.support.broker import BrokerProcess
+from tests.support.wire import read_frame
 
 TIMEOUT_S = 30.0
 PRODUCE_KEY = 0
 INIT_PRODUCER_ID_KEY = 22
 _SIZE = struct.Struct(">i")
-
-
-def _read_exactly(sock: socket.socket, count: int) -> bytes | None:
-    chunks = bytearray()
-    while len(chunks) < count:
-        data = sock.recv(count - len(chunks))
-        if not data:
-            return None
-        chunks += data
-    return bytes(chunks)
-
-
-def _read_frame(sock: socket.socket) -> bytes | None:
-    prefix = _read_exactly(sock, 4)
-    if prefix is None:
-        return None
-    return _read_exactly(sock, _SIZE.unpack(prefix)[0])
 
 
 class FaultyProxy:
@@ -106,17 +90,13 @@ class FaultyProxy:
         self._sockets += [client, server]
         try:
             while True:
-                request = _read_frame(client)
-                if request is None:
-                    return
+                request = read_frame(client)
                 reply = self._local_reply(request)
                 if reply is None:
                     server.sendall(_SIZE.pack(len(request)) + request)
-                    reply = _read_frame(server)
-                    if reply is None:
-                        return
+                    reply = read_frame(server)
                 client.sendall(_SIZE.pack(len(reply)) + reply)
-        except OSError:
+        except OSError:  # ConnectionError included: either side closed
             return
         finally:
             client.close()

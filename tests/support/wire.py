@@ -17,6 +17,23 @@ from odradek.protocol.build import make
 CREATE_TOPICS_KEY = 19
 
 
+def read_frame(sock: socket.socket) -> bytes:
+    """One size-prefixed Kafka frame (without its prefix); ConnectionError on EOF."""
+    size = struct.unpack(">i", _read_exactly(sock, 4))[0]
+    return _read_exactly(sock, size)
+
+
+def _read_exactly(sock: socket.socket, count: int) -> bytes:
+    chunks, remaining = [], count
+    while remaining:
+        chunk = sock.recv(min(remaining, 1 << 20))
+        if not chunk:
+            raise ConnectionError("connection closed by the peer")
+        chunks.append(chunk)
+        remaining -= len(chunk)
+    return b"".join(chunks)
+
+
 class WireClient:
     def __init__(self, bootstrap: str, client_id: str = "odradek-tests", timeout_s: float = 30.0):
         host, port = bootstrap.rsplit(":", 1)
@@ -57,18 +74,7 @@ class WireClient:
         return correlation_id
 
     def read_frame(self) -> bytes:
-        size = struct.unpack(">i", self._read_exactly(4))[0]
-        return self._read_exactly(size)
-
-    def _read_exactly(self, count: int) -> bytes:
-        chunks, remaining = [], count
-        while remaining:
-            chunk = self.sock.recv(min(remaining, 1 << 20))
-            if not chunk:
-                raise ConnectionError("connection closed by broker")
-            chunks.append(chunk)
-            remaining -= len(chunk)
-        return b"".join(chunks)
+        return read_frame(self.sock)
 
     def receive(self, request: Any, correlation_id: int) -> Any:
         schema = load_response_schema(request.__api_key__, request.__version__)
