@@ -30,7 +30,7 @@ from odradek.storage.batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
-    is_crc_valid,
+    compute_crc,
     unpack_header,
 )
 from odradek.storage.errors import CorruptRecordError, StorageError
@@ -167,6 +167,7 @@ class LogSegment:
         self,
         on_batch: Callable[[BatchHeader], None] | None = None,
         next_segment_base: int | None = None,
+        chunk_bytes: int = RECOVERY_CHUNK_BYTES,
     ) -> RecoveryResult:
         """Re-validate every batch, rebuild both indexes, cut a torn or corrupt tail.
 
@@ -185,7 +186,7 @@ class LogSegment:
         file_size = os.fstat(self.fd).st_size
         position, batches, corruption = 0, 0, None
         try:
-            for header, valid in self._scan_full(file_size):
+            for header, valid in self._scan_full(file_size, chunk_bytes):
                 if not valid:
                     raise CorruptRecordError(
                         f"batch at position {header.position} fails its CRC32C check"
@@ -223,14 +224,22 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
         return RecoveryResult(position, truncated, batches, corruption)
 
-    def _scan_full(self, file_size: int) -> Iterator[tuple[BatchHeader, bool]]:
-        """Yield (header, crc_ok) for every batch, reading whole batches in big chunks."""
+    def _scan_full(
+        self, file_size: int, chunk_bytes: int = RECOVERY_CHUNK_BYTES
+    ) -> Iterator[tuple[BatchHeader, bool]]:
+        """Yield (header, crc_ok) for every batch, reading whole batches in big chunks.
+
+        ``chunk_bytes`` is a parameter so tests can put chunk boundaries anywhere,
+        including inside headers and batches larger than a chunk. The CRC is checked
+        at the batch's position in the chunk that holds it whole, which after a
+        re-read is 0, not where its header was found in the previous chunk.
+        """
         position = 0
         chunk, chunk_start = b"", 0
         while position < file_size:
             relative = position - chunk_start
             if len(chunk) - relative < HEADER_SIZE:
-                chunk = os.pread(self.fd, max(RECOVERY_CHUNK_BYTES, HEADER_SIZE), position)
+                chunk = os.pread(self.fd, max(chunk_bytes, HEADER_SIZE), position)
                 chunk_start, relative = position, 0
             header = unpack_header(chunk, relative)
             if position + header.size > file_size:  # before reading a garbled length
@@ -239,14 +248,14 @@ class LogSegment:
                     f"but only {file_size - position} remain in the file"
                 )
             if relative + header.size > len(chunk):
-                chunk = os.pread(self.fd, max(RECOVERY_CHUNK_BYTES, header.size), position)
+                chunk = os.pread(self.fd, max(chunk_bytes, header.size), position)
                 chunk_start, relative = position, 0
                 if header.size > len(chunk):
                     raise CorruptRecordError(
                         f"batch at position {position} declares {header.size} bytes "
                         f"but only {len(chunk)} remain in the file"
                     )
-            valid = is_crc_valid(chunk, header)
+            valid = compute_crc(chunk, relative, header.size) == header.crc
             header.position = position
             yield header, valid
             position += header.size
