@@ -24,6 +24,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
+from odradek.storage.partition_metadata import check_topic_id
 
 logger = logging.getLogger(__name__)
 
@@ -83,11 +84,31 @@ class ReplicaManager:
             self.log_manager.set_topic_config(name, topic_config(name))
         for key, (topic, state) in wanted.items():
             self._ensure(key, topic, state)
-        for (topic_name, index), _log in list(self.log_manager.logs.items()):
+        for (topic_name, index), log in list(self.log_manager.logs.items()):
             if (topic_name, index) not in wanted:
-                # a log left behind by a topic deleted while we were down
-                logger.info("deleting stray log %s-%d", topic_name, index)
-                self.log_manager.delete_log(topic_name, index)
+                # A log on disk the metadata does not know: maybe a topic deleted while
+                # we were down, maybe metadata that lost records. Never delete on that
+                # evidence alone: set it aside, keep the data, say where it went.
+                target = self.log_manager.set_aside_stray_log(topic_name, index)
+                logger.warning(
+                    "log %s-%d (%d bytes, offsets %d..%d) is not in the metadata: renamed "
+                    "to %s and kept, not deleted; remove it if the topic is really gone",
+                    topic_name,
+                    index,
+                    log.size,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                    target,
+                )
+
+    def check_loaded_logs(self, image: MetadataImage) -> None:
+        """Start-up, before anything is committed: every log found on disk whose topic the
+        metadata knows must carry that topic's id, else PartitionMetadataError (refusal)."""
+        for topic_name, index in list(self.log_manager.logs):
+            topic = image.topics.get(topic_name)
+            if topic is not None and index in topic.partitions:
+                log = self.log_manager.logs[(topic_name, index)]
+                check_topic_id(log.directory, topic_name, str(topic.topic_id))
 
     def _ensure(self, key: tuple[str, int], topic: TopicImage, state: PartitionImage) -> None:
         partition = self.partitions.get(key)
