@@ -30,6 +30,7 @@ from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig
 from odradek.server.dispatcher import Dispatcher
+from odradek.storage.errors import StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
@@ -162,11 +163,22 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.log_manager.shutdown)
+        failure: Exception | None = None
+        try:
+            await loop.run_in_executor(None, self.log_manager.shutdown)
+        except (StorageError, OSError) as error:  # a full disk: close the rest anyway
+            failure = error
         if self.metadata_log is not None:
-            self.metadata_log.flush()
-            self.metadata_log.close()
+            try:
+                self.metadata_log.flush()
+                self.metadata_log.close()
+            except OSError as error:
+                failure = failure or StorageError(
+                    f"the metadata log {self.metadata_log.directory}: {error.strerror or error}"
+                )
         self.stopped.set()
+        if failure is not None:
+            raise failure
 
     # -- metadata --------------------------------------------------------------------
     @property

@@ -22,7 +22,7 @@ again; an operator removes it, or renames it back once the metadata is repaired.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -247,7 +247,11 @@ class LogManager:
             producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
         )
         if topic_id is not None:
-            write_partition_metadata(directory, topic_id)
+            try:
+                write_partition_metadata(directory, topic_id)
+            except OSError:
+                log.close()  # e.g. a full disk: the next attempt opens it again
+                raise
         self.logs[tp] = log
         self._log_dir_of[tp] = log_dir
         return log
@@ -320,13 +324,20 @@ class LogManager:
         """fsync a log on a worker thread; the loop keeps appending meanwhile."""
         segments, target = log.prepare_flush()
 
-        def fsync_all() -> None:
+        def fsync_all() -> OSError | None:
             for segment in segments:
-                with contextlib.suppress(OSError):  # closed by a concurrent truncation
+                try:
                     segment.fsync()
+                except OSError as error:
+                    if error.errno != errno.EBADF:  # EBADF: closed by a concurrent truncation
+                        return error
+            return None
 
-        await asyncio.get_running_loop().run_in_executor(None, fsync_all)
-        if not log.closed:
+        failure = await asyncio.get_running_loop().run_in_executor(None, fsync_all)
+        if failure is not None:
+            # Not durable: the recovery point stays, so a crash recovers this data.
+            logger.error("flushing %s failed: %s", log.name, _reason(failure))
+        elif not log.closed:
             log.mark_flushed(target)
 
     async def run_once(self) -> None:
@@ -366,6 +377,8 @@ class LogManager:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
+            except OSError as error:  # a full or failing disk: one line, tried again later
+                logger.error("log housekeeping failed: %s", _reason(error))
             except Exception:  # a housekeeping failure must not stop the broker
                 logger.exception("log housekeeping failed")
             await asyncio.sleep(self.settings.tick_ms / 1000)
@@ -376,21 +389,48 @@ class LogManager:
 
         If the logs were never (fully) loaded — a start refused by an identity check or
         failed half-way — nothing is written: empty checkpoints and a clean marker would
-        tell the next start that logs it never recovered need no recovery.
+        tell the next start that logs it never recovered need no recovery. An I/O error
+        (a full disk) does not stop the others from being closed; then no marker is
+        written, so the next start recovers the logs, and StorageError says what failed.
         """
         loaded = self.started
+        failures: list[str] = []
         for log in self.logs.values():
-            if loaded:
-                log.flush()
-            log.close()
+            try:
+                if loaded:
+                    log.flush()
+            except OSError as error:
+                failures.append(f"{log.name}: {_reason(error)}")
+            try:
+                log.close()
+            except OSError as error:
+                failures.append(f"closing {log.name}: {_reason(error)}")
         if loaded:
-            self.write_checkpoints()
-            for log_dir in self.log_dirs:
-                (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+            try:
+                self.write_checkpoints()
+                if not failures:
+                    for log_dir in self.log_dirs:
+                        (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+            except OSError as error:
+                failures.append(f"checkpoints: {_reason(error)}")
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds.clear()
         self.started = False
+        if failures:
+            for failure in failures:
+                logger.error("shutdown: %s", failure)
+            raise StorageError(
+                f"{len(failures)} log(s) or checkpoint(s) could not be written at shutdown "
+                f"(first: {failures[0]}); no clean-shutdown marker was written, so the next "
+                "start recovers the logs"
+            )
+
+
+def _reason(error: OSError) -> str:
+    if error.strerror:
+        return f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    return str(error)
 
 
 def _delete_segment_files(segments: list[LogSegment]) -> None:
