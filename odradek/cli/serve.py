@@ -5,7 +5,10 @@ How this works and why: configuration comes from an optional Kafka
 ``--listen`` and ``--node-id``; a bad value exits with one line naming the key. When
 the listeners accept connections one line goes to stdout — ``odradek ready
 PLAINTEXT://127.0.0.1:40123`` with the real port — so scripts and tests can bind port 0
-and read it back. SIGTERM/SIGINT shut down cleanly and exit 0.
+and read it back. SIGTERM/SIGINT shut down cleanly and exit 0; if logs or checkpoints
+cannot be written then (a full disk) it says so in one line and exits 1, and the next
+start recovers the logs. A start refused (damaged or foreign data, see
+storage/meta_properties.py) is one line and exit 1.
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig) -> int:
+    from odradek.metadata.controller import ControllerError
     from odradek.server.broker import Broker
     from odradek.storage.errors import StorageError
 
@@ -83,7 +87,7 @@ async def _serve(config: BrokerConfig) -> int:
         loop.add_signal_handler(signum, stop.set)
     try:
         urls = await broker.start()
-    except (StorageError, OSError, RuntimeError) as error:
+    except (StorageError, OSError, RuntimeError, ControllerError) as error:
         print(f"odradek serve: cannot start: {error}", file=sys.stderr)
         with contextlib.suppress(Exception):
             broker.log_manager.shutdown()
@@ -94,5 +98,9 @@ async def _serve(config: BrokerConfig) -> int:
     print(f"odradek ready {' '.join(urls)}", flush=True)
     await stop.wait()
     logging.getLogger(__name__).info("shutting down")
-    await broker.stop()
+    try:
+        await broker.stop()
+    except (StorageError, OSError) as error:  # e.g. a full disk: exit 1 with one line
+        print(f"odradek serve: shutdown incomplete: {error}", file=sys.stderr)
+        return 1
     return 0

@@ -30,7 +30,7 @@ from odradek.metadata.image import (
     MetadataImage,
     MetadataRecord,
 )
-from odradek.storage.errors import LogConfigError
+from odradek.storage.errors import LogConfigError, StorageError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.records import Record, decode_batch, encode_batch
@@ -90,6 +90,8 @@ class Controller:
         self._defaults = defaults  # num.partitions, default.replication.factor (dynamic)
         self._listeners: list[Listener] = []
         self._lock = asyncio.Lock()
+        # Set when a failed commit could not be rolled back: the log's state is unknown.
+        self._failed: str | None = None
 
     def add_listener(self, listener: Listener) -> None:
         self._listeners.append(listener)
@@ -108,18 +110,33 @@ class Controller:
 
     # -- commit ------------------------------------------------------------------
     async def _commit(self, records: Sequence[MetadataRecord]) -> MetadataImage:
+        """Append and fsync ``records``; then (only then) advance the image.
+
+        A write or fsync that fails (ENOSPC, EIO) raises ControllerError
+        KAFKA_STORAGE_ERROR with the image unchanged, after cutting the log back to
+        where it was and syncing that, so a restart replays exactly the image the
+        clients saw: the change is absent, never half there. If even that cut fails,
+        the log's state on disk is unknown: the controller refuses every later change
+        (KAFKA_STORAGE_ERROR) until a restart recovers the log.
+        """
         if not records:
             return self.image
+        if self._failed is not None:
+            raise ControllerError("KAFKA_STORAGE_ERROR", self._failed)
         now = self.log.clock()
         encoded = [Record(offset, now, *record.encode()) for offset, record in enumerate(records)]
-        info = self.log.append_as_leader(encode_batch(encoded), CONTROLLER_EPOCH)
-        segments, target = self.log.prepare_flush()
+        end = self.log.log_end_offset
+        try:
+            info = self.log.append_as_leader(encode_batch(encoded), CONTROLLER_EPOCH)
+            segments, target = self.log.prepare_flush()
 
-        def fsync_all() -> None:
-            for segment in segments:
-                segment.fsync()
+            def fsync_all() -> None:
+                for segment in segments:
+                    segment.fsync()
 
-        await asyncio.get_running_loop().run_in_executor(None, fsync_all)
+            await asyncio.get_running_loop().run_in_executor(None, fsync_all)
+        except (OSError, StorageError) as error:
+            raise self._roll_back(end, error) from None
         self.log.mark_flushed(target)
         self.log.high_watermark = self.log.log_end_offset
         previous = self.image
@@ -127,6 +144,34 @@ class Controller:
         for listener in self._listeners:
             listener(previous, self.image)
         return self.image
+
+    def _roll_back(self, end: int, error: Exception) -> ControllerError:
+        """Cut the metadata log back to ``end`` after a failed commit; the error to raise."""
+        cause = error.__cause__ if isinstance(error, StorageError) and error.__cause__ else error
+        detail = getattr(cause, "strerror", None) or str(cause)
+        try:
+            self.log.truncate_to(end)  # frees space: works on a full disk
+            active = self.log.active_segment  # the cut must be durable, not only the data
+            active.write_indexes()
+            active.fsync()
+        except (OSError, StorageError) as again:
+            self._failed = (
+                f"the metadata log {self.log.directory} could not be written ({detail}) nor cut "
+                f"back ({getattr(again, 'strerror', None) or again}); restart the broker once "
+                "the disk has room"
+            )
+            logger.error("%s", self._failed)
+            return ControllerError("KAFKA_STORAGE_ERROR", self._failed)
+        logger.error(
+            "metadata change not committed: writing %s failed (%s); the log is back at "
+            "offset %d and the change was not applied",
+            self.log.directory,
+            detail,
+            end,
+        )
+        return ControllerError(
+            "KAFKA_STORAGE_ERROR", f"metadata change not committed: the metadata log: {detail}"
+        )
 
     # -- brokers ---------------------------------------------------------------------
     async def register_broker(
@@ -252,7 +297,10 @@ class Controller:
                 except ControllerError as error:
                     results.append(error)
             records = [r for item in results if isinstance(item, list) for r in item]
-            image = self.image if validate_only else await self._commit(records)
+            try:
+                image = self.image if validate_only else await self._commit(records)
+            except ControllerError as failure:  # storage: nothing of the request committed
+                return [item if isinstance(item, ControllerError) else failure for item in results]
             return [item if isinstance(item, ControllerError) else image for item in results]
 
     def _requested_partitions(self, topics: Sequence[NewTopic]) -> int:
@@ -286,7 +334,10 @@ class Controller:
                     continue
                 records.append(MetadataRecord("RemoveTopic", {"topic_id": str(topic.topic_id)}))
                 results.append(None)
-            await self._commit(records)
+            try:
+                await self._commit(records)
+            except ControllerError as failure:  # storage: no topic of the request deleted
+                return [failure if result is None else result for result in results]
             return results
 
     async def create_partitions(

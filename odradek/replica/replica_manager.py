@@ -24,6 +24,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
+from odradek.storage.partition_metadata import check_topic_id
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,12 @@ class ReplicaManager:
         self.node_id = node_id
         self.log_manager = log_manager
         self.partitions: dict[tuple[str, int], Partition] = {}
+        # Partitions answered with KAFKA_STORAGE_ERROR: ``offline`` ones had an I/O
+        # error in their log (disk full, EIO) with its state on disk unknown, until a
+        # restart recovers them; ``not_created`` ones are in the metadata but their log
+        # could not be created here, until a later metadata change or restart does it.
+        self.offline: dict[tuple[str, int], str] = {}
+        self.not_created: dict[tuple[str, int], str] = {}
         self.closing = False  # shutdown: fetches stop long-polling
 
     # -- reacting to metadata ------------------------------------------------------
@@ -79,15 +86,44 @@ class ReplicaManager:
                     wanted[(topic.name, partition.partition)] = (topic, partition)
         for key in [k for k in self.partitions if k not in wanted]:
             self._remove(key)
+        for key in [k for k in self.not_created if k not in wanted]:
+            del self.not_created[key]
         for name in {topic.name for topic, _ in wanted.values()}:
             self.log_manager.set_topic_config(name, topic_config(name))
         for key, (topic, state) in wanted.items():
-            self._ensure(key, topic, state)
-        for (topic_name, index), _log in list(self.log_manager.logs.items()):
+            try:
+                self._ensure(key, topic, state)
+            except (OSError, StorageError) as error:
+                # The metadata is committed; the log is not here. Retried on the next
+                # metadata change and at start-up; meanwhile clients get a storage error.
+                reason = f"{key[0]}-{key[1]}: cannot create its log: {_reason(error)}"
+                self.not_created[key] = reason
+                logger.error("%s", reason)
+        for (topic_name, index), log in list(self.log_manager.logs.items()):
             if (topic_name, index) not in wanted:
-                # a log left behind by a topic deleted while we were down
-                logger.info("deleting stray log %s-%d", topic_name, index)
-                self.log_manager.delete_log(topic_name, index)
+                # A log on disk the metadata does not know: maybe a topic deleted while
+                # we were down, maybe metadata that lost records. Never delete on that
+                # evidence alone: set it aside, keep the data, say where it went.
+                target = self.log_manager.set_aside_stray_log(topic_name, index)
+                logger.warning(
+                    "log %s-%d (%d bytes, offsets %d..%d) is not in the metadata: renamed "
+                    "to %s and kept, not deleted; remove it if the topic is really gone",
+                    topic_name,
+                    index,
+                    log.size,
+                    log.log_start_offset,
+                    log.log_end_offset,
+                    target,
+                )
+
+    def check_loaded_logs(self, image: MetadataImage) -> None:
+        """Start-up, before anything is committed: every log found on disk whose topic the
+        metadata knows must carry that topic's id, else PartitionMetadataError (refusal)."""
+        for topic_name, index in list(self.log_manager.logs):
+            topic = image.topics.get(topic_name)
+            if topic is not None and index in topic.partitions:
+                log = self.log_manager.logs[(topic_name, index)]
+                check_topic_id(log.directory, topic_name, str(topic.topic_id))
 
     def _ensure(self, key: tuple[str, int], topic: TopicImage, state: PartitionImage) -> None:
         partition = self.partitions.get(key)
@@ -114,8 +150,10 @@ class ReplicaManager:
         partition.isr = state.isr
         if partition.is_leader(self.node_id):
             partition.update_high_watermark()
+        self.not_created.pop(key, None)
 
     def _remove(self, key: tuple[str, int]) -> None:
+        self.offline.pop(key, None)
         partition = self.partitions.pop(key, None)
         if partition is None:
             return
@@ -124,7 +162,11 @@ class ReplicaManager:
 
     # -- lookups -------------------------------------------------------------------
     def leader_partition(self, topic: str, index: int) -> Partition:
-        partition = self.partitions.get((topic, index))
+        key = (topic, index)
+        partition = self.partitions.get(key)
+        failure = self.offline.get(key) or self.not_created.get(key)
+        if failure is not None:
+            raise PartitionError("KAFKA_STORAGE_ERROR", failure)
         if partition is None:
             raise PartitionError(
                 "UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{index} is not hosted here"
@@ -147,6 +189,15 @@ class ReplicaManager:
             info = partition.log.append_as_leader(records, partition.leader_epoch)
         except StorageError as error:
             raise PartitionError(error.code, str(error)) from None
+        except OSError as error:
+            # Not a clean failure (a write that failed is cut back and raises
+            # StorageError): a roll, an fsync or an index write. What reached the disk
+            # is unknown, so the partition stops serving until a restart recovers it.
+            reason = f"{topic}-{index} is offline: {_reason(error)}; restart to recover it"
+            self.offline[(topic, index)] = reason
+            partition.wake_waiters()
+            logger.error("%s", reason)
+            raise PartitionError("KAFKA_STORAGE_ERROR", reason) from None
         partition.update_high_watermark()
         partition.wake_waiters()
         return info
@@ -173,3 +224,10 @@ class ReplicaManager:
         finally:
             for partition in watched:
                 partition.waiters.discard(waiter)
+
+
+def _reason(error: BaseException) -> str:
+    """An I/O error in a few words (``No space left on device: /path``), no traceback."""
+    if isinstance(error, OSError) and error.strerror:
+        return f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    return str(error)

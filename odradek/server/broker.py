@@ -30,15 +30,12 @@ from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig
 from odradek.server.dispatcher import Dispatcher
+from odradek.storage.errors import StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.log_manager import (
-    LogManager,
-    LogManagerSettings,
-    read_meta_properties,
-    write_meta_properties,
-)
+from odradek.storage.log_manager import LogManager, LogManagerSettings
+from odradek.storage.meta_properties import ensure_meta_properties
 
 logger = logging.getLogger(__name__)
 
@@ -123,8 +120,13 @@ class Broker:
     async def start(self) -> list[str]:
         """Bring the broker up; returns the listener URLs with their real ports."""
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.log_manager.startup)
-        self.cluster_id = self._ensure_meta_properties()
+        # Identity first: nothing in a log dir is loaded or written before it is known
+        # to belong to this cluster and node.
+        await loop.run_in_executor(None, self.log_manager.lock_dirs)
+        self.cluster_id = ensure_meta_properties(
+            self.config.log_dirs, self.node_id, new_cluster_id, reserved=(METADATA_LOG_DIR,)
+        )
+        await loop.run_in_executor(None, self.log_manager.load_logs)
         first_dir = self.config.log_dirs[0]
         metadata_log, _ = await loop.run_in_executor(
             None,
@@ -135,6 +137,7 @@ class Broker:
         self.metadata_log = metadata_log
         self.controller = Controller(metadata_log, self.node_id, self.dynamic_defaults)
         self.controller.replay()
+        self.replica_manager.check_loaded_logs(self.controller.image)
         bound = [self.server.bind(li.name, li.host, li.port) for li in self.config.listeners]
         ports = {b.name: b.port for b in bound}
         endpoints = []
@@ -160,34 +163,22 @@ class Broker:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._housekeeping
         loop = asyncio.get_running_loop()
-        await loop.run_in_executor(None, self.log_manager.shutdown)
+        failure: Exception | None = None
+        try:
+            await loop.run_in_executor(None, self.log_manager.shutdown)
+        except (StorageError, OSError) as error:  # a full disk: close the rest anyway
+            failure = error
         if self.metadata_log is not None:
-            self.metadata_log.flush()
-            self.metadata_log.close()
-        self.stopped.set()
-
-    def _ensure_meta_properties(self) -> str:
-        cluster_ids = {read_meta_properties(d).get("cluster.id") for d in self.config.log_dirs}
-        cluster_ids.discard(None)
-        if len(cluster_ids) > 1:
-            raise RuntimeError(f"log dirs belong to different clusters: {sorted(cluster_ids)}")  # type: ignore[type-var]
-        cluster_id = cluster_ids.pop() if cluster_ids else new_cluster_id()
-        for log_dir in self.config.log_dirs:
-            properties = read_meta_properties(log_dir)
-            node = properties.get("node.id")
-            if node is not None and int(node) != self.node_id:
-                raise RuntimeError(f"{log_dir} belongs to node {node}, not node.id={self.node_id}")
-            if not properties:
-                write_meta_properties(
-                    log_dir,
-                    {
-                        "cluster.id": str(cluster_id),
-                        "node.id": str(self.node_id),
-                        "version": "1",
-                        "directory.id": new_cluster_id(),
-                    },
+            try:
+                self.metadata_log.flush()
+                self.metadata_log.close()
+            except OSError as error:
+                failure = failure or StorageError(
+                    f"the metadata log {self.metadata_log.directory}: {error.strerror or error}"
                 )
-        return str(cluster_id)
+        self.stopped.set()
+        if failure is not None:
+            raise failure
 
     # -- metadata --------------------------------------------------------------------
     @property

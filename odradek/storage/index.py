@@ -24,6 +24,8 @@ Concurrency: owned by the event loop that owns the log; not thread-safe.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import errno
 import os
 import struct
 from array import array
@@ -73,13 +75,18 @@ class _IndexFile:
         self._pending += entry
         self._pending_count += 1
         if self._pending_count >= PENDING_ENTRIES_MAX:
-            self.write_pending()
+            # Disk full or failing: the entries stay staged and the append that staged
+            # them stands (its data is written); flush, roll or close write them.
+            with contextlib.suppress(OSError):
+                self.write_pending()
 
     def write_pending(self) -> None:
         """Append staged entries to the file (page cache; ``fsync`` makes them durable)."""
         if not self._pending:
             return
-        os.pwrite(self._fd, self._pending, self._file_entries * self.entry_size)
+        written = os.pwrite(self._fd, self._pending, self._file_entries * self.entry_size)
+        if written != len(self._pending):  # a full disk: retried from the same place
+            raise OSError(errno.ENOSPC, f"short write to {self.path}")
         self._file_entries += self._pending_count
         self._pending.clear()
         self._pending_count = 0
@@ -160,7 +167,10 @@ class OffsetIndex(_IndexFile):
         self._pending += _OFFSET_ENTRY.pack(relative, position)
         self._pending_count += 1
         if self._pending_count >= PENDING_ENTRIES_MAX:
-            self.write_pending()
+            # Disk full or failing: the entries stay staged and the append that staged
+            # them stands (its data is written); flush, roll or close write them.
+            with contextlib.suppress(OSError):
+                self.write_pending()
 
     def lookup(self, offset: int) -> tuple[int, int]:
         """The entry with the largest offset <= ``offset``, or (base_offset, 0)."""

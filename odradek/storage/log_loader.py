@@ -135,6 +135,7 @@ def open_log(
     epoch_file_missing = not epoch_path.exists() or epoch_path.stat().st_size == 0
     epoch_cache, rebuild_epochs = _open_epoch_cache(directory)
     rebuild_epochs = rebuild_epochs or (epoch_file_missing and not clean_shutdown)
+    log_start_offset = _clamp_log_start(directory, log_start_offset, kept[-1].next_offset)
     producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
     log = Log(
         directory,
@@ -158,6 +159,25 @@ def open_log(
         log.flush()
     stats.elapsed_ms = int((time.monotonic() - started) * 1000)
     return log, stats
+
+
+def _clamp_log_start(directory: Path, log_start_offset: int, log_end_offset: int) -> int:
+    """A checkpointed log start offset beyond the log end is clamped to the log end.
+
+    Believed as it is, it would give the log a start above its end, and the next
+    record an offset below the start, that no fetch could read.
+    """
+    if log_start_offset <= log_end_offset:
+        return log_start_offset
+    logger.warning(
+        "%s: log-start-offset-checkpoint says %d, beyond the log end offset %d; "
+        "clamping the log start offset to %d",
+        directory.name,
+        log_start_offset,
+        log_end_offset,
+        log_end_offset,
+    )
+    return log_end_offset
 
 
 def _open_epoch_cache(directory: Path) -> tuple[LeaderEpochCache, bool]:

@@ -13,13 +13,16 @@ Files per log dir (Kafka's names and text formats): ``meta.properties``,
 ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
 ``replication-offset-checkpoint`` (high watermarks), ``.kafka_cleanshutdown``,
 ``.lock``. Deleted logs are renamed ``<topic>-<partition>.<id>-delete`` first and
-removed in the background, so a crash mid-delete never resurrects half a log.
+removed in the background, so a crash mid-delete never resurrects half a log. A log the
+metadata does not know (a "stray" log) is never deleted on that evidence alone: it is
+renamed ``<topic>-<partition>.<id>-stray`` (as Kafka 3.7+ does), kept, and not loaded
+again; an operator removes it, or renames it back once the metadata is repaired.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import errno
 import fcntl
 import logging
 import os
@@ -43,17 +46,23 @@ from odradek.storage.errors import StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.partition_metadata import write_partition_metadata
+from odradek.storage.meta_properties import (  # re-exported: their home was this module
+    META_PROPERTIES_FILE as META_PROPERTIES_FILE,
+)
+from odradek.storage.meta_properties import read_meta_properties as read_meta_properties
+from odradek.storage.meta_properties import write_meta_properties as write_meta_properties
+from odradek.storage.partition_metadata import check_topic_id, write_partition_metadata
 from odradek.storage.segment import LogSegment
 
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
 LOCK_FILE: Final = ".lock"
-META_PROPERTIES_FILE: Final = "meta.properties"
 DELETE_DIR_SUFFIX: Final = "-delete"
+STRAY_DIR_SUFFIX: Final = "-stray"
 _LOG_DIR_NAME = re.compile(r"^(?P<topic>[a-zA-Z0-9._-]+)-(?P<partition>[0-9]+)$")
 _DELETED_DIR_NAME = re.compile(r"^.+-[0-9]+\.[0-9a-f]+-delete$")
+_STRAY_DIR_NAME = re.compile(r"^.+-[0-9]+\.[0-9a-f]+-stray$")
 
 TopicPartition = tuple[str, int]
 
@@ -78,27 +87,6 @@ def parse_log_dir_name(name: str) -> TopicPartition | None:
     if match is None:
         return None
     return match["topic"], int(match["partition"])
-
-
-def read_meta_properties(log_dir: Path) -> dict[str, str]:
-    path = log_dir / META_PROPERTIES_FILE
-    if not path.exists():
-        return {}
-    properties = {}
-    for line in path.read_text().splitlines():
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, _, value = line.partition("=")
-        properties[key.strip()] = value.strip()
-    return properties
-
-
-def write_meta_properties(log_dir: Path, properties: Mapping[str, str]) -> None:
-    path = log_dir / META_PROPERTIES_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(f"{k}={v}\n" for k, v in sorted(properties.items())))
-    os.replace(tmp, path)
 
 
 class LogManager:
@@ -130,11 +118,18 @@ class LogManager:
     # -- start-up ------------------------------------------------------------------
     def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         """Lock the dirs and load every log, recovering the ones a crash left behind."""
-        self._topic_configs.update(topic_configs or {})
-        self._started_ms = self.clock()
+        self.lock_dirs()
+        self.load_logs(topic_configs)
+
+    def lock_dirs(self) -> None:
+        """Create and lock every log dir (the broker checks their identity before loading)."""
         for log_dir in self.log_dirs:
             log_dir.mkdir(parents=True, exist_ok=True)
             self._lock(log_dir)
+
+    def load_logs(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
+        self._topic_configs.update(topic_configs or {})
+        self._started_ms = self.clock()
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
         self.started = True
@@ -169,6 +164,13 @@ class LogManager:
                 shutil.rmtree(child, ignore_errors=True)  # a delete that a restart interrupted
                 continue
             if child.name in self.reserved_dirs:
+                continue
+            if _STRAY_DIR_NAME.match(child.name):
+                logger.warning(
+                    "not loading %s: a stray log set aside earlier (remove it, or rename it "
+                    "back to <topic>-<partition> if the metadata knows it again)",
+                    child,
+                )
                 continue
             tp = parse_log_dir_name(child.name)
             if tp is None:
@@ -229,6 +231,9 @@ class LogManager:
         tp = (topic, partition)
         existing = self.logs.get(tp)
         if existing is not None:
+            if topic_id is not None:  # a log found on disk, now claimed by the metadata
+                check_topic_id(existing.directory, topic, topic_id)
+                write_partition_metadata(existing.directory, topic_id)
             return existing
         counts = {d: 0 for d in self.log_dirs}
         for log_dir in self._log_dir_of.values():
@@ -242,7 +247,11 @@ class LogManager:
             producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
         )
         if topic_id is not None:
-            write_partition_metadata(directory, topic_id)
+            try:
+                write_partition_metadata(directory, topic_id)
+            except OSError:
+                log.close()  # e.g. a full disk: the next attempt opens it again
+                raise
         self.logs[tp] = log
         self._log_dir_of[tp] = log_dir
         return log
@@ -256,6 +265,19 @@ class LogManager:
             return None
         log.close()
         target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
+        os.rename(log.directory, target)
+        self._write_checkpoints_for(log_dir)
+        return target
+
+    def set_aside_stray_log(self, topic: str, partition: int) -> Path | None:
+        """Close a log the metadata does not know and rename it ``...-stray``; keep its data."""
+        tp = (topic, partition)
+        log = self.logs.pop(tp, None)
+        log_dir = self._log_dir_of.pop(tp, None)
+        if log is None or log_dir is None:
+            return None
+        log.close()
+        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
         os.rename(log.directory, target)
         self._write_checkpoints_for(log_dir)
         return target
@@ -302,13 +324,20 @@ class LogManager:
         """fsync a log on a worker thread; the loop keeps appending meanwhile."""
         segments, target = log.prepare_flush()
 
-        def fsync_all() -> None:
+        def fsync_all() -> OSError | None:
             for segment in segments:
-                with contextlib.suppress(OSError):  # closed by a concurrent truncation
+                try:
                     segment.fsync()
+                except OSError as error:
+                    if error.errno != errno.EBADF:  # EBADF: closed by a concurrent truncation
+                        return error
+            return None
 
-        await asyncio.get_running_loop().run_in_executor(None, fsync_all)
-        if not log.closed:
+        failure = await asyncio.get_running_loop().run_in_executor(None, fsync_all)
+        if failure is not None:
+            # Not durable: the recovery point stays, so a crash recovers this data.
+            logger.error("flushing %s failed: %s", log.name, _reason(failure))
+        elif not log.closed:
             log.mark_flushed(target)
 
     async def run_once(self) -> None:
@@ -348,23 +377,60 @@ class LogManager:
                 await self.run_once()
             except asyncio.CancelledError:
                 raise
+            except OSError as error:  # a full or failing disk: one line, tried again later
+                logger.error("log housekeeping failed: %s", _reason(error))
             except Exception:  # a housekeeping failure must not stop the broker
                 logger.exception("log housekeeping failed")
             await asyncio.sleep(self.settings.tick_ms / 1000)
 
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
-        """Flush and close every log, write checkpoints and the clean-shutdown marker."""
+        """Flush and close every log, write checkpoints and the clean-shutdown marker.
+
+        If the logs were never (fully) loaded — a start refused by an identity check or
+        failed half-way — nothing is written: empty checkpoints and a clean marker would
+        tell the next start that logs it never recovered need no recovery. An I/O error
+        (a full disk) does not stop the others from being closed; then no marker is
+        written, so the next start recovers the logs, and StorageError says what failed.
+        """
+        loaded = self.started
+        failures: list[str] = []
         for log in self.logs.values():
-            log.flush()
-            log.close()
-        self.write_checkpoints()
-        for log_dir in self.log_dirs:
-            (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+            try:
+                if loaded:
+                    log.flush()
+            except OSError as error:
+                failures.append(f"{log.name}: {_reason(error)}")
+            try:
+                log.close()
+            except OSError as error:
+                failures.append(f"closing {log.name}: {_reason(error)}")
+        if loaded:
+            try:
+                self.write_checkpoints()
+                if not failures:
+                    for log_dir in self.log_dirs:
+                        (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")
+            except OSError as error:
+                failures.append(f"checkpoints: {_reason(error)}")
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds.clear()
         self.started = False
+        if failures:
+            for failure in failures:
+                logger.error("shutdown: %s", failure)
+            raise StorageError(
+                f"{len(failures)} log(s) or checkpoint(s) could not be written at shutdown "
+                f"(first: {failures[0]}); no clean-shutdown marker was written, so the next "
+                "start recovers the logs"
+            )
+
+
+def _reason(error: OSError) -> str:
+    if error.strerror:
+        return f"{error.strerror}: {error.filename}" if error.filename else error.strerror
+    return str(error)
 
 
 def _delete_segment_files(segments: list[LogSegment]) -> None:

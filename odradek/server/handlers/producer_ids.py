@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
+from odradek.metadata.controller import ControllerError
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
@@ -39,4 +40,7 @@ async def init_producer_id(broker: Broker, request: Request) -> Any:
 
     if body.transactional_id is not None:
         return respond("COORDINATOR_NOT_AVAILABLE")
-    return respond("NONE", await broker.next_producer_id(), 0)
+    try:
+        return respond("NONE", await broker.next_producer_id(), 0)
+    except ControllerError as error:  # the id block could not be committed (disk full)
+        return respond(error.code)
