@@ -18,11 +18,12 @@ How this works and why (Kafka's names and semantics, KIP-72 and KIP-402):
   gives it back when the request has been handled; while the pool is exhausted it
   stops reading its socket (TCP backpressure) — no connection is dropped for it.
   As in Kafka's non-strict pool, any free byte admits a whole frame, so one frame
-  can overshoot: request bytes held are at most ``queued.max.request.bytes`` plus
-  one request (<= ``socket.request.max.bytes``). Large frames may use the pool only
-  up to ``capacity - capacity/8``: the last eighth is kept for small frames
-  (<= 64 KiB: ApiVersions, Metadata, heartbeats, fetch requests), so slow senders of
-  large produce requests cannot stop the broker from answering everyone else.
+  can overshoot. Large frames may use the pool only up to ``capacity - capacity/8``:
+  that last eighth is kept for small frames (<= 64 KiB: ApiVersions, Metadata,
+  heartbeats, fetch requests), which may also use whatever large ones leave, so slow
+  senders of large produce requests cannot stop the broker from answering everyone
+  else. Request bytes held are at most ``queued.max.request.bytes`` plus one request
+  (<= ``socket.request.max.bytes``) plus 64 KiB.
 - ``raise_open_file_limit``: at start the soft RLIMIT_NOFILE goes up to the hard one.
 """
 
@@ -277,6 +278,7 @@ class RequestMemoryPool:
         self.capacity = capacity  # <= 0: unbounded
         self.reserve = capacity // 8 if capacity > 0 else 0
         self.used = 0
+        self.used_small = 0  # of which by small frames
         self._small: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._large: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._log = _RateLimitedLog()
@@ -285,12 +287,11 @@ class RequestMemoryPool:
     def bounded(self) -> bool:
         return self.capacity > 0
 
-    def _threshold(self, size: int) -> int:
-        return self.capacity if size <= SMALL_REQUEST_BYTES else self.capacity - self.reserve
-
     def _fits(self, size: int) -> bool:
         # Non-strict, as Kafka's pool: any free byte below the threshold admits the frame.
-        return self.used < self._threshold(size)
+        if size <= SMALL_REQUEST_BYTES:
+            return self.used < self.capacity or self.used_small < self.reserve
+        return self.used - self.used_small < self.capacity - self.reserve
 
     def _queue(self, size: int) -> deque[tuple[int, asyncio.Future[None]]]:
         return self._small if size <= SMALL_REQUEST_BYTES else self._large
@@ -301,8 +302,13 @@ class RequestMemoryPool:
             return True
         if any(not waiter.done() for _, waiter in self._queue(size)) or not self._fits(size):
             return False  # first come, first served within a size class
-        self.used += size
+        self._take(size)
         return True
+
+    def _take(self, size: int) -> None:
+        self.used += size
+        if size <= SMALL_REQUEST_BYTES:
+            self.used_small += size
 
     async def acquire(self, size: int) -> None:
         """Reserve ``size`` bytes, waiting (and so not reading the socket) until they fit."""
@@ -327,6 +333,8 @@ class RequestMemoryPool:
 
     def release(self, size: int) -> None:
         self.used -= size
+        if size <= SMALL_REQUEST_BYTES:
+            self.used_small -= size
         self._wake()
 
     def _wake(self) -> None:
@@ -339,5 +347,5 @@ class RequestMemoryPool:
                 if not self._fits(size):
                     break
                 queue.popleft()
-                self.used += size
+                self._take(size)
                 waiter.set_result(None)

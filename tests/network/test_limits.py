@@ -63,7 +63,7 @@ def test_config_keys_and_zero_per_ip_needs_overrides() -> None:
     assert config["max.connections.per.ip"] == INT_MAX
     assert config["max.connections.per.ip.overrides"] is None
     assert config["queued.max.request.bytes"] == 100 * MIB
-    with pytest.raises(ConfigError, match="max.connections.per.ip"):
+    with pytest.raises(ConfigError, match=r"max\.connections\.per\.ip"):
         BrokerConfig({"max.connections.per.ip": "0"})
     config = BrokerConfig(
         {"max.connections.per.ip": "0", "max.connections.per.ip.overrides": "10.0.0.1:4"}
@@ -168,16 +168,21 @@ def test_pool_is_non_strict_and_keeps_room_for_small_requests() -> None:
     assert not pool.try_acquire(SMALL_REQUEST_BYTES + 1)
     assert pool.try_acquire(100)  # small frames may use the last eighth
     assert pool.try_acquire(SMALL_REQUEST_BYTES)
-    pool.release(6 * MIB + 100 + SMALL_REQUEST_BYTES)
+    for size in (6 * MIB, 100, SMALL_REQUEST_BYTES):
+        pool.release(size)
     assert pool.try_acquire(5 * MIB)  # 8 + 5 = 13 MiB held
     assert pool.try_acquire(8 * MIB)  # 13 < 14: admitted whole (Kafka's non-strict pool)
     assert pool.used == 21 * MIB
+    assert not pool.try_acquire(SMALL_REQUEST_BYTES + 1)
+    # Large frames past their share never take the small frames' eighth.
+    admitted = sum(pool.try_acquire(SMALL_REQUEST_BYTES) for _ in range(100))
+    assert admitted == 2 * MIB // SMALL_REQUEST_BYTES
     assert not pool.try_acquire(10)
     # A frame larger than the whole pool goes through alone.
     big = RequestMemoryPool(1 * MIB)
     assert big.try_acquire(50 * MIB)
     assert not big.try_acquire(SMALL_REQUEST_BYTES + 1)
-    assert not big.try_acquire(10)
+    assert big.try_acquire(10)  # the small frames' eighth is still there
 
 
 def test_pool_waiters_are_served_in_order_and_cancellation_returns_memory() -> None:
@@ -201,7 +206,7 @@ def test_pool_waiters_are_served_in_order_and_cancellation_returns_memory() -> N
         assert not pool.try_acquire(100 * 1024)
         cancelled.cancel()
         pool.release(7 * MIB)
-        await asyncio.wait_for(asyncio.gather(first, second), 1)
+        await asyncio.wait_for(asyncio.gather(first, second, small), 1)
         assert order == ["small", "first", "second"]
         with pytest.raises(asyncio.CancelledError):
             await cancelled
@@ -233,7 +238,7 @@ def test_pool_accounting_never_leaks_under_random_traffic() -> None:
 
         await asyncio.gather(*(client() for _ in range(20)))
         assert pool.used == 0
-        assert peak <= capacity + largest
+        assert peak <= capacity + largest + SMALL_REQUEST_BYTES
 
     for seed in range(5):
         run(scenario(seed))
