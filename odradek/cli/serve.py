@@ -67,6 +67,9 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"odradek serve: {error}", file=sys.stderr)
         return 2
+    from odradek.network.limits import raise_open_file_limit
+
+    raise_open_file_limit()  # connections and log files share the descriptor table
     try:
         import uvloop
 

@@ -10,6 +10,14 @@ handles one request at a time, like Kafka (which mutes a channel until its respo
 is sent): responses therefore leave in request order, and two produce requests of
 one producer can never be reordered. Slow work in one connection never blocks
 another — each is its own task.
+
+Reads are exact: the 4-byte size, then that many bytes. Between the two the frame's
+whole size is reserved in the broker's ``RequestMemoryPool``
+(``queued.max.request.bytes``) and it is given back once the request has been
+handled, so the bytes of partly read and queued requests are bounded across all
+connections; while the pool is exhausted the socket is simply not read. A ``recv``
+is first tried directly on the non-blocking socket and awaited only when no bytes
+are there, so a request already in the kernel costs no event-loop round trip.
 """
 
 from __future__ import annotations
@@ -25,7 +33,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Final
 
-from odradek.protocol.frames import FrameBuffer, FrameError
+from odradek.network.limits import RequestMemoryPool
+from odradek.protocol.frames import SIZE_PREFIX_BYTES, FrameError
 from odradek.storage.segment import FileRange
 
 logger = logging.getLogger(__name__)
@@ -73,11 +82,14 @@ class Connection:
         *,
         max_frame_bytes: int,
         idle_timeout_ms: int,
+        pool: RequestMemoryPool | None = None,
     ) -> None:
         self.sock = sock
         self.context = context
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
+        self.pool = pool if pool is not None else RequestMemoryPool(0)
+        self.held = 0  # bytes of this connection's frames reserved in the pool
         self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms >= 0 else None
         self.last_active = time.monotonic()
         self._frames: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
@@ -94,6 +106,9 @@ class Connection:
                 await reader
             with contextlib.suppress(OSError):
                 self.sock.close()
+            if self.held:
+                self.pool.release(self.held)
+                self.held = 0
 
     def close_soon(self) -> None:
         """Stop after the request being handled (used by shutdown)."""
@@ -103,33 +118,68 @@ class Connection:
 
     async def _read_loop(self) -> None:
         loop = asyncio.get_running_loop()
-        buffer = FrameBuffer(self.max_frame_bytes)
         try:
             while not self.closing:
-                data = await self._recv(loop)
-                if not data:
+                prefix = await self._read_exactly(loop, SIZE_PREFIX_BYTES)
+                if prefix is None:
                     break
-                self.last_active = time.monotonic()
-                buffer.feed(data)
-                while (frame := buffer.next_frame()) is not None:
-                    await self._frames.put(frame)
+                (size,) = _SIZE.unpack(prefix)
+                if size < 0:
+                    raise FrameError(f"negative frame size {size}")
+                if size > self.max_frame_bytes:
+                    raise FrameError(
+                        f"frame of {size} bytes exceeds "
+                        f"socket.request.max.bytes={self.max_frame_bytes}"
+                    )
+                if not self.pool.try_acquire(size):
+                    await self.pool.acquire(size)  # backpressure: the socket is not read
+                    self.last_active = time.monotonic()  # waiting for memory is not idling
+                self.held += size
+                frame = await self._read_exactly(loop, size)
+                if frame is None:
+                    break
+                await self._frames.put(frame)
         except FrameError as error:
             logger.warning("closing connection from %s: %s", self.context.peer, error)
         except (OSError, TimeoutError):
             pass
         await self._frames.put(None)  # the processor finishes what was read, then stops
 
-    async def _recv(self, loop: asyncio.AbstractEventLoop) -> bytes:
+    async def _read_exactly(self, loop: asyncio.AbstractEventLoop, count: int) -> bytes | None:
+        """``count`` bytes, or None at end of stream (or idle timeout) before they came."""
+        if count == 0:
+            return b""
+        data = await self._recv(loop, min(count, RECV_BYTES))
+        if not data:
+            return None
+        self.last_active = time.monotonic()
+        if len(data) == count:
+            return data
+        chunks, remaining = [data], count - len(data)
+        while remaining:
+            data = await self._recv(loop, min(remaining, RECV_BYTES))
+            if not data:
+                return None
+            self.last_active = time.monotonic()
+            chunks.append(data)
+            remaining -= len(data)
+        return b"".join(chunks)
+
+    async def _recv(self, loop: asyncio.AbstractEventLoop, count: int) -> bytes:
+        try:
+            return self.sock.recv(count)  # already there: no event-loop round trip
+        except (BlockingIOError, InterruptedError):
+            pass
         while True:
             if self.idle_timeout_s is None:
-                return await loop.sock_recv(self.sock, RECV_BYTES)
+                return await loop.sock_recv(self.sock, count)
             remaining = self.last_active + self.idle_timeout_s - time.monotonic()
             if remaining <= 0 and not self.busy and self._frames.empty():
                 logger.info("closing idle connection from %s", self.context.peer)
                 return b""
             try:
                 return await asyncio.wait_for(
-                    loop.sock_recv(self.sock, RECV_BYTES), max(remaining, 0.05)
+                    loop.sock_recv(self.sock, count), max(remaining, 0.05)
                 )
             except TimeoutError:
                 continue
@@ -147,6 +197,8 @@ class Connection:
             finally:
                 self.busy = False
                 self.last_active = time.monotonic()
+                self.held -= len(frame)
+                self.pool.release(len(frame))
             if response is None:
                 continue
             try:

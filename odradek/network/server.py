@@ -5,6 +5,14 @@ accept loop on the event loop (uvloop when available). Binding port 0 picks a fr
 port; ``bound`` reports the real one so ``odradek serve --listen 127.0.0.1:0`` can
 print it. Shutdown stops accepting first, then lets every connection finish the
 request it is handling before closing it.
+
+Limits (``limits.py``): before each accept the acceptor reserves a slot under
+``max.connections`` and waits while there is none (clients queue in the listen
+backlog, as with Kafka); the accepted peer is then checked against
+``max.connections.per.ip`` and closed at once, with a log line, if it is over. Every
+connection reads its requests through the one ``RequestMemoryPool``
+(``queued.max.request.bytes``). ``reserve_files`` caps the connection count so the
+descriptors that log segments and checkpoints need stay free.
 """
 
 from __future__ import annotations
@@ -18,6 +26,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from odradek.network.connection import Connection, ConnectionContext, Handler
+from odradek.network.limits import (
+    ConnectionLimits,
+    ConnectionQuotas,
+    RequestMemoryPool,
+    connection_fd_cap,
+    current_fd_limit,
+    normalize_ip,
+    open_descriptor_count,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -36,10 +53,20 @@ class BoundListener:
 
 
 class SocketServer:
-    def __init__(self, handler: Handler, *, max_frame_bytes: int, idle_timeout_ms: int) -> None:
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_frame_bytes: int,
+        idle_timeout_ms: int,
+        limits: ConnectionLimits | None = None,
+        queued_max_request_bytes: int = -1,
+    ) -> None:
         self.handler = handler
         self.max_frame_bytes = max_frame_bytes
         self.idle_timeout_ms = idle_timeout_ms
+        self.quotas = ConnectionQuotas(limits or ConnectionLimits())
+        self.pool = RequestMemoryPool(queued_max_request_bytes)
         self.bound: list[BoundListener] = []
         self._accept_tasks: list[asyncio.Task[None]] = []
         self._connections: dict[int, tuple[Connection, asyncio.Task[None]]] = {}
@@ -60,17 +87,39 @@ class SocketServer:
         for listener in self.bound:
             self._accept_tasks.append(asyncio.create_task(self._accept_loop(listener)))
 
+    def reserve_files(self) -> int:
+        """Cap connections at the open-file limit minus a reserve for storage's files."""
+        files = open_descriptor_count() - len(self._connections) - len(self.bound)
+        cap = connection_fd_cap(current_fd_limit(), max(files, 0))
+        self.quotas.set_fd_cap(cap)
+        return cap
+
     async def _accept_loop(self, listener: BoundListener) -> None:
         loop = asyncio.get_running_loop()
         while True:
+            await self.quotas.acquire_slot()  # max.connections: wait for one to close
             try:
                 client, address = await loop.sock_accept(listener.sock)
             except OSError as error:  # e.g. EMFILE: keep serving the others
+                self.quotas.release_slot()
                 logger.warning("accept on %s failed: %s", listener.url(), error)
                 await asyncio.sleep(0.1)
                 continue
-            client.setblocking(False)
-            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except BaseException:
+                self.quotas.release_slot()
+                raise
+            ip = normalize_ip(str(address[0]))
+            if not self.quotas.admit(ip):
+                client.close()
+                self.quotas.release_slot()
+                continue
+            try:
+                client.setblocking(False)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            except OSError:  # the peer is already gone
+                client.close()
+                self.quotas.closed(ip)
+                continue
             connection_id = next(self._ids)
             context = ConnectionContext(f"{address[0]}:{address[1]}", listener.name, connection_id)
             connection = Connection(
@@ -79,14 +128,16 @@ class SocketServer:
                 self.handler,
                 max_frame_bytes=self.max_frame_bytes,
                 idle_timeout_ms=self.idle_timeout_ms,
+                pool=self.pool,
             )
             task = asyncio.create_task(connection.run())
             self._connections[connection_id] = (connection, task)
-            task.add_done_callback(self._forget(connection_id))
+            task.add_done_callback(self._forget(connection_id, ip))
 
-    def _forget(self, connection_id: int) -> Callable[[asyncio.Task[None]], None]:
+    def _forget(self, connection_id: int, ip: str) -> Callable[[asyncio.Task[None]], None]:
         def forget(_: asyncio.Task[None]) -> None:
-            self._connections.pop(connection_id, None)
+            if self._connections.pop(connection_id, None) is not None:
+                self.quotas.closed(ip)
 
         return forget
 

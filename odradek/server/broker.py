@@ -26,9 +26,10 @@ from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.metadata.controller import METADATA_TOPIC, Controller, ControllerError, NewTopic
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
+from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
-from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig
+from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig, ConfigError
 from odradek.server.dispatcher import Dispatcher
 from odradek.storage.errors import StorageError
 from odradek.storage.log import Log, wall_clock_ms
@@ -108,6 +109,8 @@ class Broker:
             Dispatcher(self),
             max_frame_bytes=config["socket.request.max.bytes"],
             idle_timeout_ms=config["connections.max.idle.ms"],
+            limits=self.connection_limits(),
+            queued_max_request_bytes=config["queued.max.request.bytes"],
         )
         self.default_listener_name = config.listeners[0].name
         self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
@@ -151,6 +154,8 @@ class Broker:
         self.group_coordinator.on_metadata(self.controller.image)
         self.group_coordinator.start()
         self._housekeeping = asyncio.create_task(self.log_manager.run())
+        self.server.quotas.update(self.connection_limits())
+        self.server.reserve_files()
         self.server.start()
         return [b.url() for b in bound]
 
@@ -188,6 +193,9 @@ class Broker:
     def _on_metadata(self, previous: MetadataImage, image: MetadataImage) -> None:
         self.replica_manager.apply_image(image, self.topic_config)
         self.group_coordinator.on_metadata(image)
+        self.server.quotas.update(self.connection_limits())
+        if image.topics is not previous.topics:
+            self.server.reserve_files()  # new partitions hold files: keep them a reserve
 
     def brokers_for_listener(self, image: MetadataImage, listener: str) -> list[Endpoint]:
         endpoints = []
@@ -204,6 +212,25 @@ class Broker:
         merged = dict(image.configs.get((BROKER_RESOURCE, ""), {}))
         merged.update(image.configs.get((BROKER_RESOURCE, str(self.node_id)), {}))
         return merged
+
+    def connection_limits(self) -> ConnectionLimits:
+        """max.connections and max.connections.per.ip(.overrides), dynamic over static."""
+        dynamic = self.dynamic_broker_configs() if self.controller else {}
+        values = {}
+        names = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides")
+        for name in names:
+            raw = dynamic.get(name)
+            try:
+                parsed = CONFIGS_BY_NAME[name].parse(name, raw) if raw is not None else None
+            except ConfigError:  # checked when it was set; never fatal here
+                parsed = None
+            values[name] = self.config[name] if parsed is None else parsed
+        return ConnectionLimits(
+            values["max.connections"],
+            values["max.connections.per.ip"],
+            values["max.connections.per.ip.overrides"] or (),
+            explicit_max=self.config.is_set("max.connections") or "max.connections" in dynamic,
+        )
 
     def dynamic_defaults(self) -> dict[str, int]:
         dynamic = self.dynamic_broker_configs()

@@ -114,6 +114,24 @@ def parse_listeners(key: str, raw: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def parse_ip_overrides(key: str, raw: str) -> tuple[tuple[str, int], ...]:
+    """max.connections.per.ip.overrides: ``host:count,host:count`` (IPv6 as ``[::1]:5``)."""
+    overrides = []
+    for item in _list(key, raw):
+        host, sep, count = item.rpartition(":")
+        host = host.strip().strip("[]")
+        if not sep or not host:
+            raise ConfigError(key, f"{item!r} is not HOST:COUNT")
+        try:
+            value = int(count)
+        except ValueError:
+            raise ConfigError(key, f"{item!r}: {count!r} is not an integer") from None
+        if not 0 <= value <= INT_MAX:
+            raise ConfigError(key, f"{item!r}: {value} is outside [0, {INT_MAX}]")
+        overrides.append((host, value))
+    return tuple(overrides)
+
+
 @dataclass(frozen=True, slots=True)
 class BrokerConfigDef:
     name: str
@@ -149,6 +167,12 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("socket.request.max.bytes", _int(1, INT_MAX), "104857600"),
     BrokerConfigDef("connections.max.idle.ms", _int(-1, LONG_MAX), "600000"),
     BrokerConfigDef("queued.max.requests", _int(1, INT_MAX), "500"),
+    # Connection and request-memory limits (odradek/network/limits.py). Kafka's
+    # queued.max.request.bytes default is -1 (unbounded); here 100 MiB, see limits.py.
+    BrokerConfigDef("max.connections", _int(0, INT_MAX), str(INT_MAX), dynamic=True),
+    BrokerConfigDef("max.connections.per.ip", _int(0, INT_MAX), str(INT_MAX), dynamic=True),
+    BrokerConfigDef("max.connections.per.ip.overrides", parse_ip_overrides, "", dynamic=True),
+    BrokerConfigDef("queued.max.request.bytes", _int(-1, LONG_MAX), "104857600"),
     BrokerConfigDef("num.network.threads", _int(1, INT_MAX), "3"),
     BrokerConfigDef("num.io.threads", _int(1, INT_MAX), "8"),
     BrokerConfigDef("num.recovery.threads.per.data.dir", _int(1, INT_MAX), "1"),
@@ -280,6 +304,14 @@ class BrokerConfig:
         return name in self.original
 
     def _check(self) -> None:
+        if (
+            self.values["max.connections.per.ip"] == 0
+            and not self.values["max.connections.per.ip.overrides"]
+        ):
+            raise ConfigError(
+                "max.connections.per.ip",
+                "0 is allowed only with max.connections.per.ip.overrides set",
+            )
         broker_id = self.values["broker.id"]
         if broker_id is not None and broker_id >= 0 and broker_id != self.values["node.id"]:
             if self.is_set("node.id"):

@@ -99,6 +99,7 @@ _PARSER_TYPES: Final[dict[Callable[[str, str], Any], int]] = {
     broker_config._roles: LIST,
     broker_config._assignors: LIST,
     broker_config.parse_listeners: LIST,
+    broker_config.parse_ip_overrides: STRING,
 }
 
 

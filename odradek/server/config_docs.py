@@ -28,6 +28,12 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "delete.topic.enable": "allow DeleteTopics",
     "socket.request.max.bytes": "largest request frame accepted",
     "connections.max.idle.ms": "close connections idle for this long",
+    "max.connections": "connections the broker holds at once; at the limit it stops accepting "
+    "until one closes (also capped by the open-file limit minus a reserve for log files)",
+    "max.connections.per.ip": "connections one address may hold; more are closed at once",
+    "max.connections.per.ip.overrides": "per-address limits, host:count,host:count",
+    "queued.max.request.bytes": "bytes of requests read and not yet handled, across all "
+    "connections, before sockets are no longer read; <= 0 = unbounded",
     "queued.max.requests": "requests queued per connection before reading pauses",
     "num.network.threads": "accepted for compatibility; one event loop serves all sockets",
     "num.io.threads": "accepted for compatibility; one event loop serves all requests",

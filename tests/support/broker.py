@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -22,9 +22,15 @@ STOP_TIMEOUT_S = 20.0
 
 
 class BrokerProcess:
-    def __init__(self, data_dir: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        extra_args: Sequence[str] = (),
+        preexec_fn: Callable[[], None] | None = None,
+    ) -> None:
         self.data_dir = data_dir
         self.extra_args = list(extra_args)
+        self.preexec_fn = preexec_fn  # run in the child before exec (e.g. setrlimit)
         self.process: subprocess.Popen[bytes] | None = None
         self.bootstrap = ""
         self.port = 0
@@ -47,6 +53,7 @@ class BrokerProcess:
             ],
             stdout=subprocess.PIPE,
             stderr=log,
+            preexec_fn=self.preexec_fn,
         )
         log.close()
         line = self._read_ready_line()
@@ -107,9 +114,11 @@ class BrokerProcess:
 
 
 @contextmanager
-def running_broker(data_dir: Path, extra_args: Sequence[str] = ()) -> Iterator[BrokerProcess]:
+def running_broker(
+    data_dir: Path, extra_args: Sequence[str] = (), preexec_fn: Callable[[], None] | None = None
+) -> Iterator[BrokerProcess]:
     """A started broker, stopped by pid when the block ends (SIGTERM, then SIGKILL)."""
-    broker = BrokerProcess(data_dir, extra_args).start()
+    broker = BrokerProcess(data_dir, extra_args, preexec_fn).start()
     try:
         yield broker
     finally:
