@@ -167,6 +167,11 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("group.max.size", _int(1, INT_MAX), str(INT_MAX)),
     BrokerConfigDef("group.consumer.session.timeout.ms", _int(1, INT_MAX), "45000"),
     BrokerConfigDef("group.consumer.heartbeat.interval.ms", _int(1, INT_MAX), "5000"),
+    # Bounds of the group configs consumer.session.timeout.ms / consumer.heartbeat.interval.ms.
+    BrokerConfigDef("group.consumer.min.session.timeout.ms", _int(1, INT_MAX), "45000"),
+    BrokerConfigDef("group.consumer.max.session.timeout.ms", _int(1, INT_MAX), "60000"),
+    BrokerConfigDef("group.consumer.min.heartbeat.interval.ms", _int(1, INT_MAX), "5000"),
+    BrokerConfigDef("group.consumer.max.heartbeat.interval.ms", _int(1, INT_MAX), "15000"),
     BrokerConfigDef("group.consumer.assignors", _assignors, "uniform,range"),
     BrokerConfigDef("group.consumer.max.size", _int(1, INT_MAX), str(INT_MAX)),
     BrokerConfigDef("offsets.topic.segment.bytes", _int(1, INT_MAX), "104857600"),

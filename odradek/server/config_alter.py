@@ -2,17 +2,18 @@
 
 How this works and why: the controller owns the commit (``Controller.alter_configs``),
 reading a resource's current dynamic configs under its lock. This module supplies
-what only the broker knows: which resource a request names (a topic, this node, or
-the cluster-wide broker defaults ""), how SET/DELETE/APPEND/SUBTRACT combine with the
-current configs (``incremental_changes``, called by the controller with the current
-set), and whether a set of broker properties may be applied at runtime
-(``broker_validator``: any Kafka broker property — odradek's ``BROKER_CONFIGS`` or
-the rest of Kafka's catalogue, ``config_catalogue.py`` — that is dynamic, each
-parsed by its own parser, and the merged result must still make valid topic
-defaults). As in Kafka, per-broker properties cannot be set as the cluster-wide
-default, and the reconfigurable SSL stores only with a listener prefix.
+what only the broker knows: which resource a request names (a topic, this node, the
+cluster-wide broker defaults "", or a group: ``config_groups.py``), how
+SET/DELETE/APPEND/SUBTRACT combine with the current configs (``incremental_changes``,
+called by the controller with the current set), and whether a set of broker
+properties may be applied at runtime (``broker_validator``: any Kafka broker
+property — odradek's ``BROKER_CONFIGS`` or the rest of Kafka's catalogue,
+``config_catalogue.py`` — that is dynamic, each parsed by its own parser, and the
+merged result must still make valid topic defaults). As in Kafka, per-broker
+properties cannot be set as the cluster-wide default, and the reconfigurable SSL
+stores only with a listener prefix.
 
-Error codes follow Kafka: a bad topic config is INVALID_CONFIG; a bad or
+Error codes follow Kafka: a bad topic or group config is INVALID_CONFIG; a bad or
 non-dynamic broker property is INVALID_REQUEST ("Cannot update these configs
 dynamically"), as Kafka answers broker config validation failures (KAFKA-13609).
 """
@@ -23,8 +24,9 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from odradek.metadata.controller import ControllerError, validate_topic_name
-from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
+from odradek.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from odradek.server import config_catalogue as catalogue
+from odradek.server import config_groups
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.server.config_describe import (
     BROKER_TYPE,
@@ -58,6 +60,9 @@ def resolve(broker: Broker, resource_type: int, name: str) -> tuple[str, Validat
     if resource_type == BROKER_TYPE:
         check_broker_name(name, broker.node_id)
         return BROKER_RESOURCE, broker_validator(broker, name)
+    if resource_type == config_groups.GROUP_TYPE:
+        config_groups.check_group_name(name)
+        return GROUP_RESOURCE, config_groups.validator(broker)
     raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")
 
 
@@ -128,7 +133,9 @@ def incremental_changes(
     for name, op, value in ops:
         if op not in _OP_NAMES:
             raise ControllerError("INVALID_REQUEST", f"{name}: unknown config operation {op}")
-        if not is_broker and name not in TOPIC_CONFIGS_BY_NAME:
+        if resource_type == GROUP_RESOURCE:
+            config_groups.check_name(name)
+        elif not is_broker and name not in TOPIC_CONFIGS_BY_NAME:
             raise ControllerError("INVALID_CONFIG", f"{name}: unknown topic config")
         if op in (APPEND, SUBTRACT) and not is_list_config(is_broker, name):
             raise ControllerError(

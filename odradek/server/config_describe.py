@@ -325,4 +325,8 @@ def describe(
         if resource_name == "":
             return describe_cluster_defaults(layers, keys)
         return describe_broker(layers, keys)
+    from odradek.server import config_groups  # it builds on this module
+
+    if resource_type == config_groups.GROUP_TYPE:
+        return config_groups.describe_group(broker, resource_name, keys)
     raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")
