@@ -81,6 +81,9 @@ def start_with_args(data_dir: Path, args: list[str], cwd: Path | None = None) ->
         (["--override", "auto.create.topics.enable=perhaps"], "auto.create.topics.enable"),
         (["--override", "log.segment.bytes=-1"], "log.segment.bytes"),
         (["--override", "log.cleanup.policy=shred"], "log.cleanup.policy"),
+        # A Kafka config odradek does not use is still type-checked, as Kafka does.
+        (["--override", "background.threads=0"], "background.threads"),
+        (["--override", "controlled.shutdown.enable=maybe"], "controlled.shutdown.enable"),
         (["--config", "/nonexistent/server.properties"], "/nonexistent/server.properties"),
     ],
 )
