@@ -181,7 +181,8 @@ def test_describe_groups_error_gets_no_operations(ops_broker: BrokerProcess) -> 
 
 
 # -- ConsumerGroupDescribe (KIP-848) ---------------------------------------------------------
-def _join_consumer_group(client: WireClient, group: str, topic: str) -> None:
+def join_consumer_group(client: WireClient, group: str, topic: str) -> Any:
+    """A new KIP-848 member's first ConsumerGroupHeartbeat (epoch 0), checked for NONE."""
     module = nested(CONSUMER_GROUP_HEARTBEAT, 0)
     response = client.request(
         make(
@@ -198,6 +199,7 @@ def _join_consumer_group(client: WireClient, group: str, topic: str) -> None:
         )
     )
     assert response.error_code == ErrorCode.none, response
+    return response
 
 
 @pytest.mark.parametrize("version", range(0, 2))
@@ -208,7 +210,7 @@ def test_consumer_group_describe_every_version(
     module = nested(CONSUMER_GROUP_DESCRIBE, version)
     with WireClient(ops_broker.bootstrap) as client:
         assert find_coordinator(client, 3, [group])[0][4] == ErrorCode.none
-        _join_consumer_group(client, group, topic)
+        join_consumer_group(client, group, topic)
         results = {}
         for include in (True, False):
             (described,) = client.request(

@@ -33,6 +33,7 @@ from tests.server.test_admin_configs import (
     describe_configs,
     incremental,
 )
+from tests.server.test_authorized_operations import join_consumer_group
 from tests.server.test_protocol import create_topic, nested
 from tests.support.broker import BrokerProcess, running_broker
 from tests.support.wire import WireClient
@@ -196,26 +197,6 @@ def test_group_configs_survive_a_restart(tmp_path: Path) -> None:
 
 
 # -- the KIP-848 coordinator honours them -----------------------------------------------------
-def _join(client: WireClient, group_id: str, topic: str) -> Any:
-    module = nested(CONSUMER_GROUP_HEARTBEAT, 0)
-    response = client.request(
-        make(
-            module.ConsumerGroupHeartbeatRequest,
-            group_id=group_id,
-            member_id=uuid.uuid4().hex,
-            member_epoch=0,
-            instance_id=None,
-            rack_id=None,
-            rebalance_timeout=datetime.timedelta(seconds=10),
-            subscribed_topic_names=(topic,),
-            server_assignor=None,
-            topic_partitions=(),
-        )
-    )
-    assert response.error_code == ErrorCode.none, response
-    return response
-
-
 def _members(client: WireClient, group_id: str) -> int:
     module = nested(CONSUMER_GROUP_DESCRIBE, 0)
     (described,) = client.request(
@@ -236,9 +217,9 @@ def test_consumer_group_uses_its_own_session_and_heartbeat(tmp_path: Path) -> No
         ops = [(SESSION, SET, "1000"), (HEARTBEAT, SET, "300")]
         assert _set(c, short, ops).error_code == ErrorCode.none
         assert find_coordinator(c, 3, [short, plain])[0][4] == ErrorCode.none
-        joined = _join(c, short, topic)
+        joined = join_consumer_group(c, short, topic)
         assert joined.heartbeat_interval == datetime.timedelta(milliseconds=300)
-        other = _join(c, plain, topic)
+        other = join_consumer_group(c, plain, topic)
         assert other.heartbeat_interval == datetime.timedelta(milliseconds=5000)
         # Neither member heartbeats again: only the group with a 1 s session loses its.
         deadline = time.monotonic() + 15
