@@ -23,6 +23,7 @@ from typing import Any, Final
 
 TOPIC_RESOURCE: Final = "topic"
 BROKER_RESOURCE: Final = "broker"
+GROUP_RESOURCE: Final = "group"  # KIP-848 group configs
 PRODUCER_ID_BLOCK_SIZE: Final = 1000
 _EMPTY: Mapping[Any, Any] = MappingProxyType({})
 

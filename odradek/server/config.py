@@ -7,7 +7,9 @@ failure, because real files carry settings (SASL, JMX, ...) we do not implement.
 invalid value is fatal with a one-line message naming the key. The ``log.*`` family
 provides the defaults of topic configs (``log.segment.bytes`` → ``segment.bytes``);
 ``topic_defaults()`` builds the LogConfig every topic without overrides uses, and the
-same mapping gives DescribeConfigs its synonyms.
+same mapping gives DescribeConfigs its synonyms. Kafka broker properties that are
+not in the table are accepted with a warning that they have no effect
+(``server/config_catalogue.py``).
 """
 
 from __future__ import annotations
@@ -189,6 +191,11 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("group.max.size", _int(1, INT_MAX), str(INT_MAX)),
     BrokerConfigDef("group.consumer.session.timeout.ms", _int(1, INT_MAX), "45000"),
     BrokerConfigDef("group.consumer.heartbeat.interval.ms", _int(1, INT_MAX), "5000"),
+    # Bounds of the group configs consumer.session.timeout.ms / consumer.heartbeat.interval.ms.
+    BrokerConfigDef("group.consumer.min.session.timeout.ms", _int(1, INT_MAX), "45000"),
+    BrokerConfigDef("group.consumer.max.session.timeout.ms", _int(1, INT_MAX), "60000"),
+    BrokerConfigDef("group.consumer.min.heartbeat.interval.ms", _int(1, INT_MAX), "5000"),
+    BrokerConfigDef("group.consumer.max.heartbeat.interval.ms", _int(1, INT_MAX), "15000"),
     BrokerConfigDef("group.consumer.assignors", _assignors, "uniform,range"),
     BrokerConfigDef("group.consumer.max.size", _int(1, INT_MAX), str(INT_MAX)),
     BrokerConfigDef("offsets.topic.segment.bytes", _int(1, INT_MAX), "104857600"),
@@ -280,7 +287,7 @@ class BrokerConfig:
                 self.values[definition.name] = None
                 continue
             self.values[definition.name] = definition.parse(definition.name, raw)
-        self.unknown = sorted(k for k in self.original if k not in CONFIGS_BY_NAME)
+        self.unknown, self.inert = self._other_keys()
         self.topic_defaults = self._build_topic_defaults()
         self._check()
 
@@ -295,7 +302,27 @@ class BrokerConfig:
         config = cls(properties)
         for key in config.unknown:
             logger.warning("unknown configuration %r ignored", key)
+        for key in config.inert:
+            logger.warning("Kafka configuration %r accepted; it has no effect in odradek", key)
         return config
+
+    def _other_keys(self) -> tuple[list[str], list[str]]:
+        """(not Kafka broker configs, Kafka broker configs odradek does not use).
+
+        The second kind is type-checked against Kafka's catalogue
+        (``server/config_catalogue.py``), so a bad value fails as in Kafka.
+        """
+        from odradek.server import config_catalogue  # it builds on this module
+
+        unknown, inert = [], []
+        for key in sorted(k for k in self.original if k not in CONFIGS_BY_NAME):
+            definition = config_catalogue.definition(key)
+            if definition is None:
+                unknown.append(key)
+            else:
+                definition.parse(key, self.original[key])
+                inert.append(key)
+        return unknown, inert
 
     def __getitem__(self, name: str) -> Any:
         return self.values[name]

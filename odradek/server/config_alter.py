@@ -2,15 +2,18 @@
 
 How this works and why: the controller owns the commit (``Controller.alter_configs``),
 reading a resource's current dynamic configs under its lock. This module supplies
-what only the broker knows: which resource a request names (a topic, this node, or
-the cluster-wide broker defaults ""), how SET/DELETE/APPEND/SUBTRACT combine with the
-current configs (``incremental_changes``, called by the controller with the current
-set), and whether a set of broker properties may be applied at runtime
-(``broker_validator``: only properties marked dynamic in ``BROKER_CONFIGS``, each
-parsed by its own parser, and the merged result must still make valid topic
-defaults).
+what only the broker knows: which resource a request names (a topic, this node, the
+cluster-wide broker defaults "", or a group: ``config_groups.py``), how
+SET/DELETE/APPEND/SUBTRACT combine with the current configs (``incremental_changes``,
+called by the controller with the current set), and whether a set of broker
+properties may be applied at runtime (``broker_validator``: any Kafka broker
+property — odradek's ``BROKER_CONFIGS`` or the rest of Kafka's catalogue,
+``config_catalogue.py`` — that is dynamic, each parsed by its own parser, and the
+merged result must still make valid topic defaults). As in Kafka, per-broker
+properties cannot be set as the cluster-wide default, and the reconfigurable SSL
+stores only with a listener prefix.
 
-Error codes follow Kafka: a bad topic config is INVALID_CONFIG; a bad or
+Error codes follow Kafka: a bad topic or group config is INVALID_CONFIG; a bad or
 non-dynamic broker property is INVALID_REQUEST ("Cannot update these configs
 dynamically"), as Kafka answers broker config validation failures (KAFKA-13609).
 """
@@ -21,8 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from odradek.metadata.controller import ControllerError, validate_topic_name
-from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE
-from odradek.server.config import CONFIGS_BY_NAME, BrokerConfig, ConfigError
+from odradek.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from odradek.server import config_catalogue as catalogue
+from odradek.server import config_groups
+from odradek.server.config import BrokerConfig, ConfigError
 from odradek.server.config_describe import (
     BROKER_TYPE,
     TOPIC_TYPE,
@@ -55,18 +60,37 @@ def resolve(broker: Broker, resource_type: int, name: str) -> tuple[str, Validat
     if resource_type == BROKER_TYPE:
         check_broker_name(name, broker.node_id)
         return BROKER_RESOURCE, broker_validator(broker, name)
+    if resource_type == config_groups.GROUP_TYPE:
+        config_groups.check_group_name(name)
+        return GROUP_RESOURCE, config_groups.validator(broker)
     raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")
 
 
 def broker_validator(broker: Broker, resource_name: str) -> Validator:
     def validate(merged: Mapping[str, str]) -> None:
-        unknown = sorted(k for k in merged if k not in CONFIGS_BY_NAME)
+        definitions = {k: catalogue.definition(k) for k in merged}
+        unknown = sorted(k for k, d in definitions.items() if d is None)
         if unknown:
             raise ControllerError("INVALID_REQUEST", f"unknown broker configs: {unknown}")
-        static = sorted(k for k in merged if not CONFIGS_BY_NAME[k].dynamic)
+        known = {k: d for k, d in definitions.items() if d is not None}
+        static = sorted(k for k, d in known.items() if not d.dynamic)
         if static:
             raise ControllerError(
                 "INVALID_REQUEST", f"Cannot update these configs dynamically: {static}"
+            )
+        listener_only = sorted(k for k in merged if k in catalogue.LISTENER_ONLY)
+        if listener_only:
+            raise ControllerError(
+                "INVALID_REQUEST",
+                "These security configs can be dynamically updated only per-listener "
+                f"using the listener prefix: {listener_only}",
+            )
+        per_broker = sorted(k for k in merged if catalogue.update_mode(k) == catalogue.PER_BROKER)
+        if resource_name == "" and per_broker:
+            raise ControllerError(
+                "INVALID_REQUEST",
+                "Cannot update these configs at default cluster level, broker id must be "
+                f"specified: {per_broker}",
             )
         layers = BrokerLayers.of(broker)
         cluster = merged if resource_name == "" else layers.cluster
@@ -74,7 +98,7 @@ def broker_validator(broker: Broker, resource_name: str) -> Validator:
         properties = {**layers.static.original, **cluster, **node}
         try:
             for key, value in merged.items():
-                CONFIGS_BY_NAME[key].parse(key, value)
+                known[key].parse(key, value)
             BrokerConfig(properties)
         except ConfigError as error:
             raise ControllerError("INVALID_REQUEST", str(error)) from None
@@ -109,7 +133,9 @@ def incremental_changes(
     for name, op, value in ops:
         if op not in _OP_NAMES:
             raise ControllerError("INVALID_REQUEST", f"{name}: unknown config operation {op}")
-        if not is_broker and name not in TOPIC_CONFIGS_BY_NAME:
+        if resource_type == GROUP_RESOURCE:
+            config_groups.check_name(name)
+        elif not is_broker and name not in TOPIC_CONFIGS_BY_NAME:
             raise ControllerError("INVALID_CONFIG", f"{name}: unknown topic config")
         if op in (APPEND, SUBTRACT) and not is_list_config(is_broker, name):
             raise ControllerError(
@@ -152,5 +178,7 @@ def _effective_value(broker: Broker, resource_type: str, resource_name: str, nam
     layers = BrokerLayers.of(broker)
     if resource_name == "":
         value = layers.cluster.get(name, layers.static.original.get(name))
-        return value if value is not None else (CONFIGS_BY_NAME[name].default or "")
+        definition = catalogue.definition(name)
+        default = definition.default if definition is not None else None
+        return value if value is not None else (default or "")
     return layers.value(name) or ""

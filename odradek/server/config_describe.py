@@ -7,7 +7,10 @@ default (``log.retention.ms``, ``log.retention.minutes``, ``log.retention.hours`
 whole cluster, in the static file/overrides, and finally as the built-in default.
 The synonyms are exactly that list of layers (Kafka's ``include_synonyms``), and the
 source reported is the first one's. Layers are read from the metadata image at call
-time, so a handler sees one consistent state.
+time, so a handler sees one consistent state. A broker is described with every
+property of Kafka's catalogue (``config_catalogue.py``), those odradek does not use
+documented as having no effect; password-typed values are sensitive and shown as
+null, as Kafka does.
 
 ConfigSource and ConfigType numbers are the protocol's (DescribeConfigsResponse).
 """
@@ -21,7 +24,8 @@ from typing import TYPE_CHECKING, Any, Final
 from odradek.metadata.controller import ControllerError, validate_topic_name
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.server import config as broker_config
-from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig, BrokerConfigDef
+from odradek.server import config_catalogue as catalogue
+from odradek.server.config import BROKER_CONFIGS, BrokerConfig, BrokerConfigDef
 from odradek.server.config_docs import BROKER_DOCS
 from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import CONFIGS_BY_NAME as TOPIC_CONFIGS_BY_NAME
@@ -47,7 +51,21 @@ STRING: Final = 2
 INT: Final = 3
 LONG: Final = 5
 DOUBLE: Final = 6
+SHORT: Final = 4
 LIST: Final = 7
+CLASS: Final = 8
+PASSWORD: Final = 9
+_KAFKA_TYPES: Final = {
+    "boolean": BOOLEAN,
+    "string": STRING,
+    "int": INT,
+    "short": SHORT,
+    "long": LONG,
+    "double": DOUBLE,
+    "list": LIST,
+    "class": CLASS,
+    "password": PASSWORD,
+}
 
 LIST_TOPIC_CONFIGS: Final = frozenset({"cleanup.policy"})
 
@@ -68,6 +86,7 @@ class ConfigEntry:
     config_type: int
     documentation: str
     synonyms: tuple[Synonym, ...]
+    sensitive: bool = False
 
 
 # -- types and documentation ---------------------------------------------------------
@@ -104,6 +123,8 @@ _PARSER_TYPES: Final[dict[Callable[[str, str], Any], int]] = {
 
 
 def broker_config_type(definition: BrokerConfigDef) -> int:
+    if catalogue.is_inert(definition.name):
+        return _KAFKA_TYPES.get(catalogue.kafka_type(definition.name) or "", STRING)
     topic = TOPIC_CONFIGS_BY_NAME.get(definition.topic_config or "")
     if topic is not None and topic_config_type(topic) == LIST:
         return LIST
@@ -117,12 +138,14 @@ def broker_documentation(definition: BrokerConfigDef) -> str:
     topic = TOPIC_CONFIGS_BY_NAME.get(definition.topic_config or "")
     if topic is not None:
         return f"default of the topic config {topic.name}: {topic.doc}"
+    if catalogue.is_inert(definition.name):
+        return catalogue.NO_EFFECT_DOC
     return BROKER_DOCS.get(definition.name, "")
 
 
 def is_list_config(broker_resource: bool, name: str) -> bool:
     if broker_resource:
-        definition = CONFIGS_BY_NAME.get(name)
+        definition = catalogue.definition(name)
         return definition is not None and broker_config_type(definition) == LIST
     return name in LIST_TOPIC_CONFIGS
 
@@ -174,7 +197,7 @@ class BrokerLayers:
         for source, values in layers:
             result.extend(Synonym(n, values[n], source) for n in names if n in values)
         for name in names:
-            default = CONFIGS_BY_NAME[name].default
+            default = _default(name)
             if default not in (None, ""):
                 result.append(Synonym(name, default, DEFAULT_CONFIG))
         return result
@@ -184,8 +207,13 @@ class BrokerLayers:
         for values in (self.node, self.cluster, self.static.original):
             if name in values:
                 return values[name]
-        default = CONFIGS_BY_NAME[name].default
+        default = _default(name)
         return None if default in (None, "") else default
+
+
+def _default(name: str) -> str | None:
+    definition = catalogue.definition(name)
+    return definition.default if definition is not None else None
 
 
 # -- describing resources ------------------------------------------------------------
@@ -218,9 +246,11 @@ def describe_topic(
 
 
 def describe_broker(layers: BrokerLayers, keys: Collection[str] | None) -> list[ConfigEntry]:
-    """Every broker property of this node (resource name = its node id)."""
+    """Every broker property of this node (resource name = its node id): odradek's, the
+    rest of Kafka's catalogue, and any listener-prefixed ones that are set."""
+    names = {*layers.node, *layers.cluster, *layers.static.original}
     entries = []
-    for definition in BROKER_CONFIGS:
+    for definition in (*catalogue.ALL_BROKER_CONFIGS, *catalogue.listener_definitions(names)):
         if keys is not None and definition.name not in keys:
             continue
         synonyms = layers.synonyms(broker_synonym_names(definition))
@@ -234,7 +264,7 @@ def describe_cluster_defaults(
     """Resource name "": only the properties set dynamically for the whole cluster."""
     entries = []
     for name, value in sorted(layers.cluster.items()):
-        definition = CONFIGS_BY_NAME.get(name)
+        definition = catalogue.definition(name)
         if definition is None or (keys is not None and name not in keys):
             continue
         synonyms = layers.synonyms(broker_synonym_names(definition), per_node=False)
@@ -245,6 +275,10 @@ def describe_cluster_defaults(
 def _broker_entry(
     definition: BrokerConfigDef, value: str | None, synonyms: list[Synonym]
 ) -> ConfigEntry:
+    sensitive = catalogue.is_sensitive(definition.name)
+    if sensitive:  # Kafka never returns a password's value
+        value = None
+        synonyms = [Synonym(s.name, None, s.source) for s in synonyms]
     return ConfigEntry(
         name=definition.name,
         value=value,
@@ -253,6 +287,7 @@ def _broker_entry(
         config_type=broker_config_type(definition),
         documentation=broker_documentation(definition),
         synonyms=tuple(synonyms),
+        sensitive=sensitive,
     )
 
 
@@ -291,4 +326,8 @@ def describe(
         if resource_name == "":
             return describe_cluster_defaults(layers, keys)
         return describe_broker(layers, keys)
+    from odradek.server import config_groups  # it builds on this module
+
+    if resource_type == config_groups.GROUP_TYPE:
+        return config_groups.describe_group(broker, resource_name, keys)
     raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")

@@ -181,11 +181,12 @@ def test_describe_topic_configs(shared_broker: BrokerProcess, version: int) -> N
 
 @pytest.mark.parametrize("version", range(1, 5))
 def test_describe_broker_configs(shared_broker: BrokerProcess, version: int) -> None:
-    from odradek.server.config import BROKER_CONFIGS
+    from odradek.server.config_catalogue import ALL_BROKER_CONFIGS
 
     with WireClient(shared_broker.bootstrap) as client:
         configs = configs_of(client, BROKER, "1", version=version, synonyms=True)
-        assert list(configs) == [d.name for d in BROKER_CONFIGS]
+        # odradek's properties, then the rest of Kafka's catalogue.
+        assert list(configs) == [d.name for d in ALL_BROKER_CONFIGS]
         log_dirs = configs["log.dirs"]
         assert log_dirs.value == str(shared_broker.data_dir)
         assert (log_dirs.config_source, log_dirs.read_only) == (4, True)  # STATIC, not dynamic

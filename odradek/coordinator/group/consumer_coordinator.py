@@ -8,7 +8,10 @@ with members refuses the other protocol with GROUP_ID_NOT_FOUND. Committed offse
 shared: they belong to the group id, whatever its kind, and are persisted by the
 GroupCoordinator in ``__consumer_offsets``. Consumer group membership is not
 persisted: after a restart or a coordinator move the members' heartbeats get
-UNKNOWN_MEMBER_ID and they rejoin with epoch 0.
+UNKNOWN_MEMBER_ID and they rejoin with epoch 0. A group's own session timeout and
+heartbeat interval (group configs ``consumer.session.timeout.ms`` /
+``consumer.heartbeat.interval.ms`` in the metadata image) are read on every heartbeat,
+so a change applies from each member's next heartbeat, as in Kafka.
 
 ``GroupCoordinator`` (coordinator.py) inherits this mixin; it provides the attributes
 declared below.
@@ -26,10 +29,12 @@ from odradek.coordinator.group.classic import ClassicGroup, GroupState
 from odradek.coordinator.group.consumer import ConsumerGroup
 from odradek.coordinator.group.consumer_model import (
     JOIN_EPOCH,
+    ConsumerGroupSettings,
     HeartbeatRequest,
     HeartbeatResult,
     heartbeat_problem,
 )
+from odradek.metadata.image import GROUP_RESOURCE
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import CoordinatorSettings
@@ -79,10 +84,16 @@ class ConsumerGroupCoordination:
                     "UNKNOWN_MEMBER_ID", f"group {group_id} has no members", request.member_id
                 )
             group = ConsumerGroup(
-                group_id, self.settings.consumer, clock=self.clock, new_member_id=new_uuid
+                group_id, self._settings_of(group_id), clock=self.clock, new_member_id=new_uuid
             )
             self.consumer_groups[group_id] = group
+        else:
+            group.settings = self._settings_of(group_id)
         return group.heartbeat(request, self.broker.image, require_member_id=require_member_id)
+
+    def _settings_of(self, group_id: str) -> ConsumerGroupSettings:
+        configs = self.broker.image.configs.get((GROUP_RESOURCE, group_id), {})
+        return self.settings.consumer.for_group(configs)
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroup | ClassicGroup | None:
         """The group of this id, of either kind (ConsumerGroupDescribe tells them apart)."""

@@ -22,7 +22,7 @@ from __future__ import annotations
 import enum
 import uuid
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final, Protocol
 
 TopicPartition = tuple[uuid.UUID, int]
@@ -56,6 +56,19 @@ class ConsumerGroupSettings:
     heartbeat_interval_ms: int = 5_000  # group.consumer.heartbeat.interval.ms
     assignors: tuple[str, ...] = ("uniform", "range")  # group.consumer.assignors; first = default
     max_size: int = 2**31 - 1  # group.consumer.max.size
+
+    def for_group(self, configs: Mapping[str, str]) -> ConsumerGroupSettings:
+        """These broker-wide settings with one group's own configs (KIP-848 group configs,
+        checked when they were set) in place of the broker's."""
+        if not configs:
+            return self
+        session = configs.get("consumer.session.timeout.ms")
+        heartbeat = configs.get("consumer.heartbeat.interval.ms")
+        return replace(
+            self,
+            session_timeout_ms=int(session) if session else self.session_timeout_ms,
+            heartbeat_interval_ms=int(heartbeat) if heartbeat else self.heartbeat_interval_ms,
+        )
 
 
 @dataclass(frozen=True, slots=True)

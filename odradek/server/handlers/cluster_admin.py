@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested
 from odradek.server.handlers import handles
-from odradek.server.handlers.metadata import NO_AUTHORIZED_OPERATIONS, request_listener
+from odradek.server.handlers.metadata import request_listener
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -27,10 +28,6 @@ if TYPE_CHECKING:
 DESCRIBE_LOG_DIRS_KEY = 35
 DESCRIBE_CLUSTER_KEY = 60
 BROKERS_ENDPOINT: Final = 1
-# AclOperation codes a CLUSTER resource supports; with no authorizer every one is
-# allowed: CREATE 5, ALTER 7, DESCRIBE 8, CLUSTER_ACTION 9, DESCRIBE_CONFIGS 10,
-# ALTER_CONFIGS 11, IDEMPOTENT_WRITE 12.
-CLUSTER_OPERATIONS: Final = sum(1 << op for op in (5, 7, 8, 9, 10, 11, 12))
 
 
 @handles(DESCRIBE_CLUSTER_KEY, 0, 1)
@@ -51,7 +48,7 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
             error_message=f"endpoint type {endpoint_type} is not served by brokers",
             controller_id=-1,
             brokers=(),
-            cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+            cluster_authorized_operations=NOT_REQUESTED,
         )
     brokers = tuple(
         make(
@@ -66,9 +63,9 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         error_message=None,
         controller_id=broker.node_id,
         brokers=brokers,
-        cluster_authorized_operations=CLUSTER_OPERATIONS
-        if body.include_cluster_authorized_operations
-        else NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=requested(
+            body.include_cluster_authorized_operations, ResourceType.CLUSTER
+        ),
     )
 
 

@@ -66,7 +66,7 @@ def _entry(module: Any, entry: ConfigEntry, synonyms: bool, documentation: bool)
         value=entry.value,
         read_only=entry.read_only,
         config_source=entry.source,
-        is_sensitive=False,
+        is_sensitive=entry.sensitive,
         synonyms=tuple(
             make(module.DescribeConfigsSynonym, name=s.name, value=s.value, source=s.source)
             for s in entry.synonyms

@@ -19,6 +19,7 @@ from odradek.coordinator.group.coordinator import CoordinatorError
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -28,7 +29,6 @@ CONSUMER_GROUP_HEARTBEAT_KEY = 68
 CONSUMER_GROUP_DESCRIBE_KEY = 69
 _ZERO = datetime.timedelta(0)
 _MS = datetime.timedelta(milliseconds=1)
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1 MemberType: uses the consumer protocol
 
 
@@ -117,7 +117,8 @@ async def consumer_group_describe(broker: Broker, request: Request) -> Any:
             message = f"Group {group_id} is not a consumer group."
             described.append(_failed(module, group_id, "GROUP_ID_NOT_FOUND", message))
         else:
-            described.append(_described(module, group, broker.image))
+            include = request.body.include_authorized_operations
+            described.append(_described(module, group, broker.image, include))
     return make(module.ConsumerGroupDescribeResponse, throttle_time=_ZERO, groups=tuple(described))
 
 
@@ -132,11 +133,11 @@ def _failed(module: Any, group_id: str, error: str, message: str | None) -> Any:
         assignment_epoch=0,
         assignor_name="",
         members=(),
-        authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        authorized_operations=NOT_REQUESTED,
     )
 
 
-def _described(module: Any, group: ConsumerGroup, image: MetadataImage) -> Any:
+def _described(module: Any, group: ConsumerGroup, image: MetadataImage, include: bool) -> Any:
     info = group.describe()
     members = tuple(
         make(
@@ -171,5 +172,5 @@ def _described(module: Any, group: ConsumerGroup, image: MetadataImage) -> Any:
         assignment_epoch=info.assignment_epoch,
         assignor_name=info.assignor_name,
         members=members,
-        authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        authorized_operations=requested(include, ResourceType.GROUP, info.group_id),
     )

@@ -16,6 +16,7 @@ from odradek.coordinator.group.classic import JoinRequest, JoinResult
 from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, CoordinatorError
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import ResourceType, requested
 from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
 
@@ -33,7 +34,6 @@ DELETE_GROUPS_KEY = 42
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 _ZERO = datetime.timedelta(0)
-NO_AUTHORIZED_OPERATIONS = -(2**31)
 
 
 def _ms(value: datetime.timedelta | int) -> int:
@@ -264,6 +264,8 @@ async def list_groups(broker: Broker, request: Request) -> Any:
 @handles(DESCRIBE_GROUPS_KEY, 0, 5)
 async def describe_groups(broker: Broker, request: Request) -> Any:
     module = response_module(DESCRIBE_GROUPS_KEY, request.header.api_version)
+    # v3+: a group described without error reports what the client may do with it.
+    include = getattr(request.body, "include_authorized_operations", False)
     described = []
     for group_id in request.body.groups:
         try:
@@ -272,7 +274,9 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
             described.append(_described(module, group_id, failure.code, "Dead", "", "", ()))
             continue
         if group is None:
-            described.append(_described(module, group_id, "NONE", "Dead", "", "", ()))
+            described.append(
+                _described(module, group_id, "NONE", "Dead", "", "", (), include=include)
+            )
             continue
         info = group.describe()
         members = tuple(
@@ -296,6 +300,7 @@ async def describe_groups(broker: Broker, request: Request) -> Any:
                 info["protocol_type"],
                 info["protocol_name"],
                 members,
+                include=include,
             )
         )
     return make(module.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(described))
@@ -309,6 +314,8 @@ def _described(
     protocol_type: str,
     protocol: str,
     members: tuple[Any, ...],
+    *,
+    include: bool = False,
 ) -> Any:
     return make(
         module.DescribedGroup,
@@ -319,7 +326,7 @@ def _described(
         protocol_type=protocol_type,
         protocol_data=protocol,
         members=members,
-        authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        authorized_operations=requested(include and error == "NONE", ResourceType.GROUP),
     )
 
 

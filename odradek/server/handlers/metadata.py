@@ -1,5 +1,10 @@
 """Metadata (key 3): brokers, topics, partitions and leaders from the metadata image.
 
+Authorized operations (KIP-430): v8+ report a topic's when the request sets
+``include_topic_authorized_operations``; v8-v10 report the cluster's when it sets
+``include_cluster_authorized_operations`` (v11 moved that to DescribeCluster,
+KIP-700). Otherwise the fields say "not requested" (INT32_MIN).
+
 Topics a client asks for that do not exist are created here when both the broker
 (``auto.create.topics.enable``) and the request (``allow_auto_topic_creation``, v4+)
 allow it; creation goes through the controller like CreateTopics, so the response
@@ -15,13 +20,14 @@ from odradek.metadata.controller import INTERNAL_TOPICS, ControllerError, valida
 from odradek.metadata.image import MetadataImage, TopicImage
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
 
 METADATA_KEY = 3
-NO_AUTHORIZED_OPERATIONS = -(2**31)
+LAST_VERSION_WITH_CLUSTER_OPERATIONS = 10  # KIP-700 moved them to DescribeCluster
 
 
 @handles(METADATA_KEY, 0, 12)
@@ -30,14 +36,14 @@ async def metadata(broker: Broker, request: Request) -> Any:
     module = response_module(METADATA_KEY, version)
     body = request.body
     image = broker.image
-    requested = body.topics
+    wanted = body.topics
     unknown_ids: list[Any] = []  # v12 topic ids that name no topic
-    if requested is None or (version == 0 and not requested):
+    if wanted is None or (version == 0 and not wanted):
         names = sorted(image.topics)
         errors: dict[str, str] = {}
     else:
         names, errors = [], {}
-        for item in requested:
+        for item in wanted:
             name = item.name
             if name is None and getattr(item, "topic_id", None) is not None:
                 topic = image.topic_by_id(item.topic_id)
@@ -51,15 +57,16 @@ async def metadata(broker: Broker, request: Request) -> Any:
         if missing:
             errors.update(await _auto_create(broker, missing, allow_create))
             image = broker.image
+    include_topic_ops = getattr(body, "include_topic_authorized_operations", False)
     topics = []
     for name in names:
         topic = image.topics.get(name)
+        operations = requested(include_topic_ops, ResourceType.TOPIC, name)
         if topic is None:
-            topics.append(
-                _error_topic(module, name, errors.get(name, "UNKNOWN_TOPIC_OR_PARTITION"))
-            )
+            error = errors.get(name, "UNKNOWN_TOPIC_OR_PARTITION")
+            topics.append(_error_topic(module, name, error, operations))
         else:
-            topics.append(_topic(module, topic))
+            topics.append(_topic(module, topic, operations))
     for topic_id in unknown_ids:
         topics.append(
             make(
@@ -69,7 +76,7 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 topic_id=topic_id,
                 is_internal=False,
                 partitions=(),
-                topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+                topic_authorized_operations=NOT_REQUESTED,
             )
         )
     listener = request_listener(broker, request)
@@ -86,7 +93,11 @@ async def metadata(broker: Broker, request: Request) -> Any:
         cluster_id=broker.cluster_id,
         controller_id=broker.node_id,
         topics=tuple(topics),
-        cluster_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        cluster_authorized_operations=requested(
+            version <= LAST_VERSION_WITH_CLUSTER_OPERATIONS
+            and getattr(body, "include_cluster_authorized_operations", False),
+            ResourceType.CLUSTER,
+        ),
         error_code=error_code("NONE"),
     )
 
@@ -112,7 +123,7 @@ async def _auto_create(broker: Broker, names: list[str], allowed: bool) -> dict[
     return errors
 
 
-def _error_topic(module: Any, name: str, error: str) -> Any:
+def _error_topic(module: Any, name: str, error: str, operations: int) -> Any:
     return make(
         module.MetadataResponseTopic,
         error_code=error_code(error),
@@ -120,11 +131,11 @@ def _error_topic(module: Any, name: str, error: str) -> Any:
         topic_id=None,
         is_internal=False,
         partitions=(),
-        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        topic_authorized_operations=operations,
     )
 
 
-def _topic(module: Any, topic: TopicImage) -> Any:
+def _topic(module: Any, topic: TopicImage, operations: int) -> Any:
     partitions = tuple(
         make(
             module.MetadataResponsePartition,
@@ -145,7 +156,7 @@ def _topic(module: Any, topic: TopicImage) -> Any:
         topic_id=topic.topic_id,
         is_internal=topic.name in INTERNAL_TOPICS,
         partitions=partitions,
-        topic_authorized_operations=NO_AUTHORIZED_OPERATIONS,
+        topic_authorized_operations=operations,
     )
 
 
