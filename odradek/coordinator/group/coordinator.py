@@ -67,7 +67,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
-TICK_S: Final = 0.05  # timer resolution of all groups' deadlines
+TICK_S: Final = 0.05  # longest sleep of the ticker of all groups' deadlines
+MIN_TICK_S: Final = 0.002  # shortest (a deadline a tick cannot clear must not spin)
 LOAD_RETRY_MAX_S: Final = 30  # backoff cap of a partition whose load failed
 
 
@@ -426,9 +427,26 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         )
         return key, encode_group_value(value)
 
+    def _next_tick_s(self) -> float:
+        """Seconds until the earliest deadline of any group, between MIN_TICK_S and TICK_S:
+        a session ends when it is due rather than up to a tick later (a deadline set while
+        the ticker sleeps waits at most TICK_S)."""
+        now = self.clock()
+        earliest = now + int(TICK_S * 1000)
+        for group in self.groups.values():
+            deadline = group.next_deadline_ms()
+            if deadline is not None and deadline < earliest:
+                earliest = deadline
+        for consumer in self.consumer_groups.values():
+            deadline = consumer.next_deadline_ms()
+            if deadline is not None and deadline < earliest:
+                earliest = deadline
+        # +1 ms: the clock counts whole milliseconds, so "due" is reached a bit after.
+        return min(TICK_S, max(MIN_TICK_S, (earliest - now + 1) / 1000))
+
     async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(TICK_S)
+            await asyncio.sleep(self._next_tick_s())
             now = self.clock()
             for group in list(self.groups.values()):
                 deadline = group.next_deadline_ms()
