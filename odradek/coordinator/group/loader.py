@@ -88,7 +88,7 @@ def _scan_segment(
                         str(segment.log_path),
                         header.position,
                         f"batch of offsets {header.base_offset}-{header.last_offset} "
-                        f"unreadable ({_reason(error)})",
+                        f"unreadable ({_reason(error, segment)})",
                         position,
                     )
                     continue
@@ -98,7 +98,7 @@ def _scan_segment(
         except CorruptRecordError as error:
             failed = position
             resume = _next_indexed_position(segment, last_good, failed)
-            yield Damage(str(segment.log_path), failed, _reason(error), resume)
+            yield Damage(str(segment.log_path), failed, _reason(error, segment), resume)
             if resume is None:
                 return False
             position = resume
@@ -111,8 +111,9 @@ _WHERE = re.compile(
 )
 
 
-def _reason(error: CorruptRecordError) -> str:
-    return _WHERE.sub("", str(error))
+def _reason(error: CorruptRecordError, segment: LogSegment) -> str:
+    text = str(error).removeprefix(f"{segment.log_path}: ")
+    return _WHERE.sub("", text)
 
 
 def _next_indexed_position(segment: LogSegment, last_good: int, failed: int) -> int | None:
