@@ -94,9 +94,9 @@ def test_corrupt_commit_batch_is_skipped_and_the_rest_loads(tmp_path: Path) -> N
     flip(segment, commits[4] + HEADER_SIZE + 3)  # inside the records of "p0 5"
     flip(segment, commits[10] + HEADER_SIZE + 3)  # inside the records of "p1 200"
     broker = BrokerProcess(data_dir, GROUP_ARGS)
+    since = len(broker.log())  # the first run's lines are in the same file
     try:
         broker.start()
-        since = len(broker.log()) - 4000 if len(broker.log()) > 4000 else 0
         # Later batches are used (p0 10), a skipped one falls back (p1 100), no hang.
         assert committed(broker.bootstrap, group, tps) == {0: 10, 1: 100}
         errors = error_lines(broker, since)

@@ -10,7 +10,10 @@ committed offsets and group metadata — as records in that partition, appended 
 any produce with acks=all before the client hears "done". When a broker becomes
 leader of a partition it replays the partition (``load``) and answers
 COORDINATOR_LOAD_IN_PROGRESS until that is done; groups come back Stable with their
-members, so clients that reconnect keep their assignment without a rebalance.
+members, so clients that reconnect keep their assignment without a rebalance. A
+damaged batch is skipped with an ERROR (loader.py says why later batches are still
+used); a load that fails outright is retried, its groups answering
+COORDINATOR_NOT_AVAILABLE meanwhile.
 Consumer groups of the new protocol (KIP-848, consumer.py) share the offsets and
 timers; their side of the coordinator is the ``ConsumerGroupCoordination`` mixin.
 """
