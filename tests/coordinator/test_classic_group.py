@@ -843,10 +843,16 @@ def test_offset_commit_rules() -> None:
     h = Harness()
     v = h.group.validate_offset_commit
     assert v(-1, "", None) == "NONE"  # standalone consumer, Empty group
+    # Generation < 0 to an Empty group is accepted whatever member id comes with it
+    # (librdkafka's KIP-848 consumer sends the id it made before joining).
+    assert v(-1, "made-up-id", None) == "NONE"
+    assert v(-1, "made-up-id", "instance") == "NONE"
     assert v(1, "x", None) == "UNKNOWN_MEMBER_ID"
     h, a, b = two_member_group()
     v = h.group.validate_offset_commit
     assert v(-1, "", None) == "UNKNOWN_MEMBER_ID"  # only members commit to a live group
+    assert v(-1, "made-up-id", None) == "UNKNOWN_MEMBER_ID"
+    assert v(-1, a, None) == "ILLEGAL_GENERATION"
     assert v(-1, "", None, transactional=True) == "NONE"
     assert v(1, "x", None) == "UNKNOWN_MEMBER_ID"
     assert v(0, a, None) == "ILLEGAL_GENERATION"

@@ -312,6 +312,40 @@ def test_silent_member_loses_its_partitions_after_the_session(
         member.consumer.close()
 
 
+def test_assigned_consumer_commits_with_the_member_id_it_made(
+    group_broker: BrokerProcess, client: WireClient
+) -> None:
+    """librdkafka with group.protocol=consumer makes its member id before it joins, so an
+    assign()-based consumer commits with that id and epoch -1 (OffsetCommit v9): Kafka
+    accepts it for a group with no members, and so does odradek."""
+    topic = create_topic(client, unique("kip848a"), 1)
+    group = unique("g848a")
+    produce(group_broker.bootstrap, topic, range(10), 1)
+    consumer = Consumer(
+        {
+            "bootstrap.servers": group_broker.bootstrap,
+            "group.id": group,
+            "group.protocol": "consumer",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        got: list[Any] = []
+        deadline = time.monotonic() + 30
+        while len(got) < 10:
+            assert time.monotonic() < deadline, f"consumed only {len(got)} of 10"
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                got.append(message)
+        (committed,) = consumer.commit(message=got[-1], asynchronous=False)
+        assert committed.error is None and committed.offset == 10
+        (stored,) = consumer.committed([TopicPartition(topic, 0)], timeout=10)
+        assert stored.offset == 10
+    finally:
+        consumer.close()
+
+
 @pytest.mark.parametrize("version", [0, 1])
 def test_consumer_group_heartbeat_every_version(client: WireClient, version: int) -> None:
     topic = create_topic(client, unique("kip848h"), 2)

@@ -478,10 +478,15 @@ class ClassicGroup:
         member counts as its heartbeat."""
         if self.state is DEAD:
             return E.COORDINATOR_NOT_AVAILABLE
+        if generation_id < 0 and self.state is EMPTY:
+            # An admin client or a consumer outside group management; whatever member
+            # id it sends (librdkafka's KIP-848 consumer makes one before it joins, and
+            # its assign()-based commits carry it), as Kafka: nobody is a member to fence.
+            return E.NONE
         if generation_id < 0 and member_id == "" and group_instance_id is None:
-            # A standalone consumer storing offsets; only while nobody is a member
-            # (old TxnOffsetCommit versions carry no member, so they pass regardless).
-            return E.NONE if transactional or self.state is EMPTY else E.UNKNOWN_MEMBER_ID
+            # A standalone commit into a group with members is refused (old
+            # TxnOffsetCommit versions carry no member, so they pass regardless).
+            return E.NONE if transactional else E.UNKNOWN_MEMBER_ID
         error = self._member_error(member_id, group_instance_id)
         if error is not None:
             return error

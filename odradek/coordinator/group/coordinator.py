@@ -10,7 +10,10 @@ committed offsets and group metadata — as records in that partition, appended 
 any produce with acks=all before the client hears "done". When a broker becomes
 leader of a partition it replays the partition (``load``) and answers
 COORDINATOR_LOAD_IN_PROGRESS until that is done; groups come back Stable with their
-members, so clients that reconnect keep their assignment without a rebalance.
+members, so clients that reconnect keep their assignment without a rebalance. A
+damaged batch is skipped with an ERROR (loader.py says why later batches are still
+used); a load that fails outright is retried, its groups answering
+COORDINATOR_NOT_AVAILABLE meanwhile.
 Consumer groups of the new protocol (KIP-848, consumer.py) share the offsets and
 timers; their side of the coordinator is the ``ConsumerGroupCoordination`` mixin.
 """
@@ -36,6 +39,7 @@ from odradek.coordinator.group.classic import (
 from odradek.coordinator.group.consumer import ConsumerGroup
 from odradek.coordinator.group.consumer_coordinator import ConsumerGroupCoordination
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
+from odradek.coordinator.group.loader import Damage, scan
 from odradek.coordinator.group.offset_coordinator import (
     CoordinatorError,
     OffsetCoordination,
@@ -58,7 +62,7 @@ from odradek.coordinator.group.records import (
 from odradek.metadata.controller import ControllerError, NewTopic
 from odradek.metadata.image import MetadataImage
 from odradek.replica.replica_manager import PartitionError
-from odradek.storage.records import Record, decode_batch, encode_batch
+from odradek.storage.records import Record, encode_batch
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker
@@ -66,7 +70,9 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 OFFSETS_TOPIC: Final = "__consumer_offsets"
-TICK_S: Final = 0.05  # timer resolution of all groups' deadlines
+TICK_S: Final = 0.05  # longest sleep of the ticker of all groups' deadlines
+MIN_TICK_S: Final = 0.002  # shortest (a deadline a tick cannot clear must not spin)
+LOAD_RETRY_MAX_S: Final = 30  # backoff cap of a partition whose load failed
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,6 +97,8 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         self.offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         self._owned: set[int] = set()
         self._loading: set[int] = set()
+        self._failed: dict[int, str] = {}  # partitions whose load failed: why (retried)
+        self._load_tasks: dict[int, asyncio.Task[None]] = {}
         self._ticker: asyncio.Task[None] | None = None
         self._loads: set[asyncio.Task[None]] = set()
         self._topic_ids: dict[str, uuid.UUID] = {}  # as of the last image (deletions)
@@ -131,9 +139,14 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
             task = asyncio.get_running_loop().create_task(self._load(partition))
             self._loads.add(task)
             task.add_done_callback(self._loads.discard)
+            self._load_tasks[partition] = task
         for partition in self._owned - led:
             self._owned.discard(partition)
             self._loading.discard(partition)
+            self._failed.pop(partition, None)
+            loading = self._load_tasks.pop(partition, None)
+            if loading is not None:
+                loading.cancel()
             self._unload(partition)
         self._forget_deleted_topics(image)
 
@@ -146,6 +159,32 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         self.drop_consumer_groups(partition)
 
     async def _load(self, partition: int) -> None:
+        """Load the partition; if that fails outright (an I/O error, a bug), its groups
+        answer COORDINATOR_NOT_AVAILABLE and the load is retried with a backoff."""
+        attempt = 0
+        while partition in self._owned:
+            try:
+                await self._load_once(partition)
+            except Exception as error:  # never a silent "Task exception was never retrieved"
+                delay_s = min(LOAD_RETRY_MAX_S, 2**attempt)
+                attempt += 1
+                self._failed[partition] = f"{type(error).__name__}: {error}"
+                self._loading.discard(partition)
+                logger.error(
+                    "cannot load %s-%d (%s); its groups get COORDINATOR_NOT_AVAILABLE; "
+                    "retrying in %d s",
+                    OFFSETS_TOPIC,
+                    partition,
+                    self._failed[partition],
+                    delay_s,
+                )
+                await asyncio.sleep(delay_s)
+                continue
+            if self._failed.pop(partition, None) is not None:
+                logger.info("loaded %s-%d after %d failures", OFFSETS_TOPIC, partition, attempt)
+            return
+
+    async def _load_once(self, partition: int) -> None:
         started = self.clock()
         try:
             log = self.broker.replica_manager.leader_partition(OFFSETS_TOPIC, partition).log
@@ -155,8 +194,18 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         groups: dict[str, GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         count = 0
-        for data in log.read_batches(log.log_start_offset, log.high_watermark):
-            for record in decode_batch(data).records:
+        for item in scan(log, log.log_start_offset, log.high_watermark):
+            if isinstance(item, Damage):
+                logger.error(
+                    "%s-%d: %s: what it held is not replayed (those groups' offsets and "
+                    "state fall back to what was written before it); restore the "
+                    "directory from a replica or backup to get it back",
+                    OFFSETS_TOPIC,
+                    partition,
+                    item.describe(),
+                )
+                continue
+            for record in item:
                 count += 1
                 self._replay(record, groups, offsets)
             await asyncio.sleep(0)  # let other work run during long loads
@@ -221,6 +270,8 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         if not group_id:
             raise CoordinatorError("INVALID_GROUP_ID", "empty group id")
         partition = self.partition_for(group_id)
+        if partition in self._failed:
+            raise CoordinatorError("COORDINATOR_NOT_AVAILABLE", self._failed[partition])
         if partition in self._loading:
             raise CoordinatorError("COORDINATOR_LOAD_IN_PROGRESS")
         if partition not in self._owned:
@@ -379,9 +430,26 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         )
         return key, encode_group_value(value)
 
+    def _next_tick_s(self) -> float:
+        """Seconds until the earliest deadline of any group, between MIN_TICK_S and TICK_S:
+        a session ends when it is due rather than up to a tick later (a deadline set while
+        the ticker sleeps waits at most TICK_S)."""
+        now = self.clock()
+        earliest = now + int(TICK_S * 1000)
+        for group in self.groups.values():
+            deadline = group.next_deadline_ms()
+            if deadline is not None and deadline < earliest:
+                earliest = deadline
+        for consumer in self.consumer_groups.values():
+            deadline = consumer.next_deadline_ms()
+            if deadline is not None and deadline < earliest:
+                earliest = deadline
+        # +1 ms: the clock counts whole milliseconds, so "due" is reached a bit after.
+        return min(TICK_S, max(MIN_TICK_S, (earliest - now + 1) / 1000))
+
     async def _tick_loop(self) -> None:
         while True:
-            await asyncio.sleep(TICK_S)
+            await asyncio.sleep(self._next_tick_s())
             now = self.clock()
             for group in list(self.groups.values()):
                 deadline = group.next_deadline_ms()

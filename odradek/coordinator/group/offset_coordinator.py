@@ -91,14 +91,21 @@ class OffsetCoordination:
         member_id: str,
         group_instance_id: str | None,
         commits: Sequence[OffsetCommit],
+        api_version: int = 9,
     ) -> dict[tuple[str, int], str]:
-        """Per (topic, partition): the error name; all-or-nothing per request otherwise."""
+        """Per (topic, partition): the error name; all-or-nothing per request otherwise.
+
+        A commit with generation (member epoch) < 0 to a group that does not exist
+        creates a simple group and is accepted whatever member id it carries, as in
+        Kafka; one with a generation is GROUP_ID_NOT_FOUND (v9+) or ILLEGAL_GENERATION.
+        """
         self._check_owner(group_id)
         consumer = self.consumer_groups.get(group_id)  # generation_id is its member epoch
         group = self._group(group_id, create=False) if consumer is None else None
         if group is None and consumer is None:
-            if generation_id >= 0 or member_id:
-                return {(c.topic, c.partition): "UNKNOWN_MEMBER_ID" for c in commits}
+            if generation_id >= 0:
+                error = "GROUP_ID_NOT_FOUND" if api_version >= 9 else "ILLEGAL_GENERATION"
+                return {(c.topic, c.partition): error for c in commits}
             group = self._group(group_id, create=True)  # a standalone consumer's group
         validator = consumer if consumer is not None else group
         assert validator is not None

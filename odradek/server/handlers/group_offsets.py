@@ -49,6 +49,7 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
             body.member_id,
             getattr(body, "group_instance_id", None),
             commits,
+            request.header.api_version,
         )
     except CoordinatorError as failure:
         results = {(c.topic, c.partition): failure.code for c in commits}
