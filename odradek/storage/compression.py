@@ -22,17 +22,28 @@ expects, because that is where clients differ:
 
 Everything that goes wrong while decompressing peer-supplied bytes becomes a
 ``CorruptRecordError``; no cramjam exception escapes ``decompress``.
+
+Bounded decompression (``decompress(..., limit=n)``, a batch the broker must open
+on a client's behalf): a 64 KiB zstd frame can stand for gigabytes, so the output
+never grows past ``limit`` bytes. Each codec stops at the bound instead of reading
+everything: snappy declares every block's length up front (a varint before each raw
+block), so the total is checked before anything is allocated; gzip, lz4 and zstd
+decode with ``decompress_into`` into a fixed buffer, which cramjam fills and then
+stops ("failed to write whole buffer") — the buffer starts small and doubles up to
+``limit + 1`` bytes, redoing the (cheap, GIL-free) decompression each time, so a
+small batch costs a small buffer and a bomb costs at most twice ``limit`` bytes of
+work. Past the bound: ``ExpansionLimitError`` (MESSAGE_TOO_LARGE).
 """
 
 from __future__ import annotations
 
 import struct
-from typing import Final, TypeAlias
+from typing import Any, Final, TypeAlias
 
 import cramjam
 
 from odradek.storage.batch import COMPRESSION_NAMES, GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
-from odradek.storage.errors import CorruptRecordError
+from odradek.storage.errors import CorruptRecordError, RecordTooLargeError
 
 Buf: TypeAlias = bytes | bytearray | memoryview
 
@@ -46,6 +57,25 @@ _BLOCK_LENGTH = struct.Struct(">i")
 
 ZSTD_DEFAULT_LEVEL: Final = 3
 GZIP_DEFAULT_LEVEL: Final = 6
+
+_LZ4_FEED: Final = 1 << 20  # bytes per slice fed to the lz4 compressor
+
+# First output buffer of a bounded decompression, as a multiple of the input size
+# (then doubled as needed): typical record data compresses 2-10x.
+_FIRST_GUESS_RATIO: Final = 8
+_FIRST_GUESS_MIN: Final = 64 * 1024
+# cramjam's message when the output buffer is full and more output remains.
+_BUFFER_FULL: Final = "failed to write whole buffer"
+
+
+class ExpansionLimitError(RecordTooLargeError):
+    """Compressed data that expands past the bound its caller allowed."""
+
+    def __init__(self, codec: int, limit: int) -> None:
+        super().__init__(
+            f"{COMPRESSION_NAMES.get(codec, codec)} data expands to more than {limit} bytes"
+        )
+        self.limit = limit
 
 
 def _check_codec(codec: int) -> None:
@@ -71,8 +101,14 @@ def compress(codec: int, data: Buf, level: int | None = None) -> bytes:
     if codec == LZ4:
         options = {} if level is None else {"level": level}
         compressor = cramjam.lz4.Compressor(content_checksum=False, block_linked=False, **options)
-        # The streaming compressor only takes ``bytes``.
-        compressor.compress(data if isinstance(data, bytes) else bytes(data))
+        # The streaming compressor only takes ``bytes``: other buffers go in slices,
+        # so a large section is not copied whole.
+        if isinstance(data, bytes):
+            compressor.compress(data)
+        else:
+            view = memoryview(data).cast("B")
+            for start in range(0, len(view), _LZ4_FEED):
+                compressor.compress(bytes(view[start : start + _LZ4_FEED]))
         return bytes(compressor.finish())
     if codec == ZSTD:
         zstd_level = ZSTD_DEFAULT_LEVEL if level is None else level
@@ -81,8 +117,14 @@ def compress(codec: int, data: Buf, level: int | None = None) -> bytes:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def decompress(codec: int, data: Buf) -> bytes:
-    """Inverse of ``compress``; raises CorruptRecordError on any malformed input."""
+def decompress(codec: int, data: Buf, limit: int | None = None) -> bytes:
+    """Inverse of ``compress``; raises CorruptRecordError on any malformed input.
+
+    With ``limit``, output longer than ``limit`` bytes raises ExpansionLimitError
+    and no more than about ``limit`` bytes are ever allocated for it.
+    """
+    if limit is not None:
+        return bytes(decompress_bounded(codec, data, limit))
     if codec == NO_COMPRESSION:
         return bytes(data)
     _check_codec(codec)
@@ -98,6 +140,52 @@ def decompress(codec: int, data: Buf) -> bytes:
         raise
     except Exception as exc:  # cramjam.DecompressionError, MemoryError, ...: all bad input
         raise CorruptRecordError(f"{COMPRESSION_NAMES[codec]} decompression failed: {exc}") from exc
+
+
+def decompress_bounded(codec: int, data: Buf, limit: int) -> bytearray:
+    """``decompress`` into a buffer of at most ``limit`` bytes (the caller may keep it).
+
+    Raises ExpansionLimitError when the output would be longer than ``limit``, and
+    CorruptRecordError for malformed input; memory stays within about ``limit``.
+    """
+    if limit < 0:
+        raise ValueError(f"negative limit {limit}")
+    if codec == NO_COMPRESSION:
+        if len(data) > limit:
+            raise ExpansionLimitError(codec, limit)
+        return bytearray(data)
+    _check_codec(codec)
+    try:
+        if codec == SNAPPY:
+            return _snappy_decompress_bounded(memoryview(data).cast("B"), limit)
+        into = {GZIP: cramjam.gzip, LZ4: cramjam.lz4, ZSTD: cramjam.zstd}[codec].decompress_into
+        return _decompress_growing(into, codec, data, limit)
+    except (CorruptRecordError, ExpansionLimitError):
+        raise
+    except MemoryError as exc:
+        raise ExpansionLimitError(codec, limit) from exc
+    except Exception as exc:  # cramjam.DecompressionError, ...: bad input
+        raise CorruptRecordError(f"{COMPRESSION_NAMES[codec]} decompression failed: {exc}") from exc
+
+
+def _decompress_growing(into: Any, codec: int, data: Buf, limit: int) -> bytearray:
+    """Decode into a buffer that doubles until the output fits or passes ``limit``."""
+    capacity = min(limit + 1, max(_FIRST_GUESS_MIN, _FIRST_GUESS_RATIO * len(data)))
+    while True:
+        out = bytearray(capacity)
+        try:
+            size = into(data, out)
+        except cramjam.DecompressionError as exc:
+            if _BUFFER_FULL not in str(exc):
+                raise
+            size = capacity + 1  # more output than the buffer holds
+        if size < capacity or (size == capacity and capacity <= limit):
+            del out[size:]  # shrinks in place
+            return out
+        if capacity > limit:
+            raise ExpansionLimitError(codec, limit)
+        del out  # free before the bigger buffer is allocated
+        capacity = min(limit + 1, capacity * 2)
 
 
 # -- snappy ---------------------------------------------------------------------
@@ -124,11 +212,46 @@ def _snappy_decompress(data: Buf) -> bytes:
 
 def _xerial_decompress(view: memoryview) -> bytes:
     """Decode xerial framing; a repeated stream header (concatenated streams) is skipped."""
+    decompress_raw = cramjam.snappy.decompress_raw
+    return b"".join([decompress_raw(block) for block in _xerial_blocks(view)])
+
+
+def _snappy_decompress_bounded(view: memoryview, limit: int) -> bytearray:
+    """Raw or xerial snappy; every block's declared length is summed before allocating."""
+    if view[: len(XERIAL_MAGIC)] != XERIAL_MAGIC:
+        blocks = [view]
+    else:
+        blocks = _xerial_blocks(view)
+    raw_len = cramjam.snappy.decompress_raw_len
+    total = 0
+    lengths = []
+    for block in blocks:
+        length = raw_len(block)
+        lengths.append(length)
+        total += length
+        if total > limit:
+            raise ExpansionLimitError(SNAPPY, limit)
+    out = bytearray(total)
+    target = memoryview(out)
+    position = 0
+    into = cramjam.snappy.decompress_raw_into
+    for block, length in zip(blocks, lengths, strict=True):
+        written = into(block, target[position : position + length])
+        if written != length:
+            raise CorruptRecordError(
+                f"snappy block declares {length} bytes but decodes to {written}"
+            )
+        position += length
+    target.release()
+    return out
+
+
+def _xerial_blocks(view: memoryview) -> list[memoryview]:
+    """The raw snappy blocks of a xerial stream (repeated stream headers skipped)."""
     end = len(view)
     if end < _XERIAL_HEADER_SIZE:
         raise CorruptRecordError(f"xerial snappy header truncated: {end} of 16 bytes")
-    decompress_raw = cramjam.snappy.decompress_raw
-    parts = []
+    blocks = []
     position = _XERIAL_HEADER_SIZE
     while position < end:
         if view[position : position + len(XERIAL_MAGIC)] == XERIAL_MAGIC:
@@ -145,6 +268,6 @@ def _xerial_decompress(view: memoryview) -> bytes:
                 f"xerial snappy block at byte {position - 4} declares {length} bytes "
                 f"but {end - position} remain"
             )
-        parts.append(decompress_raw(view[position : position + length]))
+        blocks.append(view[position : position + length])
         position += length
-    return b"".join(parts)
+    return blocks
