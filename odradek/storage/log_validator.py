@@ -253,7 +253,7 @@ def convert_for_append(
     return recompress(view, headers, codec, config)
 
 
-def check_record_framing(section: bytes | bytearray, count: int) -> None:
+def check_record_framing(section: bytes | bytearray | memoryview, count: int) -> None:
     """The records section holds exactly ``count`` records with offset deltas 0..count-1.
 
     Reads each record's length, timestamp delta and offset delta (the rest of a
@@ -284,7 +284,7 @@ def check_record_framing(section: bytes | bytearray, count: int) -> None:
         raise InvalidRecordError(f"header declares {count} records but the batch holds {index}")
 
 
-def _varint(data: bytes | bytearray, position: int) -> tuple[int, int]:
+def _varint(data: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
     """(zigzag-decoded value, position after it); IndexError past the end."""
     byte = data[position]
     if byte < 0x80:

@@ -280,7 +280,7 @@ def encode_batch(
 
 
 def frame_batch(
-    section: bytes | bytearray,
+    section: Buf,
     *,
     record_count: int,
     last_offset_delta: int,

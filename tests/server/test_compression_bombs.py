@@ -1,0 +1,157 @@
+"""Compression bombs and recompression against a real broker (issue 10, section 4).
+
+A topic whose compression.type is not ``producer`` makes the broker open every batch
+in another codec. A few KiB of gzip or zstd standing for 512 MiB must get
+MESSAGE_TOO_LARGE without the broker's memory following the bomb, while another
+connection keeps being answered; a batch whose recompressed form is over
+max.message.bytes is refused and not stored; an ordinary conversion still works.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kio.schema.errors import ErrorCode
+
+from odradek.storage import batch as b
+from odradek.storage.records import Record, decode_batches, encode_batch, new_records
+from tests.server.test_protocol import (
+    API_VERSIONS,
+    assert_clean_log,
+    fetch,
+    make_topic,
+    now_ms,
+    produce,
+    produce_request,
+    request,
+)
+from tests.support.bombs import bomb, raw_batch
+from tests.support.broker import BrokerProcess, running_broker
+from tests.support.wire import WireClient
+
+MiB = 1 << 20
+# Growth of the broker's peak RSS allowed for all the bombs below: two converter
+# threads each hold at most 64 MiB of expanded records (the bound at the default
+# max.message.bytes) plus its compressed output. Before the bound, one 512 MiB bomb
+# alone took over 1 GiB.
+RSS_GROWTH_BOUND = 400 * MiB
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
+    with running_broker(tmp_path_factory.mktemp("bombs") / "data") as started:
+        yield started
+        assert started.alive()
+        assert_clean_log(started)
+
+
+def _status(pid: int, field: str) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+def _pid(broker: BrokerProcess) -> int:
+    assert broker.process is not None
+    return broker.process.pid
+
+
+def test_bombs_get_message_too_large_memory_stays_bounded_others_answered(
+    broker: BrokerProcess,
+) -> None:
+    with WireClient(broker.bootstrap) as admin:
+        to_zstd = make_topic(admin, "to-zstd", configs={"compression.type": "zstd"})
+        to_gzip = make_topic(admin, "to-gzip", configs={"compression.type": "gzip"})
+        to_none = make_topic(admin, "to-none", configs={"compression.type": "uncompressed"})
+        produce(admin, to_zstd, 0, encode_batch(new_records([b"warm-up"])))
+    baseline = _status(_pid(broker), "VmHWM")
+    bombs = [
+        (to_zstd, b.GZIP, 512 * MiB),
+        (to_gzip, b.ZSTD, 512 * MiB),
+        (to_zstd, b.LZ4, 128 * MiB),
+        (to_none, b.ZSTD, 512 * MiB),
+        (to_none, b.SNAPPY, 16 * MiB),
+    ]
+    answered: list[float] = []
+    stop = threading.Event()
+
+    def ping() -> None:
+        with WireClient(broker.bootstrap, timeout_s=20) as other:
+            while not stop.is_set():
+                start = time.monotonic()
+                versions = other.request(
+                    request(API_VERSIONS, 3, client_software_name="t", client_software_version="1")
+                )
+                assert versions.error_code == ErrorCode.none
+                answered.append(time.monotonic() - start)
+
+    pinger = threading.Thread(target=ping, daemon=True)
+    pinger.start()
+    try:
+        with WireClient(broker.bootstrap, timeout_s=60) as client:
+            # three of each, pipelined: the broker has them all at once
+            sent = []
+            for topic, codec, size in bombs * 3:
+                data = raw_batch(bomb(codec, size), codec, timestamp=now_ms())
+                sent.append((topic, client.send(produce_request(topic, 0, data))))
+            for topic, correlation_id in sent:
+                response = client.receive(produce_request(topic, 0, None), correlation_id)
+                (partition,) = response.responses[0].partition_responses
+                assert partition.error_code == ErrorCode.message_too_large, partition
+    finally:
+        stop.set()
+        pinger.join(30)
+    assert answered, "ApiVersions on another connection was never answered"
+    growth = _status(_pid(broker), "VmHWM") - baseline
+    assert growth < RSS_GROWTH_BOUND, f"peak RSS grew by {growth / MiB:.0f} MiB"
+    with WireClient(broker.bootstrap) as client:
+        # nothing was stored: the next records start at the offset after the warm-up
+        assert produce(client, to_zstd, 0, encode_batch(new_records([b"x"]))).base_offset == 1
+        assert produce(client, to_gzip, 0, encode_batch(new_records([b"x"]))).base_offset == 0
+
+
+def test_recompressed_batch_over_max_message_bytes_is_refused(broker: BrokerProcess) -> None:
+    """zstd finds a 100 KB block repeated ten times; lz4 (64 KiB window) cannot."""
+    import os
+
+    value = os.urandom(100_000) * 10
+    data = encode_batch([Record(0, now_ms(), None, value)], compression=b.ZSTD)
+    assert len(data) < 200_000
+    with WireClient(broker.bootstrap) as client:
+        topic = make_topic(
+            client,
+            "lz4-small",
+            configs={"compression.type": "lz4", "max.message.bytes": "300000"},
+        )
+        refused = produce(client, topic, 0, data)
+        assert refused.error_code == ErrorCode.message_too_large, refused
+        assert "over max.message.bytes=300000" in (refused.error_message or "")
+        accepted = produce(
+            client, topic, 0, encode_batch(new_records([b"a", b"b"]), compression=b.ZSTD)
+        )
+        assert accepted.error_code == ErrorCode.none and accepted.base_offset == 0
+
+
+def test_ordinary_conversion_round_trips(broker: BrokerProcess) -> None:
+    values = [f"value-{i}".encode() * 20 for i in range(500)]
+    with WireClient(broker.bootstrap) as client:
+        topic = make_topic(client, "convert", configs={"compression.type": "zstd"})
+        for codec in (b.GZIP, b.SNAPPY, b.LZ4, b.NO_COMPRESSION):
+            response = produce(
+                client, topic, 0, encode_batch(new_records(values), compression=codec)
+            )
+            assert response.error_code == ErrorCode.none, response
+        stored = []
+        offset = 0
+        while offset < 2000:
+            data = fetch(client, topic, 0, offset)
+            for batch in decode_batches(data.records or b""):
+                assert batch.header.compression == b.ZSTD
+                stored += [r.value for r in batch.records]
+                offset = batch.header.last_offset + 1
+    assert stored == values * 4
