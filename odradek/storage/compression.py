@@ -69,6 +69,9 @@ _LZ4_FEED: Final = 1 << 20  # bytes per slice fed to the lz4 compressor
 # (then doubled as needed): typical record data compresses 2-10x.
 _FIRST_GUESS_RATIO: Final = 8
 _FIRST_GUESS_MIN: Final = 64 * 1024
+# How far the broker opens a batch it stored unopened (ListOffsets by timestamp), as
+# a multiple of the batch's size: 64, as for recompression (log_validator).
+STORED_EXPANSION: Final = 64
 # cramjam's message when the output buffer is full and more output remains.
 _BUFFER_FULL: Final = "failed to write whole buffer"
 

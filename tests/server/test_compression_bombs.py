@@ -5,6 +5,8 @@ in another codec. A few KiB of gzip or zstd standing for 512 MiB must get
 MESSAGE_TOO_LARGE without the broker's memory following the bomb, while another
 connection keeps being answered; a batch whose recompressed form is over
 max.message.bytes is refused and not stored; an ordinary conversion still works.
+Clients may not write into internal topics (whose batches the coordinators decode),
+and ListOffsets by timestamp does not expand a bomb a ``producer`` topic stored.
 """
 
 from __future__ import annotations
@@ -19,10 +21,12 @@ from kio.schema.errors import ErrorCode
 
 from odradek.storage import batch as b
 from odradek.storage.records import Record, decode_batches, encode_batch, new_records
+from tests.groups.wire import find_coordinator
 from tests.server.test_protocol import (
     API_VERSIONS,
     assert_clean_log,
     fetch,
+    list_offset,
     make_topic,
     now_ms,
     produce,
@@ -155,3 +159,36 @@ def test_ordinary_conversion_round_trips(broker: BrokerProcess) -> None:
                 stored += [r.value for r in batch.records]
                 offset = batch.header.last_offset + 1
     assert stored == values * 4
+
+
+def test_internal_topics_take_no_client_produce(broker: BrokerProcess) -> None:
+    """A client's batch in __consumer_offsets is what the coordinator loads and decodes:
+    Kafka refuses appends to internal topics, and so does odradek."""
+    with WireClient(broker.bootstrap) as client:
+        (found,) = find_coordinator(client, 4, ["bomb-group"])  # creates __consumer_offsets
+        assert found[-1] == ErrorCode.none
+        data = raw_batch(bomb(b.ZSTD, 64 * MiB), b.ZSTD, timestamp=now_ms())
+        for partition in (0, 7):
+            refused = produce(client, "__consumer_offsets", partition, data)
+            assert refused.error_code == ErrorCode.invalid_topic_exception, refused
+
+
+def test_list_offsets_does_not_open_a_stored_bomb(broker: BrokerProcess) -> None:
+    """A ``producer`` topic stores a bomb unopened; ListOffsets by timestamp and
+    MAX_TIMESTAMP answer with the batch's offset instead of expanding it."""
+    stamp = now_ms()
+    with WireClient(broker.bootstrap) as client:
+        topic = make_topic(client, "stored-bomb")
+        for value in (b"before", b"after"):
+            records = [Record(0, stamp - 1000, None, value)]
+            assert produce(client, topic, 0, encode_batch(records)).error_code == ErrorCode.none
+            if value == b"before":
+                data = raw_batch(bomb(b.ZSTD, 512 * MiB), b.ZSTD, timestamp=stamp)
+                assert produce(client, topic, 0, data).base_offset == 1
+        baseline = _status(_pid(broker), "VmHWM")
+        by_time = list_offset(client, topic, 0, stamp - 10)
+        assert (by_time.error_code, by_time.offset, by_time.timestamp) == (ErrorCode.none, 1, stamp)
+        latest_time = list_offset(client, topic, 0, -3)  # MAX_TIMESTAMP (KIP-734)
+        assert (latest_time.offset, latest_time.timestamp) == (1, stamp)
+    growth = _status(_pid(broker), "VmHWM") - baseline
+    assert growth < 100 * MiB, f"peak RSS grew by {growth / MiB:.0f} MiB"

@@ -17,6 +17,7 @@ import datetime
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from odradek.metadata.controller import INTERNAL_TOPICS
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
@@ -51,6 +52,15 @@ async def produce(broker: Broker, request: Request) -> Any:
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 result = _error(module, data.index, "INVALID_REQUIRED_ACKS")
+            elif topic.name in INTERNAL_TOPICS:
+                # Kafka: "Cannot append to internal topic"; the coordinators write
+                # there through the replica manager, and load what they find.
+                result = _error(
+                    module,
+                    data.index,
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"cannot append to internal topic {topic.name}",
+                )
             elif body.transactional_id is not None:
                 result = _error(
                     module,
