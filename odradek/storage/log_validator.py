@@ -152,7 +152,15 @@ def expansion_limit(config: LogConfig, target: int) -> int:
 
     The record count adds a precheck, not a larger bound: n records take at least
     7n bytes, so a batch whose count cannot fit the bound is refused before any
-    decompression (``check_expansion``).
+    decompression (in ``recompress``).
+
+    Past the bound the answer is MESSAGE_TOO_LARGE, the code Kafka gives a batch
+    that is over max.message.bytes after recompression (RecordTooLargeException):
+    for ``uncompressed`` and ``snappy`` it is that very case found early, and for
+    the others it says what happened (too large for this broker to convert). It is
+    also the one answer that helps an honest client: the Java producer splits a
+    batch refused with it and retries the halves, while CORRUPT_MESSAGE is
+    retriable (the same bomb again, forever) and INVALID_RECORD just fails.
     """
     room = max(config.max_message_bytes - HEADER_SIZE, 0)
     if target == NO_COMPRESSION:
