@@ -266,22 +266,34 @@ def check_record_framing(section: bytes | bytearray | memoryview, count: int) ->
 
     Reads each record's length, timestamp delta and offset delta (the rest of a
     record stays opaque, as on the uncompressed path). Raises InvalidRecordError.
+    One-byte varints, nearly all of these fields, are read inline.
     """
     end = len(section)
     position = 0
     index = 0
+    minimum = MIN_RECORD_SIZE - 1
     try:
         while position < end:
             if index == count:
                 raise InvalidRecordError(
                     f"{end - position} bytes follow the {count} records the header declares"
                 )
-            length, position = _varint(section, position)
+            byte = section[position]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            else:
+                length, position = _varint(section, position)
             record_end = position + length
-            if length < MIN_RECORD_SIZE - 1 or record_end > end:
+            if length < minimum or record_end > end:
                 raise InvalidRecordError(f"record {index} has bad length {length}")
-            _, field = _varint(section, position + 1)  # after attributes: timestamp delta
-            delta, _ = _varint(section, field)
+            field = position + 1  # after attributes: the timestamp delta
+            if section[field] < 0x80:
+                field += 1
+            else:
+                _, field = _varint(section, field)
+            byte = section[field]
+            delta = (byte >> 1) ^ -(byte & 1) if byte < 0x80 else _varint(section, field)[0]
             if delta != index:
                 raise InvalidRecordError(f"record {index} has offset delta {delta}")
             position = record_end
