@@ -33,10 +33,10 @@ stops ("failed to write whole buffer"). Past the bound: ``ExpansionLimitError``
 (MESSAGE_TOO_LARGE). The first buffer is a 4 MiB scratch bytearray kept per
 thread (ordinary batches fit, decoded as fast as unbounded, then copied out); if
 the output does not fit, decompression starts again into an anonymous memory map
-of ``limit + 1`` bytes. A map, not a bytearray: only the pages the output reaches become memory,
-where a bytearray is zeroed in full while holding the GIL (10-20 ms per 64 MiB,
-stalling the event loop of a broker that decompresses on a worker thread), and
-unmapping gives the memory straight back to the system. Bounds over
+of ``limit + 1`` bytes. A map, not a bytearray: only the pages the output reaches
+become memory, where a bytearray is zeroed in full while holding the GIL (10-20 ms
+per 64 MiB, stalling the event loop of a broker that decompresses on a worker
+thread), and unmapping gives the memory straight back to the system. Bounds over
 ``_MAP_AT_ONCE`` map less first and double, so address space stays modest too.
 """
 
@@ -284,7 +284,7 @@ def _snappy_decompress_bounded(view: memoryview, limit: int) -> memoryview:
         total += length
         if total > limit:
             raise ExpansionLimitError(SNAPPY, limit)
-    out = _buffer(total)
+    out: bytearray | mmap.mmap = bytearray(total) if total <= _SMALL_MAX else _buffer(total)
     target = memoryview(out)
     position = 0
     into = cramjam.snappy.decompress_raw_into
