@@ -20,7 +20,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.storage import batch as b
-from odradek.storage.records import Record, decode_batches, encode_batch, new_records
+from odradek.storage.records import Header, Record, decode_batches, encode_batch, new_records
 from tests.groups.wire import find_coordinator
 from tests.server.test_protocol import (
     API_VERSIONS,
@@ -31,6 +31,7 @@ from tests.server.test_protocol import (
     now_ms,
     produce,
     produce_request,
+    read_all,
     request,
 )
 from tests.support.bombs import bomb, raw_batch
@@ -192,3 +193,40 @@ def test_list_offsets_does_not_open_a_stored_bomb(broker: BrokerProcess) -> None
         assert (latest_time.offset, latest_time.timestamp) == (1, stamp)
     growth = _status(_pid(broker), "VmHWM") - baseline
     assert growth < 100 * MiB, f"peak RSS grew by {growth / MiB:.0f} MiB"
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_librdkafka_batches_convert(broker: BrokerProcess, codec: str) -> None:
+    """Real client batches (librdkafka's framing and record encoding) pass the record
+    framing check and are stored in the topic's codec, every record intact."""
+    from confluent_kafka import Producer
+
+    target = "gzip" if codec == "zstd" else "zstd"
+    values = [f"{codec}-{i}-".encode() * (i % 50 + 1) for i in range(3000)]
+    with WireClient(broker.bootstrap) as client:
+        topic = make_topic(client, f"rdkafka-{codec}", configs={"compression.type": target})
+        errors: list[object] = []
+        producer = Producer(
+            {
+                "bootstrap.servers": broker.bootstrap,
+                "compression.type": codec,
+                "enable.idempotence": True,
+                "linger.ms": 20,
+            }
+        )
+        for i, value in enumerate(values):
+            producer.produce(
+                topic,
+                value=value,
+                key=str(i).encode(),
+                headers=[("h", b"v")] if i % 7 == 0 else None,
+                on_delivery=lambda err, _msg: errors.append(err) if err else None,
+            )
+        assert producer.flush(30) == 0
+        assert errors == []
+        stored = read_all(client, topic, 0)
+        assert [r.value for r in stored] == values
+        assert [r.headers for r in stored[:8:7]] == [(Header("h", b"v"),), (Header("h", b"v"),)]
+        data = fetch(client, topic, 0, 0)
+        first = next(decode_batches(data.records or b""))
+        assert first.header.compression == b.COMPRESSION_BY_NAME[target]

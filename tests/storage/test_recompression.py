@@ -209,3 +209,19 @@ def test_conversion_is_offered_only_when_needed() -> None:
     assert convert is not None
     converted = convert()
     assert decode_batch(converted).header.compression == b.ZSTD
+
+
+def test_a_large_compressible_batch_converts(tmp_path: Path, clock: FakeClock) -> None:
+    """Within the bound and past the 4 MiB first try: 40,000 JSON-like records, 24 MB
+    uncompressed in a gzip batch under 1 MiB, are stored in zstd, every record kept."""
+    log = new_log(tmp_path, clock, compression_type="zstd")
+    template = b'{"user": %d, "event": "page_view", "path": "/products/%d", "pad": "%s"}'
+    values = [template % (i, i % 97, b"x" * 500) for i in range(40_000)]
+    records = [Record(i, clock(), b"user-%d" % (i % 1000), v) for i, v in enumerate(values)]
+    batch = encode_batch(records, compression=b.GZIP)
+    assert len(batch) < log.config.max_message_bytes
+    assert sum(map(len, values)) > 20_000_000
+    log.append_as_leader(batch, 0)
+    (stored,) = decode_batches(b"".join(log.read_batches(0)))
+    assert stored.header.compression == b.ZSTD
+    assert [r.value for r in stored.records] == values
