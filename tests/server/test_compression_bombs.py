@@ -230,3 +230,30 @@ def test_librdkafka_batches_convert(broker: BrokerProcess, codec: str) -> None:
         data = fetch(client, topic, 0, 0)
         first = next(decode_batches(data.records or b""))
         assert first.header.compression == b.COMPRESSION_BY_NAME[target]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_kafka_python_batches_convert(broker: BrokerProcess, codec: str) -> None:
+    """kafka-python writes snappy in xerial framing and lz4 with its own frame
+    settings, as the Java client does: those convert too."""
+    from kafka import KafkaProducer
+
+    target = "gzip" if codec == "zstd" else "zstd"
+    values = [f"{codec}-{i}-".encode() * (i % 50 + 1) for i in range(2000)]
+    with WireClient(broker.bootstrap) as client:
+        topic = make_topic(client, f"kafka-python-{codec}", configs={"compression.type": target})
+        producer = KafkaProducer(
+            bootstrap_servers=broker.bootstrap,
+            compression_type=codec,
+            linger_ms=20,
+            batch_size=256 * 1024,
+            request_timeout_ms=30_000,
+        )
+        try:
+            futures = [producer.send(topic, value=v, partition=0) for v in values]
+            producer.flush(30)
+            for future in futures:
+                future.get(30)
+        finally:
+            producer.close(timeout=10)
+        assert [r.value for r in read_all(client, topic, 0)] == values
