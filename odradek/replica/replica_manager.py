@@ -24,6 +24,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo, Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
+from odradek.storage.log_validator import conversion
 from odradek.storage.partition_metadata import check_topic_id
 
 logger = logging.getLogger(__name__)
@@ -201,6 +202,16 @@ class ReplicaManager:
         partition.update_high_watermark()
         partition.wake_waiters()
         return info
+
+    def conversion(self, topic: str, index: int, records: bytes) -> Callable[[], bytes] | None:
+        """Recompression to run on a worker thread before ``append``, or None (see
+        log_validator.conversion); None too when the partition is not here (``append``
+        reports that)."""
+        partition = self.partitions.get((topic, index))
+        if partition is None:
+            return None
+        log = partition.log
+        return conversion(records, log.config, log.clock(), name=log.name)
 
     # -- fetch waits ------------------------------------------------------------------
     def stop_waiting(self) -> None:

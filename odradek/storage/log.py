@@ -178,7 +178,7 @@ class Log:
         if self._target_codec is not None and any(
             h.compression != self._target_codec for h in headers
         ):
-            view = memoryview(recompress(view, headers, self._target_codec))
+            view = memoryview(recompress(view, headers, self._target_codec, self.config))
             headers = list(batch_format.iter_batches(view))
         append_time = now_ms if self._log_append_time else -1
         if append_time >= 0:

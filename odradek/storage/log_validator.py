@@ -3,28 +3,63 @@
 How this works and why: a produce request's batches are checked on their 61-byte
 headers only — size against ``max.message.bytes``, record count against the last
 offset delta, codec, producer fields, control flag, timestamps against the broker
-clock — so records stay opaque bytes on the hot path. Records are decoded only to
+clock — so records stay opaque bytes on the hot path. Records are opened only to
 recompress batches whose codec differs from a topic's ``compression.type``.
 
-Pure functions of (bytes, config, clock reading); the Log calls them on its loop.
+Recompression (``recompress``) is the one place the broker decompresses a client's
+bytes, so it is where a compression bomb would land. It decompresses each batch
+into at most ``expansion_limit`` bytes (see there for the rule), checks that the
+records section holds exactly ``recordCount`` records with offset deltas 0..n-1
+(``check_record_framing``), compresses that same section with the topic's codec
+and refuses a result over ``max.message.bytes`` with MESSAGE_TOO_LARGE, as Kafka's
+UnifiedLog does after recompression (RecordTooLargeException). Record bytes are not
+re-encoded: a v2 record's encoding does not depend on the codec around it.
+
+Pure functions of (bytes, config, clock reading), safe on any thread: the produce
+handler runs ``convert_for_append`` on a worker thread when a batch needs
+recompression, and the Log calls the header checks on its loop.
 """
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Final
+
 from odradek.storage import batch as batch_format
 from odradek.storage.batch import (
+    ATTRIBUTES_POSITION,
     COMPRESSION_BY_NAME,
     COMPRESSION_MASK,
+    COMPRESSION_NAMES,
     CONTROL_MASK,
+    HEADER_SIZE,
     LOG_OVERHEAD,
+    NO_COMPRESSION,
     NO_TIMESTAMP,
+    SNAPPY,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_MASK,
     BatchHeader,
     check_batch,
 )
-from odradek.storage.errors import InvalidRecordError, InvalidTimestampError, RecordTooLargeError
+from odradek.storage.compression import ExpansionLimitError, decompress_bounded
+from odradek.storage.errors import (
+    CorruptRecordError,
+    InvalidRecordError,
+    InvalidTimestampError,
+    RecordTooLargeError,
+)
 from odradek.storage.log_config import LogConfig
+
+# How far a batch's records may expand, as a multiple of the room max.message.bytes
+# leaves for them (see expansion_limit).
+RECOMPRESSION_EXPANSION: Final = 64
+# Raw snappy's best case: a 3-byte copy tag stands for at most 64 bytes (21.3x).
+SNAPPY_MAX_EXPANSION: Final = 22
+# The smallest record: length, attributes, timestamp delta, offset delta, key
+# length, value length and header count, one byte each.
+MIN_RECORD_SIZE: Final = 7
 
 
 def target_codec(config: LogConfig) -> int | None:
@@ -96,18 +131,88 @@ def check_timestamps(header: BatchHeader, config: LogConfig, now_ms: int) -> Non
         )
 
 
-def recompress(view: memoryview, headers: list[BatchHeader], codec: int) -> bytes:
-    """Re-encode batches whose codec differs from the topic's compression.type."""
-    from odradek.storage.records import decode_batch, encode_batch
+def expansion_limit(config: LogConfig, target: int) -> int:
+    """Most bytes a batch's records section may decompress to before recompression.
 
+    The rule: the converted batch must fit ``max.message.bytes`` (Kafka refuses it
+    with MESSAGE_TOO_LARGE otherwise), so its records may take ``room`` =
+    max.message.bytes - 61 bytes once encoded with the topic's codec ``target``.
+
+    * ``uncompressed``: exactly ``room``; anything longer can never be stored, so
+      refusing it early refuses nothing Kafka would accept.
+    * ``snappy``: 22 x ``room``; raw snappy cannot do better than 21.3:1 (a 3-byte
+      copy tag writes at most 64 bytes), so this too refuses nothing storable.
+    * ``lz4``, ``gzip``, ``zstd``: 64 x ``room`` (64 MiB at the default 1 MiB).
+      These formats can reach 255:1, 1032:1 and 32768:1 on degenerate input, so
+      the exact bound (32 GiB for zstd) would bound nothing; 64:1 is far above what
+      record data compresses to in practice and above what clients batch by
+      default (librdkafka caps a batch's uncompressed size at ``batch.size``,
+      1,000,000 bytes; the Java producer sizes batches to 16 KiB *compressed*
+      with a ratio estimate). Operators who raise max.message.bytes raise it too.
+
+    The record count adds a precheck, not a larger bound: n records take at least
+    7n bytes, so a batch whose count cannot fit the bound is refused before any
+    decompression (in ``recompress``).
+
+    Past the bound the answer is MESSAGE_TOO_LARGE, the code Kafka gives a batch
+    that is over max.message.bytes after recompression (RecordTooLargeException):
+    for ``uncompressed`` and ``snappy`` it is that very case found early, and for
+    the others it says what happened (too large for this broker to convert). It is
+    also the one answer that helps an honest client: the Java producer splits a
+    batch refused with it and retries the halves, while CORRUPT_MESSAGE is
+    retriable (the same bomb again, forever) and INVALID_RECORD just fails.
+    """
+    room = max(config.max_message_bytes - HEADER_SIZE, 0)
+    if target == NO_COMPRESSION:
+        return room
+    if target == SNAPPY:
+        return room * SNAPPY_MAX_EXPANSION
+    return room * RECOMPRESSION_EXPANSION
+
+
+def _too_large(header: BatchHeader, config: LogConfig, target: int, detail: str) -> Exception:
+    return RecordTooLargeError(
+        f"batch of {header.record_count} records {detail}: recompressed to "
+        f"{COMPRESSION_NAMES[target]} it cannot fit max.message.bytes="
+        f"{config.max_message_bytes} (records may expand to at most "
+        f"{expansion_limit(config, target)} bytes)"
+    )
+
+
+def recompress(
+    view: memoryview, headers: list[BatchHeader], codec: int, config: LogConfig
+) -> bytes:
+    """Re-encode batches whose codec differs from the topic's compression.type.
+
+    Memory stays within ``expansion_limit`` per batch plus the output; raises
+    RecordTooLargeError (MESSAGE_TOO_LARGE) past the bound or when a converted batch
+    exceeds max.message.bytes, CorruptRecordError for a bad compressed stream,
+    InvalidRecordError for records that do not match the header.
+    """
+    from odradek.storage.records import frame_batch
+
+    limit = expansion_limit(config, codec)
     out = bytearray()
     for header in headers:
+        start, end = header.position, header.position + header.size
         if header.compression == codec:
-            out += view[header.position : header.position + header.size]
+            out += view[start:end]
             continue
-        decoded = decode_batch(view, header.position)
-        out += encode_batch(
-            decoded.records,
+        if header.record_count * MIN_RECORD_SIZE > limit:
+            raise _too_large(header, config, codec, f"needs at least {MIN_RECORD_SIZE} bytes each")
+        try:
+            section = decompress_bounded(header.compression, view[start + HEADER_SIZE : end], limit)
+        except ExpansionLimitError:
+            raise _too_large(header, config, codec, "expands past the bound") from None
+        except CorruptRecordError as exc:
+            raise CorruptRecordError(f"batch at position {start}: {exc}") from None
+        check_record_framing(section, header.record_count)
+        converted = frame_batch(
+            section,
+            record_count=header.record_count,
+            last_offset_delta=header.last_offset_delta,
+            base_timestamp=header.base_timestamp,
+            max_timestamp=header.max_timestamp,
             base_offset=header.base_offset,
             partition_leader_epoch=header.partition_leader_epoch,
             compression=codec,
@@ -116,6 +221,102 @@ def recompress(view: memoryview, headers: list[BatchHeader], codec: int) -> byte
             producer_epoch=header.producer_epoch,
             base_sequence=header.base_sequence,
             is_transactional=header.is_transactional,
-            max_timestamp=header.max_timestamp,
         )
+        del section
+        if len(converted) > config.max_message_bytes:
+            raise RecordTooLargeError(
+                f"batch recompressed to {COMPRESSION_NAMES[codec]} is {len(converted)} bytes, "
+                f"over max.message.bytes={config.max_message_bytes}"
+            )
+        out += converted
     return bytes(out)
+
+
+def conversion(
+    records: bytes | memoryview, config: LogConfig, now_ms: int, *, name: str
+) -> Callable[[], bytes] | None:
+    """The recompression an append would do, as a call for a worker thread.
+
+    None on the common path (compression.type ``producer``, or the batch already in
+    the topic's codec): the batch is appended as it is, with no thread hop. Otherwise
+    the call validates the headers and recompresses (bounded), and its result is what
+    to append: ``Log.append_as_leader`` then finds nothing left to convert.
+    """
+    codec = target_codec(config)
+    if codec is None or len(records) <= ATTRIBUTES_POSITION + 1:
+        return None
+    if records[ATTRIBUTES_POSITION + 1] & COMPRESSION_MASK == codec:  # low byte of the int16
+        return None
+    return functools.partial(convert_for_append, records, config, codec, now_ms, name=name)
+
+
+def convert_for_append(
+    records: bytes | memoryview, config: LogConfig, codec: int, now_ms: int, *, name: str
+) -> bytes:
+    """Header checks then ``recompress``: the thread-safe half of a converting append."""
+    view = memoryview(records)
+    headers = validate_client_batches(
+        view, config, now_ms, check_time=not config.uses_log_append_time, name=name
+    )
+    return recompress(view, headers, codec, config)
+
+
+def check_record_framing(section: bytes | bytearray | memoryview, count: int) -> None:
+    """The records section holds exactly ``count`` records with offset deltas 0..count-1.
+
+    Reads each record's length, timestamp delta and offset delta (the rest of a
+    record stays opaque, as on the uncompressed path). Raises InvalidRecordError.
+    One-byte varints, nearly all of these fields, are read inline.
+    """
+    end = len(section)
+    position = 0
+    index = 0
+    minimum = MIN_RECORD_SIZE - 1
+    try:
+        while position < end:
+            if index == count:
+                raise InvalidRecordError(
+                    f"{end - position} bytes follow the {count} records the header declares"
+                )
+            byte = section[position]
+            if byte < 0x80:
+                length = (byte >> 1) ^ -(byte & 1)
+                position += 1
+            else:
+                length, position = _varint(section, position)
+            record_end = position + length
+            if length < minimum or record_end > end:
+                raise InvalidRecordError(f"record {index} has bad length {length}")
+            field = position + 1  # after attributes: the timestamp delta
+            if section[field] < 0x80:
+                field += 1
+            else:
+                _, field = _varint(section, field)
+            byte = section[field]
+            delta = (byte >> 1) ^ -(byte & 1) if byte < 0x80 else _varint(section, field)[0]
+            if delta != index:
+                raise InvalidRecordError(f"record {index} has offset delta {delta}")
+            position = record_end
+            index += 1
+    except IndexError:
+        raise InvalidRecordError(f"record {index} is truncated") from None
+    if index != count:
+        raise InvalidRecordError(f"header declares {count} records but the batch holds {index}")
+
+
+def _varint(data: bytes | bytearray | memoryview, position: int) -> tuple[int, int]:
+    """(zigzag-decoded value, position after it); IndexError past the end."""
+    byte = data[position]
+    if byte < 0x80:
+        return (byte >> 1) ^ -(byte & 1), position + 1
+    raw = byte & 0x7F
+    shift = 7
+    while True:
+        position += 1
+        byte = data[position]
+        raw |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return (raw >> 1) ^ -(raw & 1), position + 1
+        shift += 7
+        if shift > 63:
+            raise InvalidRecordError(f"varint longer than 10 bytes at byte {position}")

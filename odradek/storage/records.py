@@ -280,7 +280,7 @@ def encode_batch(
 
 
 def frame_batch(
-    section: bytes | bytearray,
+    section: Buf,
     *,
     record_count: int,
     last_offset_delta: int,
@@ -368,10 +368,15 @@ def new_records(
 # -- decoding -------------------------------------------------------------------
 
 
-def decode_batch(buf: Buf, position: int = 0, *, verify_crc: bool = True) -> DecodedBatch:
-    """Decode the batch at ``position`` (header, CRC unless told not to, and records)."""
+def decode_batch(
+    buf: Buf, position: int = 0, *, verify_crc: bool = True, limit: int | None = None
+) -> DecodedBatch:
+    """Decode the batch at ``position`` (header, CRC unless told not to, and records).
+
+    ``limit``: most bytes the records may decompress to (ExpansionLimitError past it).
+    """
     header = check_batch(buf, position) if verify_crc else parse_header(buf, position)
-    return DecodedBatch(header, list(iter_records(buf, header)))
+    return DecodedBatch(header, list(iter_records(buf, header, limit)))
 
 
 def decode_batches(buf: Buf, *, verify_crc: bool = True) -> Iterator[DecodedBatch]:
@@ -386,14 +391,14 @@ def _corrupt(header: BatchHeader, detail: str) -> CorruptRecordError:
     )
 
 
-def iter_records(buf: Buf, header: BatchHeader) -> Iterator[Record]:
+def iter_records(buf: Buf, header: BatchHeader, limit: int | None = None) -> Iterator[Record]:
     """Yield the records of a batch whose header was already parsed from ``buf``.
 
     Checks the records, not the CRC (``check_batch`` does that). Raises
     CorruptRecordError on malformed content, when iteration starts (the batch is
     decoded in one pass by ``decode_record_columns``).
     """
-    columns = decode_record_columns(buf, header)
+    columns = decode_record_columns(buf, header, limit)
     for offset, timestamp, key, value, pairs in zip(*columns, strict=True):
         yield Record(
             offset,
@@ -414,14 +419,14 @@ class RecordColumns(NamedTuple):
     headers: list[tuple[tuple[str, bytes | None], ...]]  # (key, value) pairs; () if none
 
 
-def _records_section(buf: Buf, header: BatchHeader) -> tuple[bytes, int, int]:
+def _records_section(buf: Buf, header: BatchHeader, limit: int | None) -> tuple[bytes, int, int]:
     """(data, start, end): the uncompressed records section is ``data[start:end]``."""
     start = header.position + HEADER_SIZE
     stop = header.position + header.size
     codec = header.compression
     if codec != NO_COMPRESSION:
         try:
-            data = decompress(codec, memoryview(buf)[start:stop])
+            data = decompress(codec, memoryview(buf)[start:stop], limit)
         except CorruptRecordError as exc:
             raise _corrupt(header, str(exc)) from exc
         return data, 0, len(data)
@@ -436,7 +441,7 @@ def _records_section(buf: Buf, header: BatchHeader) -> tuple[bytes, int, int]:
 _ZIGZAG: Final = tuple((byte >> 1) ^ -(byte & 1) for byte in range(0x80))
 
 
-def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
+def decode_record_columns(buf: Buf, header: BatchHeader, limit: int | None = None) -> RecordColumns:
     """Decode every record of a batch whose header was already parsed from ``buf``.
 
     One pass, no per-record objects: the consumer builds its own record type from
@@ -450,7 +455,7 @@ def decode_record_columns(buf: Buf, header: BatchHeader) -> RecordColumns:
     count = header.record_count
     if count < 0:
         raise _corrupt(header, f"negative record count {count}")
-    data, position, end = _records_section(buf, header)
+    data, position, end = _records_section(buf, header, limit)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     offsets: list[int] = []

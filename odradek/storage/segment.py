@@ -387,7 +387,14 @@ class LogSegment:
         return os.pread(self.fd, file_range.length, file_range.position)
 
     def find_offset_by_timestamp(self, timestamp: int, start_offset: int) -> tuple[int, int] | None:
-        """(offset, timestamp) of the first record >= ``start_offset`` with ts >= ``timestamp``."""
+        """(offset, timestamp) of the first record >= ``start_offset`` with ts >= ``timestamp``.
+
+        A batch whose records would expand past ``STORED_EXPANSION`` times its size (a
+        compression bomb a ``producer``-compression topic stored unopened) is not
+        opened, and one whose records do not decode is not trusted: the answer is its
+        first offset, which skips no record.
+        """
+        from odradek.storage.compression import STORED_EXPANSION, ExpansionLimitError
         from odradek.storage.records import iter_records
 
         if self.max_timestamp < timestamp:
@@ -399,9 +406,12 @@ class LogSegment:
                 continue
             data = os.pread(self.fd, header.size, header.position)
             header.position = 0
-            for record in iter_records(data, header):
-                if record.offset >= start_offset and record.timestamp >= timestamp:
-                    return record.offset, record.timestamp
+            try:
+                for record in iter_records(data, header, STORED_EXPANSION * header.size):
+                    if record.offset >= start_offset and record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+            except (ExpansionLimitError, CorruptRecordError):
+                return max(header.base_offset, start_offset), header.max_timestamp
         return None
 
     # -- truncation, flushing, lifecycle --------------------------------------------

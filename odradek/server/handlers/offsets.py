@@ -87,10 +87,16 @@ def _record_with_timestamp(partition: Partition, batch_offset: int, timestamp: i
     does); MAX_TIMESTAMP answers with the record itself (KIP-734, KAFKA-16310), so the
     one batch is decoded here.
     """
+    from odradek.storage.compression import STORED_EXPANSION, ExpansionLimitError
+    from odradek.storage.errors import CorruptRecordError
     from odradek.storage.records import decode_batch
 
     for data in partition.log.read_batches(batch_offset, batch_offset + 1):
-        for record in decode_batch(data).records:
+        try:  # a bomb stored unopened, or records that do not decode: the batch's offset
+            records = decode_batch(data, limit=STORED_EXPANSION * len(data)).records
+        except (ExpansionLimitError, CorruptRecordError):
+            return batch_offset
+        for record in records:
             if record.timestamp == timestamp:
                 return record.offset
     return batch_offset

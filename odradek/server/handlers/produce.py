@@ -2,13 +2,22 @@
 
 Batches stay bytes: the storage layer checks the header and CRC and stamps offsets in
 place. Errors are per partition, with Kafka's codes; acks=0 gets no response at all.
+
+A batch the topic's ``compression.type`` makes the broker recompress is converted on
+a worker thread first (``_CONVERTERS``, two threads: the machine's cores, and a bound
+on the memory conversions hold at once, each at most log_validator.expansion_limit),
+so a compression bomb costs other connections nothing; the append itself stays on
+the loop. Every other batch goes straight to the append, as before.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
+from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from odradek.metadata.controller import INTERNAL_TOPICS
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
@@ -22,6 +31,7 @@ if TYPE_CHECKING:
 
 PRODUCE_KEY = 0
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+_CONVERTERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-convert")
 
 
 # Versions 0-2 are advertised but never served, exactly as Kafka 4.0 does
@@ -42,6 +52,15 @@ async def produce(broker: Broker, request: Request) -> Any:
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 result = _error(module, data.index, "INVALID_REQUIRED_ACKS")
+            elif topic.name in INTERNAL_TOPICS:
+                # Kafka: "Cannot append to internal topic"; the coordinators write
+                # there through the replica manager, and load what they find.
+                result = _error(
+                    module,
+                    data.index,
+                    "INVALID_TOPIC_EXCEPTION",
+                    f"cannot append to internal topic {topic.name}",
+                )
             elif body.transactional_id is not None:
                 result = _error(
                     module,
@@ -50,7 +69,11 @@ async def produce(broker: Broker, request: Request) -> Any:
                     "transactions are not supported yet",
                 )
             else:
-                result = _append(broker, module, topic.name, data.index, data.records, acks)
+                result = _check(module, data.index, data.records)
+                if result is None:
+                    result = await _append(
+                        broker, module, topic.name, data.index, data.records, acks
+                    )
             partitions.append(result)
         topics.append(
             make(
@@ -68,9 +91,8 @@ async def produce(broker: Broker, request: Request) -> Any:
     )
 
 
-def _append(
-    broker: Broker, module: Any, topic: str, index: int, records: bytes | None, acks: int
-) -> Any:
+def _check(module: Any, index: int, records: bytes | None) -> Any:
+    """The error response for data that is not one v2 batch, or None."""
     if not records:
         return _error(module, index, "INVALID_RECORD", "no records")
     if len(records) > MAGIC_POSITION and records[MAGIC_POSITION] < MAGIC_V2:
@@ -80,7 +102,20 @@ def _append(
     try:
         if sum(1 for _ in iter_batches(records, verify_crc=False)) != 1:
             return _error(module, index, "INVALID_RECORD", "produce v3+ carries exactly one batch")
-        info = broker.replica_manager.append(topic, index, records, acks)
+    except StorageError as error:
+        return _error(module, index, error.code, str(error))
+    return None
+
+
+async def _append(
+    broker: Broker, module: Any, topic: str, index: int, records: bytes, acks: int
+) -> Any:
+    manager = broker.replica_manager
+    try:
+        convert = manager.conversion(topic, index, records)
+        if convert is not None:
+            records = await asyncio.get_running_loop().run_in_executor(_CONVERTERS, convert)
+        info = manager.append(topic, index, records, acks)
     except PartitionError as error:
         return _error(module, index, error.code, str(error))
     except StorageError as error:
