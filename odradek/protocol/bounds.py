@@ -1,0 +1,369 @@
+"""Every declared count and length checked against the bytes present, before kio decodes.
+
+How this works and why: kio's native decoder reserves room for an array as soon as it
+reads the array's count, before it looks at how many bytes follow. A Metadata v12
+request of 85 bytes whose compact topic array claims 2^34 entries made it ask for
+128 GiB, and a failed allocation in Rust aborts the process: no Python exception, no
+``except`` can save the broker (the lesson of CVE-2022-34917). So no frame reaches kio
+until this module has walked it and found that every array count, string and bytes
+length and tagged-field size fits in what is left of the frame.
+
+The walk is driven by kio's own entity schemas (the dataclass fields and their
+``kafka_type`` metadata, read with kio's introspection helpers), so it knows exactly
+the layout kio will read. For each (schema, header) pair it is compiled once into
+Python source — one function per entity, straight-line code with the fixed-size runs
+folded into one addition — and cached. An array of N elements must have at least
+N x (the element's smallest encoding, at least one byte) bytes left; a string or
+bytes field its whole length; a tagged field its declared size, and a tag kio knows
+is walked inside exactly that size. Record sets (``records``) and bytes are skipped
+by their length, never read.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from dataclasses import Field, fields
+from functools import cache
+from typing import Any, Final
+
+from kio.serial._introspect import (
+    EntityField,
+    EntityTupleField,
+    PrimitiveField,
+    PrimitiveTupleField,
+    classify_field,
+    get_field_tag,
+    get_schema_field_type,
+    is_optional,
+)
+
+Buffer = bytes | bytearray | memoryview
+Checker = Callable[[Buffer, int], int]
+
+_FIXED_SIZES: Final = {
+    "bool": 1, "int8": 1, "uint8": 1,
+    "int16": 2, "uint16": 2, "error_code": 2,
+    "int32": 4, "uint32": 4, "timedelta_i32": 4,
+    "int64": 8, "uint64": 8, "float64": 8, "timedelta_i64": 8, "datetime_i64": 8,
+    "uuid": 16,
+}  # fmt: skip
+_LENGTH_PREFIXED: Final = ("string", "bytes", "records")
+_MAX_VARINT_BYTES: Final = 5  # Kafka's unsigned varints hold an int32
+
+
+class LengthError(ValueError):
+    """A declared count or length that the bytes present cannot hold."""
+
+
+def _fail(where: str, what: str, pos: int, end: int) -> LengthError:
+    return LengthError(f"{where}: {what} at byte {pos}, {max(end - pos, 0)} bytes left")
+
+
+def read_uvarint(buf: Buffer, pos: int, end: int, where: str) -> tuple[int, int]:
+    """(value, position after it) of an unsigned varint that must end before ``end``."""
+    value = shift = 0
+    start = pos
+    while True:
+        if pos >= end or pos - start >= _MAX_VARINT_BYTES:
+            raise _fail(where, "unterminated or over-long varint", start, end)
+        byte = buf[pos]
+        pos += 1
+        value |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _count_error(where: str, count: int, unit: int, pos: int, end: int) -> LengthError:
+    if count < 0:
+        return _fail(where, f"negative count {count}", pos, end)
+    return _fail(where, f"count {count} (at least {count * unit} bytes)", pos, end)
+
+
+def _length_error(where: str, length: int, pos: int, end: int) -> LengthError:
+    if length < 0:
+        return _fail(where, f"negative length {length}", pos, end)
+    return _fail(where, f"length {length}", pos, end)
+
+
+def _tag_error(where: str, tag: int, size: int, pos: int, end: int) -> LengthError:
+    return _fail(where, f"tagged field {tag} of {size} bytes", pos, end)
+
+
+def _marker_error(where: str, marker: int, pos: int, end: int) -> LengthError:
+    return _fail(where, f"nullable struct marker {marker} (not -1 or 1)", pos, end)
+
+
+def _short(where: str, pos: int, end: int) -> LengthError:
+    return _fail(where, "fields run past the end", pos, end)
+
+
+class _Compiler:
+    """Python source for one entity type and everything reachable from it."""
+
+    def __init__(self, trace: bool = False) -> None:
+        self.trace = trace
+        self.lines: list[str] = []
+        self.names: dict[Any, str] = {}
+        self.min_sizes: dict[Any, int] = {}
+        self.constants: dict[str, object] = {}
+
+    def traced(self, width: str) -> list[str]:
+        """In trace mode, a line recording where a count or length of ``width`` starts."""
+        return [f"_trace.append((pos, {width!r}))"] if self.trace else []
+
+    def constant(self, value: str) -> str:
+        name = f"_w{len(self.constants)}"
+        self.constants[name] = value
+        return name
+
+    def min_size(self, entity: Any) -> int:
+        if entity not in self.min_sizes:
+            total = 1 if entity.__flexible__ else 0  # the tagged-field count
+            for field in fields(entity):
+                if get_field_tag(field) is None:
+                    total += self.field_min_size(entity, field)
+            self.min_sizes[entity] = total
+        return self.min_sizes[entity]
+
+    def field_min_size(self, entity: Any, field: Field[Any]) -> int:
+        flexible = entity.__flexible__
+        kind = classify_field(field)
+        if isinstance(kind, (PrimitiveTupleField, EntityTupleField)):
+            return 1 if flexible else 4
+        if isinstance(kind, EntityField):
+            return 1 if is_optional(field) else self.min_size(kind.type_)
+        kafka_type = get_schema_field_type(field)
+        if kafka_type in _FIXED_SIZES:
+            return _FIXED_SIZES[kafka_type]
+        if _is_header_client_id(entity, field):
+            return 2
+        if flexible:
+            return 1
+        return 2 if kafka_type == "string" else 4
+
+    def entity_function(self, entity: Any) -> str:
+        """Name of ``def f(buf, pos, end) -> pos`` checking one ``entity``."""
+        key = (entity, False)
+        if key in self.names:
+            return self.names[key]
+        name = f"_check_{entity.__name__}_{len(self.names)}"
+        self.names[key] = name
+        body: list[str] = []
+        pending = 0  # fixed-size bytes not yet added to pos
+        tagged: list[tuple[int, Field[Any]]] = []
+        for field in fields(entity):
+            tag = get_field_tag(field)
+            if tag is not None:
+                tagged.append((int(tag), field))
+                continue
+            size = self.fixed_size(entity, field)
+            if size is not None:
+                pending += size
+                continue
+            if pending:
+                body += self.advance(pending, entity, field)
+                pending = 0
+            body += self.field_code(entity, field, is_tag=False)
+        if pending:
+            body += self.advance(pending, entity, None)
+        if entity.__flexible__:
+            body += self.tagged_code(entity, tagged)
+        body.append("return pos")
+        self.lines.append(f"def {name}(buf, pos, end):")
+        self.lines += [f"    {line}" for line in body]
+        self.lines.append("")
+        return name
+
+    def fixed_size(self, entity: type, field: Field[Any]) -> int | None:
+        kind = classify_field(field)
+        if not isinstance(kind, PrimitiveField):
+            return None
+        return _FIXED_SIZES.get(get_schema_field_type(field))
+
+    def advance(self, size: int, entity: type, before: Field[Any] | None) -> list[str]:
+        where = self.constant(f"{entity.__name__}" + (f".{before.name}" if before else ""))
+        return [f"pos += {size}", f"if pos > end: raise _short({where}, pos - {size}, end)"]
+
+    def field_code(self, entity: Any, field: Field[Any], *, is_tag: bool) -> list[str]:
+        """Lines that move ``pos`` past one variable-length field."""
+        where = self.constant(f"{entity.__name__}.{field.name}")
+        flexible = entity.__flexible__
+        kind = classify_field(field)
+        if isinstance(kind, PrimitiveField):
+            size = _FIXED_SIZES.get(get_schema_field_type(field))
+            if size is not None:
+                return [f"pos += {size}", f"if pos > end: raise _short({where}, pos - {size}, end)"]
+            legacy_string = _is_header_client_id(entity, field) or not flexible
+            return self.length_prefixed(get_schema_field_type(field), legacy_string, where)
+        if isinstance(kind, EntityField):
+            function = self.entity_function(kind.type_)
+            if is_tag or not is_optional(field):
+                return [f"pos = {function}(buf, pos, end)"]
+            return [  # KIP-893 nullable struct: an int8 marker, -1 for null
+                f"if pos >= end: raise _short({where}, pos, end)",
+                "marker = buf[pos]",
+                "pos += 1",
+                f"if marker == 1: pos = {function}(buf, pos, end)",
+                f"elif marker != 255: raise _marker_error({where}, marker, pos - 1, end)",
+            ]
+        if isinstance(kind, PrimitiveTupleField):
+            element_type = get_schema_field_type(field)
+            size = _FIXED_SIZES.get(element_type)
+            unit = size if size is not None else (1 if flexible else 2)
+            lines = self.array_count(flexible, unit, where)
+            if size is not None:
+                return [*lines, f"pos += count * {size}"]
+            inner = self.length_prefixed(element_type, not flexible, where)
+            return [*lines, "for _ in range(count):", *[f"    {line}" for line in inner]]
+        assert isinstance(kind, EntityTupleField)
+        function = self.entity_function(kind.type_)
+        unit = max(1, self.min_size(kind.type_))
+        lines = self.array_count(flexible, unit, where)
+        return [*lines, "for _ in range(count):", f"    pos = {function}(buf, pos, end)"]
+
+    def array_count(self, flexible: bool, unit: int, where: str) -> list[str]:
+        """Read an array's count into ``count`` (0 for null) and check it fits."""
+        if flexible:
+            read = [
+                *self.traced("uvarint"),
+                f"count, pos = _uvarint(buf, pos, end, {where})",
+                "count = count - 1 if count else 0",
+            ]
+        else:
+            read = [
+                f"if pos + 4 > end: raise _short({where}, pos, end)",
+                *self.traced("int32"),
+                "count = _i32(buf, pos)[0]",
+                "pos += 4",
+                "if count == -1: count = 0",
+            ]
+        return [
+            *read,
+            f"if count < 0 or count * {unit} > end - pos:",
+            f"    raise _count_error({where}, count, {unit}, pos, end)",
+        ]
+
+    def length_prefixed(self, kafka_type: str, legacy: bool, where: str) -> list[str]:
+        assert kafka_type in _LENGTH_PREFIXED, kafka_type
+        if not legacy:
+            read = [
+                *self.traced("uvarint"),
+                f"length, pos = _uvarint(buf, pos, end, {where})",
+                "length = length - 1 if length else 0",
+            ]
+        else:
+            width, unpack = (2, "_i16") if kafka_type == "string" else (4, "_i32")
+            read = [
+                f"if pos + {width} > end: raise _short({where}, pos, end)",
+                *self.traced("int16" if width == 2 else "int32"),
+                f"length = {unpack}(buf, pos)[0]",
+                f"pos += {width}",
+                "if length == -1: length = 0",
+            ]
+        return [
+            *read,
+            "if length < 0 or length > end - pos:",
+            f"    raise _length_error({where}, length, pos, end)",
+            "pos += length",
+        ]
+
+    def tagged_code(self, entity: Any, tagged: list[tuple[int, Field[Any]]]) -> list[str]:
+        where = self.constant(f"{entity.__name__} tagged fields")
+        lines = [
+            f"if pos >= end: raise _short({where}, pos, end)",
+            *self.traced("uvarint"),
+            "if buf[pos] == 0:",
+            "    pos += 1",
+            "else:",
+            f"    tags, pos = _uvarint(buf, pos, end, {where})",
+            "    if tags * 2 > end - pos:",
+            f"        raise _count_error({where}, tags, 2, pos, end)",
+            "    for _ in range(tags):",
+            f"        tag, pos = _uvarint(buf, pos, end, {where})",
+            *[f"        {line}" for line in self.traced("uvarint")],
+            f"        size, pos = _uvarint(buf, pos, end, {where})",
+            f"        if size > end - pos: raise _tag_error({where}, tag, size, pos, end)",
+        ]
+        # A tag kio knows is read by kio with the field's own reader: walk it inside
+        # exactly its declared size (if the value ended elsewhere, kio and this walk
+        # would part ways). Unknown tags are skipped by their size, as kio does.
+        keyword = "if"
+        for tag, field in tagged:
+            inner = self.field_code(entity, field, is_tag=True)
+            lines.append(f"        {keyword} tag == {tag}:")
+            lines += [
+                "            field_end = pos + size",
+                "            outer_end, end = end, field_end",
+            ]
+            lines += [f"            {line}" for line in inner]
+            lines += [
+                "            end = outer_end",
+                "            if pos != field_end:",
+                f"                raise _tag_error({where}, tag, size, field_end - size, end)",
+            ]
+            keyword = "elif"
+        if tagged:
+            lines += ["        else:", "            pos += size"]
+        else:
+            lines.append("        pos += size")
+        return lines
+
+
+def _is_header_client_id(entity: type, field: Field[Any]) -> bool:
+    # Kafka writes RequestHeader.client_id as a legacy nullable string even in the
+    # flexible header v2 (kio does the same).
+    return entity.__name__ == "RequestHeader" and field.name == "client_id"
+
+
+@cache
+def checker(schema: Any, header_schema: Any = None) -> Checker:
+    """``check(frame, offset) -> end`` for ``header_schema`` then ``schema`` at ``offset``:
+    raises LengthError if any declared count or length exceeds the bytes after it."""
+    return _build(schema, header_schema, None)
+
+
+def traced_positions(
+    schema: type, header_schema: type | None, frame: Buffer
+) -> list[tuple[int, str]]:
+    """(position, "int16" | "int32" | "uvarint") of every count and length prefix the
+    checker reads in a valid ``frame``: for tests that inflate each one in turn."""
+    trace: list[tuple[int, str]] = []
+    _build(schema, header_schema, trace)(frame, 0)
+    return trace
+
+
+def _build(schema: type, header_schema: type | None, trace: list[Any] | None) -> Checker:
+    compiler = _Compiler(trace=trace is not None)
+    body = compiler.entity_function(schema)
+    header = compiler.entity_function(header_schema) if header_schema is not None else None
+    source = "\n".join(compiler.lines)
+    source += "\ndef check(buf, offset):\n    end = len(buf)\n"
+    if header is not None:
+        source += f"    offset = {header}(buf, offset, end)\n"
+    source += f"    return {body}(buf, offset, end)\n"
+    namespace: dict[str, Any] = {
+        "_uvarint": read_uvarint,
+        "_i16": struct.Struct(">h").unpack_from,
+        "_i32": struct.Struct(">i").unpack_from,
+        "_short": _short,
+        "_count_error": _count_error,
+        "_length_error": _length_error,
+        "_tag_error": _tag_error,
+        "_marker_error": _marker_error,
+        "_trace": trace,
+        **compiler.constants,
+    }
+    exec(compile(source, f"<bounds {schema.__module__}.{schema.__name__}>", "exec"), namespace)
+    check: Checker = namespace["check"]
+    return check
+
+
+def source_of(schema: type, header_schema: type | None = None) -> str:
+    """The generated checker's source, for reading and debugging."""
+    compiler = _Compiler()
+    compiler.entity_function(schema)
+    if header_schema is not None:
+        compiler.entity_function(header_schema)
+    return "\n".join(compiler.lines)
