@@ -100,12 +100,14 @@ def _short(where: str, pos: int, end: int) -> LengthError:
 
 
 class _Compiler:
-    """Python source for one entity type and everything reachable from it."""
+    """Python source for one entity type and everything reachable from it.
+
+    Nested entities are inlined into their parent's loop (a function call per array
+    element costs more than the checks themselves); one-byte varints, nearly all of
+    them, are read inline too."""
 
     def __init__(self, trace: bool = False) -> None:
         self.trace = trace
-        self.lines: list[str] = []
-        self.names: dict[Any, str] = {}
         self.min_sizes: dict[Any, int] = {}
         self.constants: dict[str, object] = {}
 
@@ -143,13 +145,20 @@ class _Compiler:
             return 1
         return 2 if kafka_type == "string" else 4
 
-    def entity_function(self, entity: Any) -> str:
-        """Name of ``def f(buf, pos, end) -> pos`` checking one ``entity``."""
-        key = (entity, False)
-        if key in self.names:
-            return self.names[key]
-        name = f"_check_{entity.__name__}_{len(self.names)}"
-        self.names[key] = name
+    def fixed_entity_size(self, entity: Any) -> int | None:
+        """The size of an entity whose every field has a fixed size, else None."""
+        if entity.__flexible__:
+            return None
+        sizes = [self.fixed_size(field) for field in fields(entity)]
+        return None if None in sizes else sum(size or 0 for size in sizes)
+
+    def fixed_size(self, field: Field[Any]) -> int | None:
+        if not isinstance(classify_field(field), PrimitiveField):
+            return None
+        return _FIXED_SIZES.get(get_schema_field_type(field))
+
+    def entity_lines(self, entity: Any, depth: int) -> list[str]:
+        """Lines that move ``pos`` past one ``entity``."""
         body: list[str] = []
         pending = 0  # fixed-size bytes not yet added to pos
         tagged: list[tuple[int, Field[Any]]] = []
@@ -158,54 +167,48 @@ class _Compiler:
             if tag is not None:
                 tagged.append((int(tag), field))
                 continue
-            size = self.fixed_size(entity, field)
+            size = self.fixed_size(field)
             if size is not None:
                 pending += size
                 continue
             if pending:
-                body += self.advance(pending, entity, field)
+                # What follows starts with its own bounds check, which covers these.
+                body.append(f"pos += {pending}")
                 pending = 0
-            body += self.field_code(entity, field, is_tag=False)
-        if pending:
-            body += self.advance(pending, entity, None)
+            body += self.field_code(entity, field, depth, is_tag=False)
+        if pending and entity.__flexible__:
+            body.append(f"pos += {pending}")  # the tagged section's check covers these
+        elif pending:
+            body += self.advance(pending, entity.__name__)
         if entity.__flexible__:
-            body += self.tagged_code(entity, tagged)
-        body.append("return pos")
-        self.lines.append(f"def {name}(buf, pos, end):")
-        self.lines += [f"    {line}" for line in body]
-        self.lines.append("")
-        return name
+            body += self.tagged_code(entity, tagged, depth)
+        return body
 
-    def fixed_size(self, entity: type, field: Field[Any]) -> int | None:
-        kind = classify_field(field)
-        if not isinstance(kind, PrimitiveField):
-            return None
-        return _FIXED_SIZES.get(get_schema_field_type(field))
-
-    def advance(self, size: int, entity: type, before: Field[Any] | None) -> list[str]:
-        where = self.constant(f"{entity.__name__}" + (f".{before.name}" if before else ""))
+    def advance(self, size: int, what: str) -> list[str]:
+        where = self.constant(what)
         return [f"pos += {size}", f"if pos > end: raise _short({where}, pos - {size}, end)"]
 
-    def field_code(self, entity: Any, field: Field[Any], *, is_tag: bool) -> list[str]:
-        """Lines that move ``pos`` past one variable-length field."""
+    def field_code(self, entity: Any, field: Field[Any], depth: int, *, is_tag: bool) -> list[str]:
+        """Lines that move ``pos`` past one field."""
         where = self.constant(f"{entity.__name__}.{field.name}")
         flexible = entity.__flexible__
         kind = classify_field(field)
         if isinstance(kind, PrimitiveField):
-            size = _FIXED_SIZES.get(get_schema_field_type(field))
+            size = self.fixed_size(field)
             if size is not None:
-                return [f"pos += {size}", f"if pos > end: raise _short({where}, pos - {size}, end)"]
+                return self.advance(size, f"{entity.__name__}.{field.name}")
             legacy_string = _is_header_client_id(entity, field) or not flexible
             return self.length_prefixed(get_schema_field_type(field), legacy_string, where)
         if isinstance(kind, EntityField):
-            function = self.entity_function(kind.type_)
+            inner = self.entity_lines(kind.type_, depth + 1)
             if is_tag or not is_optional(field):
-                return [f"pos = {function}(buf, pos, end)"]
+                return inner
             return [  # KIP-893 nullable struct: an int8 marker, -1 for null
                 f"if pos >= end: raise _short({where}, pos, end)",
                 "marker = buf[pos]",
                 "pos += 1",
-                f"if marker == 1: pos = {function}(buf, pos, end)",
+                "if marker == 1:",
+                *_indent(inner),
                 f"elif marker != 255: raise _marker_error({where}, marker, pos - 1, end)",
             ]
         if isinstance(kind, PrimitiveTupleField):
@@ -216,21 +219,31 @@ class _Compiler:
             if size is not None:
                 return [*lines, f"pos += count * {size}"]
             inner = self.length_prefixed(element_type, not flexible, where)
-            return [*lines, "for _ in range(count):", *[f"    {line}" for line in inner]]
+            return [*lines, "for _ in range(count):", *_indent(inner)]
         assert isinstance(kind, EntityTupleField)
-        function = self.entity_function(kind.type_)
+        fixed = self.fixed_entity_size(kind.type_)
+        if fixed is not None:  # the count check covers the whole array
+            return [*self.array_count(flexible, max(1, fixed), where), f"pos += count * {fixed}"]
         unit = max(1, self.min_size(kind.type_))
         lines = self.array_count(flexible, unit, where)
-        return [*lines, "for _ in range(count):", f"    pos = {function}(buf, pos, end)"]
+        # ``range(count)`` is evaluated once: nested arrays may reuse the name.
+        inner = self.entity_lines(kind.type_, depth + 1)
+        return [*lines, "for _ in range(count):", *_indent(inner)]
+
+    def uvarint(self, name: str, where: str) -> list[str]:
+        """Read an unsigned varint into ``name``; one-byte values without a call."""
+        return [
+            f"if pos >= end: raise _short({where}, pos, end)",
+            *self.traced("uvarint"),
+            f"{name} = buf[pos]",
+            f"if {name} < 128: pos += 1",
+            f"else: {name}, pos = _uvarint(buf, pos, end, {where})",
+        ]
 
     def array_count(self, flexible: bool, unit: int, where: str) -> list[str]:
         """Read an array's count into ``count`` (0 for null) and check it fits."""
         if flexible:
-            read = [
-                *self.traced("uvarint"),
-                f"count, pos = _uvarint(buf, pos, end, {where})",
-                "count = count - 1 if count else 0",
-            ]
+            read = [*self.uvarint("count", where), "if count: count -= 1"]
         else:
             read = [
                 f"if pos + 4 > end: raise _short({where}, pos, end)",
@@ -248,11 +261,7 @@ class _Compiler:
     def length_prefixed(self, kafka_type: str, legacy: bool, where: str) -> list[str]:
         assert kafka_type in _LENGTH_PREFIXED, kafka_type
         if not legacy:
-            read = [
-                *self.traced("uvarint"),
-                f"length, pos = _uvarint(buf, pos, end, {where})",
-                "length = length - 1 if length else 0",
-            ]
+            read = [*self.uvarint("length", where), "if length: length -= 1"]
         else:
             width, unpack = (2, "_i16") if kafka_type == "string" else (4, "_i32")
             read = [
@@ -269,8 +278,11 @@ class _Compiler:
             "pos += length",
         ]
 
-    def tagged_code(self, entity: Any, tagged: list[tuple[int, Field[Any]]]) -> list[str]:
+    def tagged_code(
+        self, entity: Any, tagged: list[tuple[int, Field[Any]]], depth: int
+    ) -> list[str]:
         where = self.constant(f"{entity.__name__} tagged fields")
+        field_end, outer_end = f"field_end{depth}", f"outer_end{depth}"
         lines = [
             f"if pos >= end: raise _short({where}, pos, end)",
             *self.traced("uvarint"),
@@ -282,7 +294,7 @@ class _Compiler:
             f"        raise _count_error({where}, tags, 2, pos, end)",
             "    for _ in range(tags):",
             f"        tag, pos = _uvarint(buf, pos, end, {where})",
-            *[f"        {line}" for line in self.traced("uvarint")],
+            *_indent(self.traced("uvarint"), 2),
             f"        size, pos = _uvarint(buf, pos, end, {where})",
             f"        if size > end - pos: raise _tag_error({where}, tag, size, pos, end)",
         ]
@@ -291,17 +303,15 @@ class _Compiler:
         # would part ways). Unknown tags are skipped by their size, as kio does.
         keyword = "if"
         for tag, field in tagged:
-            inner = self.field_code(entity, field, is_tag=True)
-            lines.append(f"        {keyword} tag == {tag}:")
+            inner = self.field_code(entity, field, depth, is_tag=True)
             lines += [
-                "            field_end = pos + size",
-                "            outer_end, end = end, field_end",
-            ]
-            lines += [f"            {line}" for line in inner]
-            lines += [
-                "            end = outer_end",
-                "            if pos != field_end:",
-                f"                raise _tag_error({where}, tag, size, field_end - size, end)",
+                f"        {keyword} tag == {tag}:",
+                f"            {field_end} = pos + size",
+                f"            {outer_end}, end = end, {field_end}",
+                *_indent(inner, 3),
+                f"            end = {outer_end}",
+                f"            if pos != {field_end}:",
+                f"                raise _tag_error({where}, tag, size, {field_end} - size, end)",
             ]
             keyword = "elif"
         if tagged:
@@ -309,6 +319,10 @@ class _Compiler:
         else:
             lines.append("        pos += size")
         return lines
+
+
+def _indent(lines: list[str], levels: int = 1) -> list[str]:
+    return [" " * (4 * levels) + line for line in lines]
 
 
 def _is_header_client_id(entity: type, field: Field[Any]) -> bool:
@@ -324,9 +338,7 @@ def checker(schema: Any, header_schema: Any = None) -> Checker:
     return _build(schema, header_schema, None)
 
 
-def traced_positions(
-    schema: type, header_schema: type | None, frame: Buffer
-) -> list[tuple[int, str]]:
+def traced_positions(schema: Any, header_schema: Any, frame: Buffer) -> list[tuple[int, str]]:
     """(position, "int16" | "int32" | "uvarint") of every count and length prefix the
     checker reads in a valid ``frame``: for tests that inflate each one in turn."""
     trace: list[tuple[int, str]] = []
@@ -334,15 +346,8 @@ def traced_positions(
     return trace
 
 
-def _build(schema: type, header_schema: type | None, trace: list[Any] | None) -> Checker:
-    compiler = _Compiler(trace=trace is not None)
-    body = compiler.entity_function(schema)
-    header = compiler.entity_function(header_schema) if header_schema is not None else None
-    source = "\n".join(compiler.lines)
-    source += "\ndef check(buf, offset):\n    end = len(buf)\n"
-    if header is not None:
-        source += f"    offset = {header}(buf, offset, end)\n"
-    source += f"    return {body}(buf, offset, end)\n"
+def _build(schema: Any, header_schema: Any, trace: list[Any] | None) -> Checker:
+    source = _source(schema, header_schema, compiler := _Compiler(trace=trace is not None))
     namespace: dict[str, Any] = {
         "_uvarint": read_uvarint,
         "_i16": struct.Struct(">h").unpack_from,
@@ -360,10 +365,15 @@ def _build(schema: type, header_schema: type | None, trace: list[Any] | None) ->
     return check
 
 
-def source_of(schema: type, header_schema: type | None = None) -> str:
-    """The generated checker's source, for reading and debugging."""
-    compiler = _Compiler()
-    compiler.entity_function(schema)
+def _source(schema: Any, header_schema: Any, compiler: _Compiler) -> str:
+    lines = ["def check(buf, pos):", "    end = len(buf)"]
     if header_schema is not None:
-        compiler.entity_function(header_schema)
-    return "\n".join(compiler.lines)
+        lines += _indent(compiler.entity_lines(header_schema, 0))
+    lines += _indent(compiler.entity_lines(schema, 0))
+    lines.append("    return pos")
+    return "\n".join(lines) + "\n"
+
+
+def source_of(schema: Any, header_schema: Any = None) -> str:
+    """The generated checker's source, for reading and debugging."""
+    return _source(schema, header_schema, _Compiler())
