@@ -95,6 +95,10 @@ def _marker_error(where: str, marker: int, pos: int, end: int) -> LengthError:
     return _fail(where, f"nullable struct marker {marker} (not -1 or 1)", pos, end)
 
 
+def _null_error(where: str, pos: int) -> LengthError:
+    return LengthError(f"{where}: null where the schema allows no null, before byte {pos}")
+
+
 def _short(where: str, pos: int, end: int) -> LengthError:
     return _fail(where, "fields run past the end", pos, end)
 
@@ -211,11 +215,14 @@ class _Compiler:
                 *_indent(inner),
                 f"elif marker != 255: raise _marker_error({where}, marker, pos - 1, end)",
             ]
+        # kio reads a null array as None even where the schema says it cannot be null,
+        # and handlers would then fail on it; Kafka refuses such a request.
+        nullable = is_optional(field) and not is_tag
         if isinstance(kind, PrimitiveTupleField):
             element_type = get_schema_field_type(field)
             size = _FIXED_SIZES.get(element_type)
             unit = size if size is not None else (1 if flexible else 2)
-            lines = self.array_count(flexible, unit, where)
+            lines = self.array_count(flexible, unit, where, nullable)
             if size is not None:
                 return [*lines, f"pos += count * {size}"]
             inner = self.length_prefixed(element_type, not flexible, where)
@@ -223,9 +230,10 @@ class _Compiler:
         assert isinstance(kind, EntityTupleField)
         fixed = self.fixed_entity_size(kind.type_)
         if fixed is not None:  # the count check covers the whole array
-            return [*self.array_count(flexible, max(1, fixed), where), f"pos += count * {fixed}"]
+            lines = self.array_count(flexible, max(1, fixed), where, nullable)
+            return [*lines, f"pos += count * {fixed}"]
         unit = max(1, self.min_size(kind.type_))
-        lines = self.array_count(flexible, unit, where)
+        lines = self.array_count(flexible, unit, where, nullable)
         # ``range(count)`` is evaluated once: nested arrays may reuse the name.
         inner = self.entity_lines(kind.type_, depth + 1)
         return [*lines, "for _ in range(count):", *_indent(inner)]
@@ -240,17 +248,18 @@ class _Compiler:
             f"else: {name}, pos = _uvarint(buf, pos, end, {where})",
         ]
 
-    def array_count(self, flexible: bool, unit: int, where: str) -> list[str]:
+    def array_count(self, flexible: bool, unit: int, where: str, nullable: bool) -> list[str]:
         """Read an array's count into ``count`` (0 for null) and check it fits."""
+        null = "count = 0" if nullable else f"raise _null_error({where}, pos)"
         if flexible:
-            read = [*self.uvarint("count", where), "if count: count -= 1"]
+            read = [*self.uvarint("count", where), "if count: count -= 1", f"else: {null}"]
         else:
             read = [
                 f"if pos + 4 > end: raise _short({where}, pos, end)",
                 *self.traced("int32"),
                 "count = _i32(buf, pos)[0]",
                 "pos += 4",
-                "if count == -1: count = 0",
+                f"if count == -1: {null}",
             ]
         return [
             *read,
@@ -357,6 +366,7 @@ def _build(schema: Any, header_schema: Any, trace: list[Any] | None) -> Checker:
         "_length_error": _length_error,
         "_tag_error": _tag_error,
         "_marker_error": _marker_error,
+        "_null_error": _null_error,
         "_trace": trace,
         **compiler.constants,
     }

@@ -13,11 +13,11 @@ For each served (key, version) a request with every array holding one element an
 every nullable value present is encoded with kio, so that every count, length and
 tag-size position exists; each position is then inflated to huge values in its own
 wire form (int16 0x7FFF, int32 2^31-1, unsigned varints 2^32-1 and 2^34+1), one frame
-per connection, 150 connections at a time. Random bodies behind valid headers, those
-full requests with random bytes changed, and random bytes with no header at all
-follow. Afterwards the broker must be alive,
-answer ApiVersions and Metadata, never have held more than a bounded RSS (VmHWM), and
-have logged no traceback.
+per connection, 150 connections at a time. Then each position set to null, random
+bodies behind valid headers, those full requests with random bytes changed, and
+random bytes with no header at all. Afterwards the broker must be alive, answer
+ApiVersions and Metadata, never have held more than a bounded RSS (VmHWM), and have
+logged no traceback.
 """
 
 from __future__ import annotations
@@ -140,6 +140,23 @@ def inflated_frames() -> list[bytes]:
     return frames
 
 
+def null_frames() -> list[bytes]:
+    """Every count and length of every served request set to null (-1, or 0 for the
+    compact forms) in turn: refused where the schema allows no null, else handled."""
+    frames = []
+    for _key, _version, schema in served_requests():
+        whole = encode_header(schema) + encode_full_body(schema)
+        for pos, width in traced_positions(schema, schema.__header_schema__, whole):
+            if width == "int16":
+                frames.append(whole[:pos] + struct.pack(">h", -1) + whole[pos + 2 :])
+            elif width == "int32":
+                frames.append(whole[:pos] + struct.pack(">i", -1) + whole[pos + 4 :])
+            else:
+                _, after = read_uvarint(whole, pos, len(whole), "fuzz")
+                frames.append(whole[:pos] + b"\x00" + whole[after:])
+    return frames
+
+
 def random_frames(rng: random.Random) -> list[bytes]:
     """Random bodies behind a valid header, and full requests with a few bytes of the
     body changed at random, for every served key and version."""
@@ -228,7 +245,7 @@ def test_huge_counts_and_random_bytes_for_every_api_and_version(
     assert "malformed request" in broker.log()
 
     rng = random.Random(34917)
-    garbage = [frame(f) for f in random_frames(rng)]
+    garbage = [frame(f) for f in null_frames() + random_frames(rng)]
     garbage += [rng.randbytes(rng.randrange(1, 300)) for _ in range(RANDOM_RAW_CONNECTIONS)]
     asyncio.run(send_all(broker.port, garbage))
 

@@ -201,3 +201,18 @@ def test_decode_request_turns_length_errors_into_malformed(
     frame = struct.pack(">hhih", key, version, 1, 1) + b"t" + (b"\x00" if flexible else b"")
     with pytest.raises(MalformedRequest, match="bytes left"):
         decode_request(frame + body, supported_versions())
+
+
+def test_null_is_refused_where_the_schema_allows_none() -> None:
+    """kio reads a null array as None even where the field cannot be null, and the
+    handler then failed on it with a traceback; Kafka refuses such a request."""
+    legacy = struct.pack(">hhih", 0, 3, 1, 1) + b"t" + struct.pack(">hhii", -1, 1, 1000, -1)
+    flexible = struct.pack(">hhih", 0, 9, 1, 1) + b"t\x00" + b"\x00" + struct.pack(">hi", 1, 1000)
+    for frame in (legacy, flexible + b"\x00\x00"):
+        with pytest.raises(MalformedRequest, match="topic_data: null where the schema"):
+            decode_request(frame, supported_versions())
+    # Metadata's topics may be null ("all topics"), in both encodings.
+    v1 = struct.pack(">hhih", 3, 1, 1, 1) + b"t" + struct.pack(">i", -1)
+    assert decode_request(v1, supported_versions()).body.topics is None
+    v12 = struct.pack(">hhih", 3, 12, 1, 1) + b"t\x00" + b"\x00\x01\x00\x00"
+    assert decode_request(v12, supported_versions()).body.topics is None
