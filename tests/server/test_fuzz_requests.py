@@ -23,13 +23,10 @@ logged no traceback.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import datetime
 import io
 import random
 import resource
 import struct
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -38,18 +35,12 @@ import pytest
 from kio.index import load_request_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
-from kio.serial._introspect import (
-    EntityField,
-    EntityTupleField,
-    PrimitiveTupleField,
-    classify_field,
-    get_schema_field_type,
-)
 
 from odradek.protocol.bounds import read_uvarint, traced_positions
 from odradek.server.handlers import supported_versions
 from tests.server.test_protocol import API_VERSIONS, assert_clean_log, metadata, request
 from tests.support.broker import BrokerProcess, running_broker
+from tests.support.kio_samples import full_entity, uvarint
 from tests.support.wire import WireClient
 
 ADDRESS_SPACE_LIMIT = 4 << 30
@@ -58,41 +49,6 @@ CONNECTIONS = 150
 CONNECTION_TIMEOUT_S = 5.0
 RANDOM_BODIES_PER_VERSION = 8
 RANDOM_RAW_CONNECTIONS = 300
-
-PRIMITIVES: dict[str, Any] = {
-    "bool": True, "int8": 1, "int16": 1, "int32": 1, "int64": 1, "uint8": 1, "uint16": 1,
-    "uint32": 1, "uint64": 1, "float64": 1.0, "uuid": uuid.UUID(int=1),
-    "error_code": ErrorCode.none, "string": "s", "bytes": b"b", "records": b"r",
-    "timedelta_i32": datetime.timedelta(milliseconds=1),
-    "timedelta_i64": datetime.timedelta(milliseconds=1),
-    "datetime_i64": datetime.datetime(2026, 1, 1, tzinfo=datetime.UTC),
-}  # fmt: skip
-
-
-def full_entity(entity_type: Any) -> Any:
-    """An entity with one element in every array and a value in every nullable field
-    (and every tagged field), so that every count and length appears in its encoding."""
-    values = {}
-    for field in dataclasses.fields(entity_type):
-        kind = classify_field(field)
-        if isinstance(kind, EntityTupleField):
-            values[field.name] = (full_entity(kind.type_),)
-        elif isinstance(kind, EntityField):
-            values[field.name] = full_entity(kind.type_)
-        elif isinstance(kind, PrimitiveTupleField):
-            values[field.name] = (PRIMITIVES[get_schema_field_type(field)],)
-        else:
-            values[field.name] = PRIMITIVES[get_schema_field_type(field)]
-    return entity_type(**values)
-
-
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def served_requests() -> Iterator[tuple[int, int, Any]]:

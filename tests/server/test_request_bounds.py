@@ -26,6 +26,7 @@ from kio.static.primitive import Records
 from odradek.protocol.bounds import LengthError, checker, read_uvarint, traced_positions
 from odradek.protocol.messages import MalformedRequest, decode_request
 from odradek.server.handlers import supported_versions
+from tests.support.kio_samples import full_entity, uvarint
 
 st.register_type_strategy(Records, st.binary(max_size=64).map(Records))
 
@@ -52,15 +53,6 @@ def served_schemas() -> list[tuple[str, int, int, type]]:
 SCHEMAS = served_schemas()
 
 
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def encode(entity_type: type, entity: Any) -> bytes:
     buffer = io.BytesIO()
     entity_writer(entity_type)(buffer, entity)
@@ -85,33 +77,16 @@ def test_every_served_version_is_covered() -> None:
             assert (key, version) in served
 
 
-@pytest.mark.parametrize(
-    ("kind", "key", "version", "schema"), SCHEMAS, ids=[f"{k}-{a}-v{v}" for k, a, v, _ in SCHEMAS]
-)
-@settings(
-    max_examples=2,
-    deadline=None,
-    derandomize=True,
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
-@given(data=st.data())
-def test_valid_passes_and_each_inflated_prefix_is_refused(
-    kind: str, key: int, version: int, schema: type, data: st.DataObject
-) -> None:
+def assert_refused_where_it_must_be(schema: Any, frame: bytes) -> None:
+    """``frame`` passes and ends where kio's readers end; each count and length prefix
+    in it inflated, and each truncation, is refused."""
     header_schema = schema.__header_schema__
-    header = data.draw(st.from_type(header_schema))
-    body = data.draw(st.from_type(schema))
-    frame = encode(header_schema, header) + encode(schema, body)
     check = checker(schema, header_schema)
-
     end = check(frame, 0)
     _, header_size = entity_reader(header_schema)(frame, 0)
     _, body_size = entity_reader(schema)(frame, header_size)
     assert end == header_size + body_size == len(frame)
-
-    positions = traced_positions(schema, header_schema, frame)
-    for pos, width in positions:
+    for pos, width in traced_positions(schema, header_schema, frame):
         for inflated in inflations(frame, pos, width):
             with pytest.raises(LengthError):
                 check(inflated, 0)
@@ -119,6 +94,37 @@ def test_valid_passes_and_each_inflated_prefix_is_refused(
         if 0 < cut < len(frame):
             with pytest.raises(LengthError):
                 check(frame[:-cut], 0)
+
+
+@pytest.mark.parametrize(
+    ("kind", "key", "version", "schema"), SCHEMAS, ids=[f"{k}-{a}-v{v}" for k, a, v, _ in SCHEMAS]
+)
+def test_full_entities_pass_and_each_inflated_prefix_is_refused(
+    kind: str, key: int, version: int, schema: Any
+) -> None:
+    """Every array with one element and every nullable value present: every count and
+    length position of the schema appears in the frame."""
+    header_schema = schema.__header_schema__
+    frame = encode(header_schema, full_entity(header_schema)) + encode(schema, full_entity(schema))
+    assert_refused_where_it_must_be(schema, frame)
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_random_entities_pass_and_each_inflated_prefix_is_refused(data: st.DataObject) -> None:
+    """Random entities drawn from kio's own types (empty and null arrays, long strings,
+    tagged fields present or not), for a random served schema."""
+    _, _, _, schema = data.draw(st.sampled_from(SCHEMAS))
+    header_schema = schema.__header_schema__
+    header = data.draw(st.from_type(header_schema))
+    body = data.draw(st.from_type(schema))
+    assert_refused_where_it_must_be(schema, encode(header_schema, header) + encode(schema, body))
 
 
 @settings(max_examples=300, deadline=None, derandomize=True, database=None)
