@@ -11,12 +11,14 @@ length and tagged-field size fits in what is left of the frame.
 The walk is driven by kio's own entity schemas (the dataclass fields and their
 ``kafka_type`` metadata, read with kio's introspection helpers), so it knows exactly
 the layout kio will read. For each (schema, header) pair it is compiled once into
-Python source — one function per entity, straight-line code with the fixed-size runs
-folded into one addition — and cached. An array of N elements must have at least
+Python source — one function, nested entities inlined into their parent's loop,
+fixed-size runs folded into one addition — and cached. An array of N elements must have at least
 N x (the element's smallest encoding, at least one byte) bytes left; a string or
 bytes field its whole length; a tagged field its declared size, and a tag kio knows
 is walked inside exactly that size. Record sets (``records``) and bytes are skipped
-by their length, never read.
+by their length, never read. All arrays together may hold at most
+``MAX_ARRAY_ELEMENTS`` elements (each becomes a Python object), and a null array is
+refused where the schema allows none (kio would hand the handler a None).
 """
 
 from __future__ import annotations
@@ -50,6 +52,13 @@ _FIXED_SIZES: Final = {
 }  # fmt: skip
 _LENGTH_PREFIXED: Final = ("string", "bytes", "records")
 _MAX_VARINT_BYTES: Final = 5  # Kafka's unsigned varints hold an int32
+# Array elements in one request or response, all arrays together. Each costs kio a
+# Python object (a topic entry ~55 bytes of RSS and ~1 µs), so within the default
+# socket.request.max.bytes of 100 MiB a request of 2-byte entries would otherwise
+# become ~3 GB and freeze the event loop for most of a minute. A million is far above
+# any real request (a Fetch or OffsetCommit names each partition once; CreateTopics
+# takes at most 10,000 partitions).
+MAX_ARRAY_ELEMENTS: Final = 1_000_000
 
 
 class LengthError(ValueError):
@@ -93,6 +102,12 @@ def _tag_error(where: str, tag: int, size: int, pos: int, end: int) -> LengthErr
 
 def _marker_error(where: str, marker: int, pos: int, end: int) -> LengthError:
     return _fail(where, f"nullable struct marker {marker} (not -1 or 1)", pos, end)
+
+
+def _elements_error(where: str, pos: int) -> LengthError:
+    return LengthError(
+        f"{where}: more than {MAX_ARRAY_ELEMENTS} array elements in all, before byte {pos}"
+    )
 
 
 def _null_error(where: str, pos: int) -> LengthError:
@@ -265,6 +280,8 @@ class _Compiler:
             *read,
             f"if count < 0 or count * {unit} > end - pos:",
             f"    raise _count_error({where}, count, {unit}, pos, end)",
+            "elements -= count",
+            f"if elements < 0: raise _elements_error({where}, pos)",
         ]
 
     def length_prefixed(self, kafka_type: str, legacy: bool, where: str) -> list[str]:
@@ -367,6 +384,8 @@ def _build(schema: Any, header_schema: Any, trace: list[Any] | None) -> Checker:
         "_tag_error": _tag_error,
         "_marker_error": _marker_error,
         "_null_error": _null_error,
+        "_elements_error": _elements_error,
+        "MAX_ARRAY_ELEMENTS": MAX_ARRAY_ELEMENTS,
         "_trace": trace,
         **compiler.constants,
     }
@@ -376,7 +395,7 @@ def _build(schema: Any, header_schema: Any, trace: list[Any] | None) -> Checker:
 
 
 def _source(schema: Any, header_schema: Any, compiler: _Compiler) -> str:
-    lines = ["def check(buf, pos):", "    end = len(buf)"]
+    lines = ["def check(buf, pos):", "    end = len(buf)", "    elements = MAX_ARRAY_ELEMENTS"]
     if header_schema is not None:
         lines += _indent(compiler.entity_lines(header_schema, 0))
     lines += _indent(compiler.entity_lines(schema, 0))

@@ -23,7 +23,13 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 from kio.static.primitive import Records
 
-from odradek.protocol.bounds import LengthError, checker, read_uvarint, traced_positions
+from odradek.protocol.bounds import (
+    MAX_ARRAY_ELEMENTS,
+    LengthError,
+    checker,
+    read_uvarint,
+    traced_positions,
+)
 from odradek.protocol.messages import MalformedRequest, decode_request
 from odradek.server.handlers import supported_versions
 from tests.support.kio_samples import full_entity, uvarint
@@ -222,3 +228,24 @@ def test_null_is_refused_where_the_schema_allows_none() -> None:
     assert decode_request(v1, supported_versions()).body.topics is None
     v12 = struct.pack(">hhih", 3, 12, 1, 1) + b"t\x00" + b"\x00\x01\x00\x00"
     assert decode_request(v12, supported_versions()).body.topics is None
+
+
+def test_a_million_array_elements_in_all_and_no_more() -> None:
+    """Within the 100 MiB frame limit, 2-byte topic entries would become ~3 GB of
+    Python objects and a minute of decoding; all arrays together are capped."""
+    schema = load_request_schema(3, 1)
+    check = checker(schema, schema.__header_schema__)
+    header = struct.pack(">hhih", 3, 1, 1, 1) + b"t"
+    count = MAX_ARRAY_ELEMENTS
+    assert check(header + struct.pack(">i", count) + b"\x00\x00" * count, 0)
+    over = header + struct.pack(">i", count + 1) + b"\x00\x00" * (count + 1)
+    with pytest.raises(MalformedRequest, match="more than 1000000 array elements"):
+        decode_request(over, supported_versions())
+    # Counted across arrays: two nested arrays whose sum is over the cap.
+    deletes = load_request_schema(21, 0)  # DeleteRecords v0: topics[name, partitions[...]]
+    half = count // 2 + 1
+    partitions = struct.pack(">i", half) + struct.pack(">iq", 0, 0) * half
+    topics = (struct.pack(">ih", 2, 1) + b"a" + partitions) + (struct.pack(">h", 1) + b"b")
+    frame = struct.pack(">hhih", 21, 0, 1, 1) + b"t" + topics + partitions + b"\x00" * 4
+    with pytest.raises(LengthError, match="array elements in all"):
+        checker(deletes, deletes.__header_schema__)(frame, 0)
