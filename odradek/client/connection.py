@@ -37,6 +37,10 @@ from odradek.protocol.build import make
 
 API_VERSIONS_KEY: Final = 18
 MAX_RESPONSE_BYTES: Final = 1 << 30  # a response larger than this is a broken peer
+# Array elements in one response, all arrays together (protocol/bounds.py): enough for
+# the metadata of a cluster of two million partitions, each replica and ISR entry
+# counted; a broker claiming more is broken or hostile.
+MAX_RESPONSE_ARRAY_ELEMENTS: Final = 16_000_000
 # Responses up to this size are received into one reused buffer and copied out once;
 # larger ones (fetches) get a buffer of their own that the socket fills directly.
 SCRATCH_BYTES: Final = 256 * 1024
@@ -228,7 +232,7 @@ class BrokerConnection:
         try:
             # A hostile or broken broker's counts must not reach kio, which allocates
             # for a declared count before checking the bytes (and aborts if it cannot).
-            checker(schema, schema.__header_schema__)(frame, 0)
+            checker(schema, schema.__header_schema__, MAX_RESPONSE_ARRAY_ELEMENTS)(frame, 0)
             _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
             body: Any = entity_reader(schema)(frame, offset)[0]
         except Exception as error:  # an undecodable response

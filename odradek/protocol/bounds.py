@@ -104,10 +104,8 @@ def _marker_error(where: str, marker: int, pos: int, end: int) -> LengthError:
     return _fail(where, f"nullable struct marker {marker} (not -1 or 1)", pos, end)
 
 
-def _elements_error(where: str, pos: int) -> LengthError:
-    return LengthError(
-        f"{where}: more than {MAX_ARRAY_ELEMENTS} array elements in all, before byte {pos}"
-    )
+def _elements_error(where: str, pos: int, limit: int) -> LengthError:
+    return LengthError(f"{where}: more than {limit} array elements in all, before byte {pos}")
 
 
 def _null_error(where: str, pos: int) -> LengthError:
@@ -281,7 +279,7 @@ class _Compiler:
             f"if count < 0 or count * {unit} > end - pos:",
             f"    raise _count_error({where}, count, {unit}, pos, end)",
             "elements -= count",
-            f"if elements < 0: raise _elements_error({where}, pos)",
+            f"if elements < 0: raise _elements_error({where}, pos, MAX_ARRAY_ELEMENTS)",
         ]
 
     def length_prefixed(self, kafka_type: str, legacy: bool, where: str) -> list[str]:
@@ -358,21 +356,24 @@ def _is_header_client_id(entity: type, field: Field[Any]) -> bool:
 
 
 @cache
-def checker(schema: Any, header_schema: Any = None) -> Checker:
+def checker(
+    schema: Any, header_schema: Any = None, max_elements: int = MAX_ARRAY_ELEMENTS
+) -> Checker:
     """``check(frame, offset) -> end`` for ``header_schema`` then ``schema`` at ``offset``:
-    raises LengthError if any declared count or length exceeds the bytes after it."""
-    return _build(schema, header_schema, None)
+    raises LengthError if any declared count or length exceeds the bytes after it, or
+    the arrays hold more than ``max_elements`` elements in all."""
+    return _build(schema, header_schema, None, max_elements)
 
 
 def traced_positions(schema: Any, header_schema: Any, frame: Buffer) -> list[tuple[int, str]]:
     """(position, "int16" | "int32" | "uvarint") of every count and length prefix the
     checker reads in a valid ``frame``: for tests that inflate each one in turn."""
     trace: list[tuple[int, str]] = []
-    _build(schema, header_schema, trace)(frame, 0)
+    _build(schema, header_schema, trace, MAX_ARRAY_ELEMENTS)(frame, 0)
     return trace
 
 
-def _build(schema: Any, header_schema: Any, trace: list[Any] | None) -> Checker:
+def _build(schema: Any, header_schema: Any, trace: list[Any] | None, max_elements: int) -> Checker:
     source = _source(schema, header_schema, compiler := _Compiler(trace=trace is not None))
     namespace: dict[str, Any] = {
         "_uvarint": read_uvarint,
@@ -385,7 +386,7 @@ def _build(schema: Any, header_schema: Any, trace: list[Any] | None) -> Checker:
         "_marker_error": _marker_error,
         "_null_error": _null_error,
         "_elements_error": _elements_error,
-        "MAX_ARRAY_ELEMENTS": MAX_ARRAY_ELEMENTS,
+        "MAX_ARRAY_ELEMENTS": max_elements,
         "_trace": trace,
         **compiler.constants,
     }
