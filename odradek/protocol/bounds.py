@@ -252,12 +252,16 @@ class _Compiler:
         return [*lines, "for _ in range(count):", *_indent(inner)]
 
     def uvarint(self, name: str, where: str) -> list[str]:
-        """Read an unsigned varint into ``name``; one-byte values without a call."""
+        """Read an unsigned varint into ``name``; one- and two-byte values (lengths
+        below 16 KiB) without a call."""
         return [
             f"if pos >= end: raise _short({where}, pos, end)",
             *self.traced("uvarint"),
             f"{name} = buf[pos]",
             f"if {name} < 128: pos += 1",
+            "elif pos + 1 < end and buf[pos + 1] < 128:",
+            f"    {name} = ({name} & 127) | (buf[pos + 1] << 7)",
+            "    pos += 2",
             f"else: {name}, pos = _uvarint(buf, pos, end, {where})",
         ]
 
