@@ -52,12 +52,12 @@ _FIXED_SIZES: Final = {
 }  # fmt: skip
 _LENGTH_PREFIXED: Final = ("string", "bytes", "records")
 _MAX_VARINT_BYTES: Final = 5  # Kafka's unsigned varints hold an int32
-# Array elements in one request or response, all arrays together. Each costs kio a
-# Python object (a topic entry ~55 bytes of RSS and ~1 µs), so within the default
-# socket.request.max.bytes of 100 MiB a request of 2-byte entries would otherwise
-# become ~3 GB and freeze the event loop for most of a minute. A million is far above
-# any real request (a Fetch or OffsetCommit names each partition once; CreateTopics
-# takes at most 10,000 partitions).
+# Array elements and tagged fields in one request or response, all together. Each is a
+# turn of a loop here, and each array element becomes a Python object in kio (a topic
+# entry ~55 bytes of RSS and ~1 µs): within the default socket.request.max.bytes of
+# 100 MiB, a request of 2-byte entries would otherwise take ~3 GB and freeze the event
+# loop for most of a minute. A million is far above any real request (a Fetch or
+# OffsetCommit names each partition once; CreateTopics takes at most 10,000 partitions).
 MAX_ARRAY_ELEMENTS: Final = 1_000_000
 
 
@@ -320,6 +320,8 @@ class _Compiler:
             f"    tags, pos = _uvarint(buf, pos, end, {where})",
             "    if tags * 2 > end - pos:",
             f"        raise _count_error({where}, tags, 2, pos, end)",
+            "    elements -= tags  # each one a turn of this loop",
+            f"    if elements < 0: raise _elements_error({where}, pos, MAX_ARRAY_ELEMENTS)",
             "    for _ in range(tags):",
             f"        tag, pos = _uvarint(buf, pos, end, {where})",
             *_indent(self.traced("uvarint"), 2),

@@ -249,3 +249,13 @@ def test_a_million_array_elements_in_all_and_no_more() -> None:
     frame = struct.pack(">hhih", 21, 0, 1, 1) + b"t" + topics + partitions + b"\x00" * 4
     with pytest.raises(LengthError, match="array elements in all"):
         checker(deletes, deletes.__header_schema__)(frame, 0)
+
+
+def test_tagged_fields_count_against_the_element_cap() -> None:
+    """Two million empty tagged fields (4 MB) would be two million turns of the walk."""
+    schema = load_request_schema(3, 12)
+    header = struct.pack(">hhih", 3, 12, 1, 1) + b"t"
+    tags = 2 * MAX_ARRAY_ELEMENTS
+    frame = header + uvarint(tags) + b"\x7f\x00" * tags  # tag 127, empty, over and over
+    with pytest.raises(LengthError, match="RequestHeader tagged fields: more than 1000000"):
+        checker(schema, schema.__header_schema__)(frame, 0)
