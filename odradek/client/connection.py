@@ -32,10 +32,15 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
+from odradek.protocol.bounds import checker
 from odradek.protocol.build import make
 
 API_VERSIONS_KEY: Final = 18
 MAX_RESPONSE_BYTES: Final = 1 << 30  # a response larger than this is a broken peer
+# Array elements in one response, all arrays together (protocol/bounds.py): enough for
+# the metadata of a cluster of two million partitions, each replica and ISR entry
+# counted; a broker claiming more is broken or hostile.
+MAX_RESPONSE_ARRAY_ELEMENTS: Final = 16_000_000
 # Responses up to this size are received into one reused buffer and copied out once;
 # larger ones (fetches) get a buffer of their own that the socket fills directly.
 SCRATCH_BYTES: Final = 256 * 1024
@@ -216,17 +221,27 @@ class BrokerConnection:
             return
         try:
             correlation_id = _SIZE.unpack_from(frame, 0)[0]
-            if not self._order or self._order[0] != correlation_id:
-                raise ConnectionLost(f"unexpected correlation id {correlation_id}")
-            self._order.pop(0)
-            future, schema = self._pending.pop(correlation_id)
+        except Exception as error:  # a frame shorter than a correlation id
+            self._fail(ConnectionLost(f"{type(error).__name__}: {error}"))
+            return
+        if not self._order or self._order[0] != correlation_id:
+            self._fail(ConnectionLost(f"unexpected correlation id {correlation_id}"))
+            return
+        self._order.pop(0)
+        future, schema = self._pending.pop(correlation_id)
+        try:
+            # A hostile or broken broker's counts must not reach kio, which allocates
+            # for a declared count before checking the bytes (and aborts if it cannot).
+            checker(schema, schema.__header_schema__, MAX_RESPONSE_ARRAY_ELEMENTS)(frame, 0)
             _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
             body: Any = entity_reader(schema)(frame, offset)[0]
-        except ConnectionLost as error:
-            self._fail(error)
-            return
         except Exception as error:  # an undecodable response
-            self._fail(ConnectionLost(f"{type(error).__name__}: {error}"))
+            # Its own caller learns it now, not at its timeout: the future is no
+            # longer among the pending ones that _fail completes.
+            lost = ConnectionLost(f"cannot decode {schema.__name__}: {error}")
+            if not future.done():
+                future.set_exception(lost)
+            self._fail(lost)
             return
         if not future.done():
             future.set_result(body)

@@ -33,6 +33,8 @@ from typing import Any, Final, NamedTuple
 
 from kio.serial import entity_reader, entity_writer
 
+from odradek.protocol.bounds import checker
+
 HIGHEST_VERSION: Final = 3
 NO_GENERATION: Final = -1
 
@@ -116,6 +118,8 @@ def _read(kind: str, data: bytes) -> Any:
     version = _clamp(protocol_version(data), kind)
     entity_type = getattr(_schema(kind, version), _ENTITIES[kind])
     try:
+        # Another group member wrote these bytes: check its counts before kio reads them.
+        checker(entity_type)(data, 2)
         entity, _size = entity_reader(entity_type)(data, 2)
     except Exception as error:  # kio raises assorted errors on short or garbled input
         raise ConsumerProtocolError(

@@ -23,6 +23,8 @@ from typing import Any, Final
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from odradek.protocol.bounds import Checker, LengthError, checker
+
 API_VERSIONS_KEY: Final = 18
 _FIXED_HEADER = struct.Struct(">hhi")
 _INT16 = struct.Struct(">h")
@@ -60,9 +62,15 @@ class Request:
 
 
 @cache
-def _request_codec(api_key: int, api_version: int) -> tuple[type, Any, Any]:
+def _request_codec(api_key: int, api_version: int) -> tuple[type, Checker, Any, Any]:
     schema = load_request_schema(api_key, api_version)
-    return schema, entity_reader(schema.__header_schema__), entity_reader(schema)
+    header_schema: Any = schema.__header_schema__
+    return (
+        schema,
+        checker(schema, header_schema),
+        entity_reader(header_schema),
+        entity_reader(schema),
+    )
 
 
 @cache
@@ -89,9 +97,15 @@ def decode_request(
     if versions is None or not versions[0] <= api_version <= versions[1]:
         raise UnsupportedRequest(api_key, api_version, correlation_id)
     try:
-        schema, read_header, read_body = _request_codec(api_key, api_version)
+        schema, check_bounds, read_header, read_body = _request_codec(api_key, api_version)
     except Exception:  # kio has no entity for this pair
         raise UnsupportedRequest(api_key, api_version, correlation_id) from None
+    try:
+        # Before kio sees the frame: kio allocates for a declared array count before
+        # checking the bytes are there, and a failed allocation aborts the process.
+        check_bounds(frame, 0)
+    except LengthError as error:
+        raise MalformedRequest(f"{schema.__name__} v{api_version}: {error}") from None
     try:
         header, header_size = read_header(frame, 0)
         body, _body_size = read_body(frame, header_size)
