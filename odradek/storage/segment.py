@@ -93,8 +93,12 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        scan_chunk_bytes: int = SCAN_CHUNK_BYTES,
     ) -> None:
         self.directory = directory
+        # How much header scans read at once: a parameter so tests can put the
+        # boundaries of these reads anywhere (inside headers, at batch ends).
+        self.scan_chunk_bytes = scan_chunk_bytes
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -241,7 +245,7 @@ class LogSegment:
             if len(chunk) - relative < HEADER_SIZE:
                 chunk = os.pread(self.fd, max(chunk_bytes, HEADER_SIZE), position)
                 chunk_start, relative = position, 0
-            header = unpack_header(chunk, relative)
+            header = unpack_header(chunk, relative, file_position=position)
             if position + header.size > file_size:  # before reading a garbled length
                 raise CorruptRecordError(
                     f"batch at position {position} declares {header.size} bytes "
@@ -324,9 +328,9 @@ class LogSegment:
         while position < end:
             relative = position - chunk_start
             if len(chunk) - relative < HEADER_SIZE:
-                chunk = os.pread(self.fd, SCAN_CHUNK_BYTES, position)
+                chunk = os.pread(self.fd, max(self.scan_chunk_bytes, HEADER_SIZE), position)
                 chunk_start, relative = position, 0
-            header = unpack_header(chunk, relative)
+            header = unpack_header(chunk, relative, file_position=position)
             if position + header.size > end:
                 raise CorruptRecordError(
                     f"{self.log_path}: batch at position {position} runs past {end}"
