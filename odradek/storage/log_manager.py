@@ -73,6 +73,15 @@ class LogManagerSettings:
     tick_ms: int = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class ReservedLogState:
+    """What start-up found for a reserved log (the metadata log), which its owner opens."""
+
+    log_dir: Path
+    recovery_point: int
+    clean: bool
+
+
 def parse_log_dir_name(name: str) -> TopicPartition | None:
     match = _LOG_DIR_NAME.match(name)
     if match is None:
@@ -119,6 +128,10 @@ class LogManager:
         self.clock = clock
         # Partition directories owned by someone else (the metadata log).
         self.reserved_dirs = reserved_dirs
+        # Their recovery points are kept in the same checkpoint as every other log's:
+        # read at start-up (``reserved``), then taken from the log once it is attached.
+        self.reserved: dict[str, ReservedLogState] = {}
+        self._reserved_logs: dict[str, Log] = {}
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_configs: dict[str, LogConfig] = {}
@@ -169,6 +182,9 @@ class LogManager:
                 shutil.rmtree(child, ignore_errors=True)  # a delete that a restart interrupted
                 continue
             if child.name in self.reserved_dirs:
+                reserved_tp = parse_log_dir_name(child.name)
+                point = recovery_points.get(reserved_tp, 0) if reserved_tp else 0
+                self.reserved[child.name] = ReservedLogState(log_dir, point, clean)
                 continue
             tp = parse_log_dir_name(child.name)
             if tp is None:
@@ -264,11 +280,27 @@ class LogManager:
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
         return {tp: log for tp, log in self.logs.items() if self._log_dir_of.get(tp) == log_dir}
 
+    def attach_reserved_log(self, name: str, log_dir: Path, log: Log) -> None:
+        """Checkpoint a reserved log's recovery point from now on, and close it on shutdown."""
+        self._reserved_logs[name] = log
+        self.reserved[name] = ReservedLogState(log_dir, log.recovery_point, False)
+
+    def _reserved_recovery_points(self, log_dir: Path) -> dict[TopicPartition, int]:
+        points = {}
+        for name, state in self.reserved.items():
+            tp = parse_log_dir_name(name)
+            if tp is None or state.log_dir != log_dir:
+                continue
+            log = self._reserved_logs.get(name)
+            points[tp] = log.recovery_point if log is not None else state.recovery_point
+        return points
+
     def _write_checkpoints_for(self, log_dir: Path) -> None:
         logs = self._logs_in(log_dir)
         write_offset_checkpoint(
             log_dir / RECOVERY_POINT_CHECKPOINT,
-            {tp: log.recovery_point for tp, log in logs.items()},
+            {tp: log.recovery_point for tp, log in logs.items()}
+            | self._reserved_recovery_points(log_dir),
         )
         write_offset_checkpoint(
             log_dir / LOG_START_OFFSET_CHECKPOINT,
@@ -355,9 +387,10 @@ class LogManager:
     # -- shutdown ----------------------------------------------------------------------
     def shutdown(self) -> None:
         """Flush and close every log, write checkpoints and the clean-shutdown marker."""
-        for log in self.logs.values():
-            log.flush()
-            log.close()
+        for log in [*self.logs.values(), *self._reserved_logs.values()]:
+            if not log.closed:
+                log.flush()
+                log.close()
         self.write_checkpoints()
         for log_dir in self.log_dirs:
             (log_dir / CLEAN_SHUTDOWN_FILE).write_text("")

@@ -33,7 +33,7 @@ from odradek.storage.batch import (
     compute_crc,
     unpack_header,
 )
-from odradek.storage.errors import CorruptRecordError, StorageError
+from odradek.storage.errors import CommittedDataCorruptError, CorruptRecordError, StorageError
 from odradek.storage.index import (
     OFFSET_ENTRY_SIZE,
     TIME_ENTRY_SIZE,
@@ -172,13 +172,16 @@ class LogSegment:
         on_batch: Callable[[BatchHeader], None] | None = None,
         next_segment_base: int | None = None,
         chunk_bytes: int = RECOVERY_CHUNK_BYTES,
+        committed_offset: int = 0,
     ) -> RecoveryResult:
         """Re-validate every batch, rebuild both indexes, cut a torn or corrupt tail.
 
         Batches must have valid length, magic and CRC and strictly increasing
         offsets starting at or after the base offset, within int32 of it and below
         ``next_segment_base`` (baseOffset is outside the CRC, so a flipped bit there
-        is only caught by these bounds).
+        is only caught by these bounds). If the valid batches end below
+        ``committed_offset`` (data known to have been flushed), nothing is cut:
+        CommittedDataCorruptError names the file and position instead.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -220,6 +223,8 @@ class LogSegment:
                     on_batch(header)
         except CorruptRecordError as error:
             corruption = str(error)
+            if self.next_offset < committed_offset:
+                raise CommittedDataCorruptError(self.log_path, position, corruption) from None
         truncated = file_size - position
         if truncated:
             os.ftruncate(self.fd, position)
