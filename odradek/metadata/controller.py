@@ -28,6 +28,7 @@ from odradek.metadata.image import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
     TOPIC_RESOURCE,
+    ImageReplay,
     MetadataImage,
     MetadataRecord,
 )
@@ -104,22 +105,22 @@ class Controller:
         naming the file and the position of the first bad batch, and the image is
         left as it was (never a cluster missing what follows the damage).
         """
-        image = MetadataImage()
+        replay = ImageReplay()
         for segment in self.log.segments:
             position = 0
             try:
                 for header in segment.iter_headers(0):
                     decoded = decode_batch(os.pread(segment.fd, header.size, header.position))
                     records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
-                    image = image.apply(records, decoded.header.last_offset)
+                    replay.apply(records, decoded.header.last_offset)
                     position = header.position + header.size
             except (StorageError, ValueError, KeyError, TypeError) as error:
                 raise CommittedDataCorruptError(
                     segment.log_path, position, f"{type(error).__name__}: {error}"
                 ) from None
         self.log.high_watermark = self.log.log_end_offset
-        self.image = image
-        return image
+        self.image = replay.image()
+        return self.image
 
     # -- commit ------------------------------------------------------------------
     async def _commit(self, records: Sequence[MetadataRecord]) -> MetadataImage:

@@ -189,6 +189,12 @@ class Broker:
         first_dir = self.config.log_dirs[0]
         state = self.log_manager.reserved.get(METADATA_LOG_DIR)
         recovery_point, clean = (state.recovery_point, state.clean) if state else (0, True)
+        partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
+        directory = first_dir / METADATA_LOG_DIR
+        has_data = any(p.stat().st_size for p in directory.glob("*.log"))
+        if partitions and not has_data and not self.truncate_damaged_metadata:
+            # Checked before opening the log, which would create an empty one.
+            raise MetadataLogDamagedError(_missing_message(directory, partitions))
         opened: Log | None = None
         try:
             log = opened = self._open_metadata_log(recovery_point, clean)
@@ -205,16 +211,9 @@ class Broker:
             log = self._open_metadata_log(0, False)  # full recovery: cut at the first bad batch
             self.controller = Controller(log, self.node_id, self.dynamic_defaults)
             self.controller.replay()
-        partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
         if log.log_end_offset == 0 and partitions:
-            if not self.truncate_damaged_metadata:
-                raise MetadataLogDamagedError(
-                    f"{first_dir / METADATA_LOG_DIR} is missing or empty but {first_dir} holds "
-                    f"{len(partitions)} partition(s) ({', '.join(partitions[:3])}"
-                    f"{', ...' if len(partitions) > 3 else ''}); nothing was changed. Restore "
-                    "the metadata log from a backup, or start with --truncate-damaged-metadata "
-                    "to begin an empty cluster (the partitions are then set aside, not deleted)"
-                )
+            if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
+                raise MetadataLogDamagedError(_missing_message(directory, partitions))
             logger.warning(
                 "metadata log is empty; %d partition(s) it does not know will be set aside",
                 len(partitions),
@@ -335,6 +334,16 @@ class Broker:
             next_id, end = first, first + count
         self._producer_ids = (next_id + 1, end)
         return next_id
+
+
+def _missing_message(directory: Path, partitions: list[str]) -> str:
+    shown = ", ".join(partitions[:3]) + (", ..." if len(partitions) > 3 else "")
+    return (
+        f"{directory} is missing or empty but {directory.parent} holds {len(partitions)} "
+        f"partition(s) ({shown}); nothing was changed. Restore the metadata log from a "
+        "backup, or start with --truncate-damaged-metadata to begin an empty cluster "
+        "(the partitions are then set aside, not deleted)"
+    )
 
 
 def _damaged_message(error: CommittedDataCorruptError, log_dir: Path) -> str:

@@ -97,6 +97,13 @@ def open_log(
     deleted. A torn tail above the recovery point is still truncated.
     """
     started = time.monotonic()
+    if strict and recovery_point > 0 and not any(directory.glob(f"*{LOG_SUFFIX}")):
+        raise CommittedDataCorruptError(  # checked before anything is created
+            directory / f"{0:020d}{LOG_SUFFIX}",
+            0,
+            f"no segment file, but offsets up to {recovery_point} were flushed "
+            "(the recovery point): the log ends at offset 0; its files were deleted",
+        )
     directory.mkdir(parents=True, exist_ok=True)
     stats = LoadStats()
     bases = sorted(_remove_leftovers(directory))
