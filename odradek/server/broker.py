@@ -1,8 +1,10 @@
 """Broker: wires storage, metadata, replicas and the network into one process.
 
 How this works and why: start-up follows the order in which each part needs the one
-before it — lock and recover the log dirs (LogManager), replay ``__cluster_metadata``
-into an image (Controller), bind the listeners (so port 0 becomes a real port),
+before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
+from its checkpointed recovery point and replay it into an image (Controller; damage
+to its flushed part stops the broker with one line rather than starting an empty
+cluster whose partition data would look stray), bind the listeners (so port 0 becomes a real port),
 register this broker with those endpoints, create the partitions the image assigns
 here (ReplicaManager), and only then accept connections and print the ready line.
 Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
@@ -46,7 +48,12 @@ logger = logging.getLogger(__name__)
 METADATA_LOG_DIR: Final = f"{METADATA_TOPIC}-0"
 # The metadata log is never truncated by retention: it is the cluster's history
 # (snapshots, which would allow trimming it, come with the controller-quorum issue).
-METADATA_LOG_CONFIG: Final = LogConfig(retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20)
+# One commit is one batch: a CreateTopics of 10,000 partitions (the per-request limit)
+# is about 2 MB of records, over the 1 MiB topic default, so batches may be up to a
+# segment (KRaft's controller batches are bounded at 8 MiB too).
+METADATA_LOG_CONFIG: Final = LogConfig(
+    retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,8 +11,10 @@ to the page cache before the ack) survives a process kill.
 
 Then the log end offset is known, so the leader epoch cache is trimmed to it and the
 producer state is rebuilt from the newest snapshot plus the batch headers after it.
-Leftovers of interrupted operations (``.deleted`` segments, ``.tmp`` files, orphan
-indexes) are removed first.
+A strict load (the metadata log, whose loss would empty the cluster) never cuts below
+the recovery point: damage there raises CommittedDataCorruptError naming the file and
+position, before any file is changed. Leftovers of interrupted operations
+(``.deleted`` segments, ``.tmp`` files, orphan indexes) are removed first.
 """
 
 from __future__ import annotations

@@ -12,7 +12,10 @@ runs on worker threads so the event loop that owns the logs keeps serving.
 Files per log dir (Kafka's names and text formats): ``meta.properties``,
 ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
 ``replication-offset-checkpoint`` (high watermarks), ``.kafka_cleanshutdown``,
-``.lock``. Deleted logs are renamed ``<topic>-<partition>.<id>-delete`` first and
+``.lock``. Reserved directories (``__cluster_metadata-0``) are not opened here — their
+owner opens them with the recovery point and shutdown state found here and attaches
+the log, whose recovery point is then checkpointed and which is closed on shutdown
+like the others. Deleted logs are renamed ``<topic>-<partition>.<id>-delete`` first and
 removed in the background, so a crash mid-delete never resurrects half a log.
 """
 
