@@ -27,6 +27,16 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from odradek.storage.records import Record, encode_batch, frame_batch
 from odradek.storage.segment import RECOVERY_CHUNK_BYTES, LogSegment
+from tests.storage.test_recovery import (
+    Clock,
+    TmpDir,
+    _opened,
+    abandon,
+    check_log,
+    make_config,
+    workloads,
+    write_workload,
+)
 
 T0 = 1_700_000_000_000
 SETTINGS = settings(
@@ -285,3 +295,41 @@ def test_tens_of_megabytes_at_the_default_chunk_size(tmp_path: Path):
     finally:
         log.close()
     assert os.path.getsize(directory / f"{0:020d}.log") == count * len(template)
+
+
+# -- whole logs: several segments, producers, epochs, compression --------------------
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    workload=workloads,
+    chunk=st.one_of(st.integers(1, 300), st.integers(300, 3000)),
+    cut_fraction=st.floats(0, 1),
+)
+def test_log_recovery_at_any_chunk_size_keeps_the_valid_prefix(
+    workload, chunk: int, cut_fraction: float
+):
+    """The workload of test_recovery.py, reopened after a crash with tiny recovery chunks."""
+    clock = Clock()
+    config = make_config(workload["segment_bytes"], workload["interval"])
+    with TmpDir() as directory:
+        log, written = write_workload(directory, config, workload["seed"], workload["count"], clock)
+        bases = [s.base_offset for s in log.segments]
+        abandon(log)
+        path = directory / f"{bases[-1]:020d}.log"
+        cut = int(path.stat().st_size * cut_fraction)
+        os.truncate(path, cut)
+        last = len(bases) - 1
+        prefix = [w for w in written if w.segment < last or w.position + len(w.disk_bytes) <= cut]
+        log, stats = open_log(
+            directory,
+            config,
+            recovery_point=0,
+            clean_shutdown=False,
+            clock=clock,
+            recovery_chunk_bytes=chunk,
+        )
+        _opened.append(log)
+        assert stats.batches_recovered == len(prefix)
+        check_log(log, prefix, clock)
+        log.close()
