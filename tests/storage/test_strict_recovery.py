@@ -95,7 +95,7 @@ def test_deleted_log_file_raises(tmp_path: Path) -> None:
     directory = tmp_path / "m-0"
     end, bases = fill(directory, 5)
     (directory / f"{bases[0]:020d}.log").unlink()
-    expected = f"ends at offset 0 but offsets up to {end}"
+    expected = f"no segment file, but offsets up to {end} were flushed"
     with pytest.raises(CommittedDataCorruptError, match=expected):
         open_strict(directory, end, clean=True)
 
