@@ -4,9 +4,10 @@ How this works and why: start-up follows the order in which each part needs the 
 before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
 from its checkpointed recovery point and replay it into an image (Controller; damage
 to its flushed part stops the broker with one line rather than starting an empty
-cluster whose partition data would look stray), bind the listeners (so port 0 becomes a real port),
-register this broker with those endpoints, create the partitions the image assigns
-here (ReplicaManager), and only then accept connections and print the ready line.
+cluster whose partition data would look stray), bind the listeners (so port 0
+becomes a real port), register this broker with those endpoints, create the
+partitions the image assigns here (ReplicaManager), and only then accept connections
+and print the ready line.
 Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
 checkpoint every log, write the clean-shutdown marker.
 """
