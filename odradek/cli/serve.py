@@ -42,6 +42,12 @@ def add_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
     )
+    parser.add_argument(
+        "--truncate-damaged-metadata",
+        action="store_true",
+        help="if the flushed part of __cluster_metadata is damaged or missing, start from "
+        "the metadata before the damage instead of refusing to start",
+    )
     parser.set_defaults(run=run)
 
 
@@ -73,17 +79,17 @@ def run(args: argparse.Namespace) -> int:
     try:
         import uvloop
 
-        return uvloop.run(_serve(config))
+        return uvloop.run(_serve(config, args.truncate_damaged_metadata))
     except ImportError:  # pragma: no cover - uvloop is a dependency
-        return asyncio.run(_serve(config))
+        return asyncio.run(_serve(config, args.truncate_damaged_metadata))
 
 
-async def _serve(config: BrokerConfig) -> int:
+async def _serve(config: BrokerConfig, truncate_damaged_metadata: bool = False) -> int:
     from odradek.metadata.controller import ControllerError
     from odradek.server.broker import Broker
     from odradek.storage.errors import StorageError
 
-    broker = Broker(config)
+    broker = Broker(config, truncate_damaged_metadata=truncate_damaged_metadata)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):

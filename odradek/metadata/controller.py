@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
@@ -27,10 +28,11 @@ from odradek.metadata.image import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
     TOPIC_RESOURCE,
+    ImageReplay,
     MetadataImage,
     MetadataRecord,
 )
-from odradek.storage.errors import LogConfigError, StorageError
+from odradek.storage.errors import CommittedDataCorruptError, LogConfigError, StorageError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.records import Record, decode_batch, encode_batch
@@ -98,15 +100,29 @@ class Controller:
 
     # -- replay ------------------------------------------------------------------
     def replay(self) -> MetadataImage:
-        """Rebuild the image from every record in the log (start-up)."""
-        image = MetadataImage()
-        for data in self.log.read_batches(self.log.log_start_offset):
-            decoded = decode_batch(data)
-            records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
-            image = image.apply(records, decoded.header.last_offset)
+        """Rebuild the image from every record in the log (start-up).
+
+        Every batch's CRC is checked here, since a clean start trusts the flushed
+        segments without re-reading them: damage raises CommittedDataCorruptError
+        naming the file and the position of the first bad batch, and the image is
+        left as it was (never a cluster missing what follows the damage).
+        """
+        replay = ImageReplay()
+        for segment in self.log.segments:
+            position = 0
+            try:
+                for header in segment.iter_headers(0):
+                    decoded = decode_batch(os.pread(segment.fd, header.size, header.position))
+                    records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
+                    replay.apply(records, decoded.header.last_offset)
+                    position = header.position + header.size
+            except (StorageError, ValueError, KeyError, TypeError) as error:
+                raise CommittedDataCorruptError(
+                    segment.log_path, position, f"{type(error).__name__}: {error}"
+                ) from None
         self.log.high_watermark = self.log.log_end_offset
-        self.image = image
-        return image
+        self.image = replay.image()
+        return self.image
 
     # -- commit ------------------------------------------------------------------
     async def _commit(self, records: Sequence[MetadataRecord]) -> MetadataImage:

@@ -42,7 +42,7 @@ class MetadataRecord:
     def decode(cls, key: bytes | None, value: bytes | None) -> MetadataRecord:
         if key is None or value is None:
             raise ValueError("metadata record without key or value")
-        return cls(key.decode(), json.loads(value))
+        return cls(key.decode(), json.loads(value.decode()))
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,46 +87,127 @@ class MetadataImage:
         return self.configs.get((TOPIC_RESOURCE, topic), _EMPTY)
 
     def apply(self, records: Iterable[MetadataRecord], offset: int) -> MetadataImage:
-        image = self
+        """The image after ``records``; this one is left as it was.
+
+        The records are applied to mutable copies of only the maps they touch, frozen
+        once at the end, so replaying a long log costs one dict update per record
+        rather than a copy of the cluster's maps per record.
+        """
+        builder = _Builder(self)
+        builder.apply(records)
+        return builder.freeze(offset)
+
+
+class ImageReplay:
+    """Folds a whole log into one image (start-up): one builder for every batch.
+
+    ``apply`` per batch then ``image()`` once gives the same image as applying each
+    batch to the image before it, without building an image per batch.
+    """
+
+    def __init__(self, image: MetadataImage | None = None) -> None:
+        self._builder = _Builder(image or MetadataImage())
+        self.offset = self._builder.image.offset
+
+    def apply(self, records: Iterable[MetadataRecord], offset: int) -> None:
+        self._builder.apply(records)
+        self.offset = offset
+
+    def image(self) -> MetadataImage:
+        return self._builder.freeze(self.offset)
+
+
+def _frozen(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
+    return MappingProxyType(mapping) if mapping else _EMPTY
+
+
+class _Builder:
+    """Copy-on-write working state of one ``apply``: each map is copied on first change."""
+
+    def __init__(self, image: MetadataImage) -> None:
+        self.image = image
+        self.brokers: dict[int, BrokerImage] | None = None
+        self.topics: dict[str, TopicImage] | None = None
+        self.names_by_id: dict[uuid.UUID, str] | None = None
+        self.configs: dict[tuple[str, str], Mapping[str, str]] | None = None
+        self.partitions: dict[str, dict[int, PartitionImage]] = {}  # changed topics
+        self.resource_configs: dict[tuple[str, str], dict[str, str]] = {}  # changed resources
+        self.next_producer_id = image.next_producer_id
+
+    def apply(self, records: Iterable[MetadataRecord]) -> None:
         for record in records:
             handler = _APPLY.get(record.kind)
             if handler is None:
                 raise ValueError(f"unknown metadata record type {record.kind!r}")
-            image = handler(image, record.fields)
-        return replace(image, offset=offset)
+            handler(self, record.fields)
+
+    def topic_map(self) -> dict[str, TopicImage]:
+        if self.topics is None:
+            self.topics = dict(self.image.topics)
+        return self.topics
+
+    def id_map(self) -> dict[uuid.UUID, str]:
+        if self.names_by_id is None:
+            self.names_by_id = dict(self.image.topic_names_by_id)
+        return self.names_by_id
+
+    def config_map(self) -> dict[tuple[str, str], Mapping[str, str]]:
+        if self.configs is None:
+            self.configs = dict(self.image.configs)
+        return self.configs
+
+    def freeze(self, offset: int) -> MetadataImage:
+        image = self.image
+        topics = self.topics
+        if self.partitions:
+            assert topics is not None
+            for name, partitions in self.partitions.items():
+                if name in topics:
+                    topics[name] = replace(topics[name], partitions=_frozen(partitions))
+        configs = self.configs
+        if self.resource_configs:
+            assert configs is not None
+            for resource, values in self.resource_configs.items():
+                if values:
+                    configs[resource] = MappingProxyType(values)
+                else:
+                    configs.pop(resource, None)
+        return MetadataImage(
+            offset,
+            image.brokers if self.brokers is None else _frozen(self.brokers),
+            image.topics if topics is None else _frozen(topics),
+            image.topic_names_by_id if self.names_by_id is None else _frozen(self.names_by_id),
+            image.configs if configs is None else _frozen(configs),
+            self.next_producer_id,
+        )
 
 
-def _with(mapping: Mapping[Any, Any], key: Any, value: Any) -> Mapping[Any, Any]:
-    updated = dict(mapping)
-    if value is None:
-        updated.pop(key, None)
-    else:
-        updated[key] = value
-    return MappingProxyType(updated)
-
-
-def _register_broker(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
+def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
     broker = BrokerImage(
         f["broker_id"],
         tuple((e[0], e[1], e[2]) for e in f["endpoints"]),
         f.get("rack"),
         f.get("incarnation_id", ""),
     )
-    return replace(image, brokers=_with(image.brokers, broker.broker_id, broker))
+    if state.brokers is None:
+        state.brokers = dict(state.image.brokers)
+    state.brokers[broker.broker_id] = broker
 
 
-def _topic(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
+def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
     topic_id = uuid.UUID(f["topic_id"])
-    topic = TopicImage(f["name"], topic_id)
-    return replace(
-        image,
-        topics=_with(image.topics, topic.name, topic),
-        topic_names_by_id=_with(image.topic_names_by_id, topic_id, topic.name),
-    )
+    name = f["name"]
+    state.topic_map()[name] = TopicImage(name, topic_id)
+    state.partitions.pop(name, None)  # a new topic starts with no partitions
+    state.id_map()[topic_id] = name
 
 
-def _partition(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
-    topic = image.topic_by_id(uuid.UUID(f["topic_id"]))
+def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
+    topic_id = uuid.UUID(f["topic_id"])
+    names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
+    topics = state.image.topics if state.topics is None else state.topics
+    name = names.get(topic_id)
+    topic = topics.get(name) if name is not None else None
     if topic is None:
         raise ValueError(f"partition record for unknown topic {f['topic_id']}")
     partition = PartitionImage(
@@ -137,32 +218,41 @@ def _partition(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
         f["leader_epoch"],
         f.get("partition_epoch", 0),
     )
-    updated = replace(topic, partitions=_with(topic.partitions, partition.partition, partition))
-    return replace(image, topics=_with(image.topics, topic.name, updated))
+    partitions = state.partitions.get(topic.name)
+    if partitions is None:
+        partitions = state.partitions[topic.name] = dict(topic.partitions)
+        state.topic_map()  # freeze() rebuilds this topic in a copied map
+    partitions[partition.partition] = partition
 
 
-def _remove_topic(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
+def _remove_topic(state: _Builder, f: Mapping[str, Any]) -> None:
     topic_id = uuid.UUID(f["topic_id"])
-    name = image.topic_names_by_id.get(topic_id)
+    names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
+    name = names.get(topic_id)
     if name is None:
-        return image
-    return replace(
-        image,
-        topics=_with(image.topics, name, None),
-        topic_names_by_id=_with(image.topic_names_by_id, topic_id, None),
-        configs=_with(image.configs, (TOPIC_RESOURCE, name), None),
-    )
+        return
+    state.topic_map().pop(name, None)
+    state.partitions.pop(name, None)
+    state.id_map().pop(topic_id, None)
+    state.config_map().pop((TOPIC_RESOURCE, name), None)
+    state.resource_configs.pop((TOPIC_RESOURCE, name), None)
 
 
-def _config(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
+def _config(state: _Builder, f: Mapping[str, Any]) -> None:
     resource = (f["resource_type"], f["resource_name"])
-    current = image.configs.get(resource, _EMPTY)
-    updated = _with(current, f["name"], f.get("value"))
-    return replace(image, configs=_with(image.configs, resource, updated or None))
+    values = state.resource_configs.get(resource)
+    if values is None:
+        configs = state.config_map()
+        values = state.resource_configs[resource] = dict(configs.get(resource, _EMPTY))
+    value = f.get("value")
+    if value is None:
+        values.pop(f["name"], None)
+    else:
+        values[f["name"]] = value
 
 
-def _producer_ids(image: MetadataImage, f: Mapping[str, Any]) -> MetadataImage:
-    return replace(image, next_producer_id=f["next_producer_id"])
+def _producer_ids(state: _Builder, f: Mapping[str, Any]) -> None:
+    state.next_producer_id = f["next_producer_id"]
 
 
 _APPLY = {

@@ -1,10 +1,13 @@
 """Broker: wires storage, metadata, replicas and the network into one process.
 
 How this works and why: start-up follows the order in which each part needs the one
-before it — lock and recover the log dirs (LogManager), replay ``__cluster_metadata``
-into an image (Controller), bind the listeners (so port 0 becomes a real port),
-register this broker with those endpoints, create the partitions the image assigns
-here (ReplicaManager), and only then accept connections and print the ready line.
+before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
+from its checkpointed recovery point and replay it into an image (Controller; damage
+to its flushed part stops the broker with one line rather than starting an empty
+cluster whose partition data would look stray), bind the listeners (so port 0
+becomes a real port), register this broker with those endpoints, create the
+partitions the image assigns here (ReplicaManager), and only then accept connections
+and print the ready line.
 Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
 checkpoint every log, write the clean-shutdown marker.
 """
@@ -31,7 +34,7 @@ from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig, ConfigError
 from odradek.server.dispatcher import Dispatcher
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
@@ -43,7 +46,12 @@ logger = logging.getLogger(__name__)
 METADATA_LOG_DIR: Final = f"{METADATA_TOPIC}-0"
 # The metadata log is never truncated by retention: it is the cluster's history
 # (snapshots, which would allow trimming it, come with the controller-quorum issue).
-METADATA_LOG_CONFIG: Final = LogConfig(retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20)
+# One commit is one batch: a CreateTopics of 10,000 partitions (the per-request limit)
+# is about 2 MB of records, over the 1 MiB topic default, so batches may be up to a
+# segment (KRaft's controller batches are bounded at 8 MiB too).
+METADATA_LOG_CONFIG: Final = LogConfig(
+    retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +89,15 @@ def new_cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
+class MetadataLogDamagedError(StorageError):
+    """The flushed part of ``__cluster_metadata`` is damaged or gone: the broker stops."""
+
+
 class Broker:
-    def __init__(self, config: BrokerConfig) -> None:
+    def __init__(self, config: BrokerConfig, *, truncate_damaged_metadata: bool = False) -> None:
         self.config = config
+        # Start from the metadata before damage instead of refusing (an operator's choice).
+        self.truncate_damaged_metadata = truncate_damaged_metadata
         self.node_id = config.node_id
         self.cluster_id = ""
         self.log_manager = LogManager(
@@ -130,16 +144,7 @@ class Broker:
             self.config.log_dirs, self.node_id, new_cluster_id, reserved=(METADATA_LOG_DIR,)
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
-        first_dir = self.config.log_dirs[0]
-        metadata_log, _ = await loop.run_in_executor(
-            None,
-            lambda: open_log(
-                first_dir / METADATA_LOG_DIR, METADATA_LOG_CONFIG, clean_shutdown=False
-            ),
-        )
-        self.metadata_log = metadata_log
-        self.controller = Controller(metadata_log, self.node_id, self.dynamic_defaults)
-        self.controller.replay()
+        await loop.run_in_executor(None, self._load_metadata)
         self.replica_manager.check_loaded_logs(self.controller.image)
         bound = [self.server.bind(li.name, li.host, li.port) for li in self.config.listeners]
         ports = {b.name: b.port for b in bound}
@@ -159,6 +164,78 @@ class Broker:
         self.server.start()
         return [b.url() for b in bound]
 
+    def _open_metadata_log(self, recovery_point: int, clean: bool) -> Log:
+        directory = self.config.log_dirs[0] / METADATA_LOG_DIR
+        log, stats = open_log(
+            directory,
+            METADATA_LOG_CONFIG,
+            recovery_point=recovery_point,
+            clean_shutdown=clean,
+            strict=not self.truncate_damaged_metadata,
+        )
+        if stats.recovered_segments:
+            logger.info(
+                "recovered %s from offset %d: %d segment(s), %d batches, %d bytes in %d ms",
+                METADATA_LOG_DIR,
+                recovery_point,
+                stats.recovered_segments,
+                stats.batches_recovered,
+                stats.bytes_recovered,
+                stats.elapsed_ms,
+            )
+        if stats.corruption is not None:
+            logger.warning(
+                "%s: cut %d bytes after the last valid batch: %s",
+                METADATA_LOG_DIR,
+                stats.bytes_truncated,
+                stats.corruption,
+            )
+        return log
+
+    def _load_metadata(self) -> None:
+        """Open ``__cluster_metadata-0`` from its recovery point and replay it.
+
+        A clean restart trusts its flushed segments (replay still checks every CRC);
+        after a crash only what follows the recovery point is re-read, and a torn tail
+        there is cut. Damage to flushed metadata, or a missing metadata log beside
+        partition data, stops the broker with one line and changes nothing, unless
+        the operator chose ``truncate_damaged_metadata``.
+        """
+        first_dir = self.config.log_dirs[0]
+        state = self.log_manager.reserved.get(METADATA_LOG_DIR)
+        recovery_point, clean = (state.recovery_point, state.clean) if state else (0, True)
+        partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
+        directory = first_dir / METADATA_LOG_DIR
+        has_data = any(p.stat().st_size for p in directory.glob("*.log"))
+        if partitions and not has_data and not self.truncate_damaged_metadata:
+            # Checked before opening the log, which would create an empty one.
+            raise MetadataLogDamagedError(_missing_message(directory, partitions))
+        opened: Log | None = None
+        try:
+            log = opened = self._open_metadata_log(recovery_point, clean)
+            self.controller = Controller(log, self.node_id, self.dynamic_defaults)
+            self.controller.replay()
+        except CommittedDataCorruptError as error:
+            if not self.truncate_damaged_metadata:
+                raise MetadataLogDamagedError(_damaged_message(error, first_dir)) from None
+            logger.warning(
+                "metadata log damaged (%s); keeping only the metadata before the damage", error
+            )
+            if opened is not None:
+                opened.close()
+            log = self._open_metadata_log(0, False)  # full recovery: cut at the first bad batch
+            self.controller = Controller(log, self.node_id, self.dynamic_defaults)
+            self.controller.replay()
+        if log.log_end_offset == 0 and partitions:
+            if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
+                raise MetadataLogDamagedError(_missing_message(directory, partitions))
+            logger.warning(
+                "metadata log is empty; %d partition(s) it does not know will be set aside",
+                len(partitions),
+            )
+        self.metadata_log = log
+        self.log_manager.attach_reserved_log(METADATA_LOG_DIR, first_dir, log)
+
     async def stop(self) -> None:
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
@@ -173,7 +250,7 @@ class Broker:
             await loop.run_in_executor(None, self.log_manager.shutdown)
         except (StorageError, OSError) as error:  # a full disk: close the rest anyway
             failure = error
-        if self.metadata_log is not None:
+        if self.metadata_log is not None and not self.metadata_log.closed:
             try:
                 self.metadata_log.flush()
                 self.metadata_log.close()
@@ -282,6 +359,26 @@ class Broker:
             next_id, end = first, first + count
         self._producer_ids = (next_id + 1, end)
         return next_id
+
+
+def _missing_message(directory: Path, partitions: list[str]) -> str:
+    shown = ", ".join(partitions[:3]) + (", ..." if len(partitions) > 3 else "")
+    return (
+        f"{directory} is missing or empty but {directory.parent} holds {len(partitions)} "
+        f"partition(s) ({shown}); nothing was changed. Restore the metadata log from a "
+        "backup, or start with --truncate-damaged-metadata to begin an empty cluster "
+        "(the partitions are then set aside, not deleted)"
+    )
+
+
+def _damaged_message(error: CommittedDataCorruptError, log_dir: Path) -> str:
+    return (
+        f"metadata log damaged where it was already flushed: {error}. Nothing was changed "
+        f"(no partition in {log_dir} was touched). Restore {log_dir / METADATA_LOG_DIR} from "
+        "a backup, or start with --truncate-damaged-metadata to keep only the metadata "
+        f"before position {error.position} of {Path(str(error.path)).name} (partitions it no "
+        "longer knows are then set aside, not deleted)"
+    )
 
 
 def broker_config_names() -> list[str]:

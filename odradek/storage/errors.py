@@ -21,6 +21,21 @@ class CorruptRecordError(StorageError):
     code = "CORRUPT_MESSAGE"
 
 
+class CommittedDataCorruptError(StorageError):
+    """Damage in data that was flushed (below a log's recovery point) of a log that may
+    not be cut there (the metadata log): the caller stops instead of truncating.
+
+    ``path`` and ``position`` say where the first bad batch starts (the file size when
+    the file ends early); ``valid_bytes`` is how much of that file before it is sound.
+    """
+
+    def __init__(self, path: object, position: int, detail: str) -> None:
+        super().__init__(f"{path} position {position}: {detail}")
+        self.path = path
+        self.position = position
+        self.detail = detail
+
+
 class InvalidRecordError(StorageError):
     """A well-formed batch that breaks a rule (control batch from a client, bad count...)."""
 

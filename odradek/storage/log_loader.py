@@ -11,12 +11,15 @@ to the page cache before the ack) survives a process kill.
 
 Then the log end offset is known, so the leader epoch cache is trimmed to it and the
 producer state is rebuilt from the newest snapshot plus the batch headers after it.
-Leftovers of interrupted operations (``.deleted`` segments, ``.tmp`` files, orphan
-indexes) are removed first.
+A strict load (the metadata log, whose loss would empty the cluster) never cuts below
+the recovery point: damage there raises CommittedDataCorruptError naming the file and
+position, before any file is changed. Leftovers of interrupted operations
+(``.deleted`` segments, ``.tmp`` files, orphan indexes) are removed first.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -25,7 +28,7 @@ from pathlib import Path
 
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from odradek.storage.errors import CorruptRecordError
+from odradek.storage.errors import CommittedDataCorruptError, CorruptRecordError
 from odradek.storage.index import IndexCorruptError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
@@ -34,6 +37,7 @@ from odradek.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,
     LOG_SUFFIX,
+    RECOVERY_CHUNK_BYTES,
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
@@ -84,9 +88,24 @@ def open_log(
     clean_shutdown: bool = True,
     clock: Callable[[], int] = wall_clock_ms,
     producer_id_expiration_ms: int = 86_400_000,
+    strict: bool = False,
+    recovery_chunk_bytes: int = RECOVERY_CHUNK_BYTES,
 ) -> tuple[Log, LoadStats]:
-    """Open (creating if needed) the log in ``directory``; recover it if not clean."""
+    """Open (creating if needed) the log in ``directory``; recover it if not clean.
+
+    ``strict`` is for a log that must never lose flushed data (the metadata log):
+    damage below ``recovery_point`` — a bad batch, a cut or missing file, a gap
+    between segments — raises CommittedDataCorruptError before anything is cut or
+    deleted. A torn tail above the recovery point is still truncated.
+    """
     started = time.monotonic()
+    if strict and recovery_point > 0 and not any(directory.glob(f"*{LOG_SUFFIX}")):
+        raise CommittedDataCorruptError(  # checked before anything is created
+            directory / f"{0:020d}{LOG_SUFFIX}",
+            0,
+            f"no segment file, but offsets up to {recovery_point} were flushed "
+            "(the recovery point): the log ends at offset 0; its files were deleted",
+        )
     directory.mkdir(parents=True, exist_ok=True)
     stats = LoadStats()
     bases = sorted(_remove_leftovers(directory))
@@ -117,7 +136,11 @@ def open_log(
                 needs_recovery = True
         if needs_recovery:
             following = segments[index + 1].base_offset if index + 1 < len(segments) else None
-            result = segment.recover(next_segment_base=following)
+            result = segment.recover(
+                next_segment_base=following,
+                chunk_bytes=recovery_chunk_bytes,
+                committed_offset=recovery_point if strict else 0,
+            )
             stats.recovered_segments += 1
             stats.batches_recovered += result.batches
             stats.bytes_recovered += result.valid_bytes
@@ -130,6 +153,8 @@ def open_log(
             continue
         kept.append(segment)
     stats.segments = len(kept)
+    if strict:
+        _check_committed(kept, recovery_point)
     # A missing (or zero-byte) checkpoint after a crash is rebuilt from the batch headers too.
     epoch_path = directory / LEADER_EPOCH_CHECKPOINT
     epoch_file_missing = not epoch_path.exists() or epoch_path.stat().st_size == 0
@@ -178,6 +203,26 @@ def _clamp_log_start(directory: Path, log_start_offset: int, log_end_offset: int
         log_end_offset,
     )
     return log_end_offset
+
+
+def _check_committed(segments: list[LogSegment], recovery_point: int) -> None:
+    """Every offset below the recovery point is still there, in contiguous segments."""
+    for before, after in itertools.pairwise(segments):
+        if before.next_offset != after.base_offset and before.next_offset < recovery_point:
+            raise CommittedDataCorruptError(
+                before.log_path,
+                before.size,
+                f"the segment ends at offset {before.next_offset} but the next one starts "
+                f"at {after.base_offset} (a segment file is missing)",
+            )
+    last = segments[-1]
+    if last.next_offset < recovery_point:
+        raise CommittedDataCorruptError(
+            last.log_path,
+            last.size,
+            f"the log ends at offset {last.next_offset} but offsets up to {recovery_point} "
+            "were flushed (the recovery point): the file was cut or deleted",
+        )
 
 
 def _open_epoch_cache(directory: Path) -> tuple[LeaderEpochCache, bool]:

@@ -12,7 +12,10 @@ runs on worker threads so the event loop that owns the logs keeps serving.
 Files per log dir (Kafka's names and text formats): ``meta.properties``,
 ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
 ``replication-offset-checkpoint`` (high watermarks), ``.kafka_cleanshutdown``,
-``.lock``. Deleted logs are renamed ``<topic>-<partition>.<id>-delete`` first and
+``.lock``. Reserved directories (``__cluster_metadata-0``) are not opened here — their
+owner opens them with the recovery point and shutdown state found here and attaches
+the log, whose recovery point is then checkpointed and which is closed on shutdown
+like the others. Deleted logs are renamed ``<topic>-<partition>.<id>-delete`` first and
 removed in the background, so a crash mid-delete never resurrects half a log. A log the
 metadata does not know (a "stray" log) is never deleted on that evidence alone: it is
 renamed ``<topic>-<partition>.<id>-stray`` (as Kafka 3.7+ does), kept, and not loaded
@@ -82,6 +85,15 @@ class LogManagerSettings:
     tick_ms: int = 1_000
 
 
+@dataclass(frozen=True, slots=True)
+class ReservedLogState:
+    """What start-up found for a reserved log (the metadata log), which its owner opens."""
+
+    log_dir: Path
+    recovery_point: int
+    clean: bool
+
+
 def parse_log_dir_name(name: str) -> TopicPartition | None:
     match = _LOG_DIR_NAME.match(name)
     if match is None:
@@ -107,6 +119,10 @@ class LogManager:
         self.clock = clock
         # Partition directories owned by someone else (the metadata log).
         self.reserved_dirs = reserved_dirs
+        # Their recovery points are kept in the same checkpoint as every other log's:
+        # read at start-up (``reserved``), then taken from the log once it is attached.
+        self.reserved: dict[str, ReservedLogState] = {}
+        self._reserved_logs: dict[str, Log] = {}
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
         self._topic_configs: dict[str, LogConfig] = {}
@@ -164,6 +180,9 @@ class LogManager:
                 shutil.rmtree(child, ignore_errors=True)  # a delete that a restart interrupted
                 continue
             if child.name in self.reserved_dirs:
+                reserved_tp = parse_log_dir_name(child.name)
+                point = recovery_points.get(reserved_tp, 0) if reserved_tp else 0
+                self.reserved[child.name] = ReservedLogState(log_dir, point, clean)
                 continue
             if _STRAY_DIR_NAME.match(child.name):
                 logger.warning(
@@ -286,11 +305,27 @@ class LogManager:
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
         return {tp: log for tp, log in self.logs.items() if self._log_dir_of.get(tp) == log_dir}
 
+    def attach_reserved_log(self, name: str, log_dir: Path, log: Log) -> None:
+        """Checkpoint a reserved log's recovery point from now on, and close it on shutdown."""
+        self._reserved_logs[name] = log
+        self.reserved[name] = ReservedLogState(log_dir, log.recovery_point, False)
+
+    def _reserved_recovery_points(self, log_dir: Path) -> dict[TopicPartition, int]:
+        points = {}
+        for name, state in self.reserved.items():
+            tp = parse_log_dir_name(name)
+            if tp is None or state.log_dir != log_dir:
+                continue
+            log = self._reserved_logs.get(name)
+            points[tp] = log.recovery_point if log is not None else state.recovery_point
+        return points
+
     def _write_checkpoints_for(self, log_dir: Path) -> None:
         logs = self._logs_in(log_dir)
         write_offset_checkpoint(
             log_dir / RECOVERY_POINT_CHECKPOINT,
-            {tp: log.recovery_point for tp, log in logs.items()},
+            {tp: log.recovery_point for tp, log in logs.items()}
+            | self._reserved_recovery_points(log_dir),
         )
         write_offset_checkpoint(
             log_dir / LOG_START_OFFSET_CHECKPOINT,
@@ -395,7 +430,9 @@ class LogManager:
         """
         loaded = self.started
         failures: list[str] = []
-        for log in self.logs.values():
+        for log in [*self.logs.values(), *self._reserved_logs.values()]:
+            if log.closed:
+                continue
             try:
                 if loaded:
                     log.flush()

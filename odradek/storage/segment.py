@@ -33,7 +33,7 @@ from odradek.storage.batch import (
     compute_crc,
     unpack_header,
 )
-from odradek.storage.errors import CorruptRecordError, StorageError
+from odradek.storage.errors import CommittedDataCorruptError, CorruptRecordError, StorageError
 from odradek.storage.index import (
     OFFSET_ENTRY_SIZE,
     TIME_ENTRY_SIZE,
@@ -93,8 +93,12 @@ class LogSegment:
         index_interval_bytes: int,
         max_index_bytes: int,
         created_ms: int,
+        scan_chunk_bytes: int = SCAN_CHUNK_BYTES,
     ) -> None:
         self.directory = directory
+        # How much header scans read at once: a parameter so tests can put the
+        # boundaries of these reads anywhere (inside headers, at batch ends).
+        self.scan_chunk_bytes = scan_chunk_bytes
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
@@ -168,13 +172,16 @@ class LogSegment:
         on_batch: Callable[[BatchHeader], None] | None = None,
         next_segment_base: int | None = None,
         chunk_bytes: int = RECOVERY_CHUNK_BYTES,
+        committed_offset: int = 0,
     ) -> RecoveryResult:
         """Re-validate every batch, rebuild both indexes, cut a torn or corrupt tail.
 
         Batches must have valid length, magic and CRC and strictly increasing
         offsets starting at or after the base offset, within int32 of it and below
         ``next_segment_base`` (baseOffset is outside the CRC, so a flipped bit there
-        is only caught by these bounds).
+        is only caught by these bounds). If the valid batches end below
+        ``committed_offset`` (data known to have been flushed), nothing is cut:
+        CommittedDataCorruptError names the file and position instead.
         """
         self.offset_index.reset()
         self.time_index.reset()
@@ -216,6 +223,8 @@ class LogSegment:
                     on_batch(header)
         except CorruptRecordError as error:
             corruption = str(error)
+            if self.next_offset < committed_offset:
+                raise CommittedDataCorruptError(self.log_path, position, corruption) from None
         truncated = file_size - position
         if truncated:
             os.ftruncate(self.fd, position)
@@ -241,7 +250,7 @@ class LogSegment:
             if len(chunk) - relative < HEADER_SIZE:
                 chunk = os.pread(self.fd, max(chunk_bytes, HEADER_SIZE), position)
                 chunk_start, relative = position, 0
-            header = unpack_header(chunk, relative)
+            header = unpack_header(chunk, relative, file_position=position)
             if position + header.size > file_size:  # before reading a garbled length
                 raise CorruptRecordError(
                     f"batch at position {position} declares {header.size} bytes "
@@ -324,9 +333,9 @@ class LogSegment:
         while position < end:
             relative = position - chunk_start
             if len(chunk) - relative < HEADER_SIZE:
-                chunk = os.pread(self.fd, SCAN_CHUNK_BYTES, position)
+                chunk = os.pread(self.fd, max(self.scan_chunk_bytes, HEADER_SIZE), position)
                 chunk_start, relative = position, 0
-            header = unpack_header(chunk, relative)
+            header = unpack_header(chunk, relative, file_position=position)
             if position + header.size > end:
                 raise CorruptRecordError(
                     f"{self.log_path}: batch at position {position} runs past {end}"

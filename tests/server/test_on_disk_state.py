@@ -98,6 +98,13 @@ def test_log_unknown_to_the_metadata_is_set_aside_not_deleted(
         pass
     shutil.rmtree(data_dir / "__cluster_metadata-0")
     shutil.copytree(other / "__cluster_metadata-0", data_dir / "__cluster_metadata-0")
+    # ... with its own recovery point (a metadata log shorter than its checkpointed
+    # recovery point is damage, which stops the broker: test_metadata_log.py).
+    metadata_tp = ("__cluster_metadata", 0)
+    checkpoint = data_dir / "recovery-point-offset-checkpoint"
+    entries = read_offset_checkpoint(checkpoint)
+    entries[metadata_tp] = read_offset_checkpoint(other / checkpoint.name)[metadata_tp]
+    write_offset_checkpoint(checkpoint, entries)
 
     with running_broker(data_dir) as broker, WireClient(broker.bootstrap) as client:
         (described,) = metadata(client, [topic], allow_auto_topic_creation=False).topics
