@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from kio.index import load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
@@ -51,6 +53,7 @@ from tests.server.test_protocol import (
     produce_request,
     read_all,
 )
+from tests.server.test_request_bounds import SCHEMAS
 from tests.support.broker import BrokerProcess
 from tests.support.kio_samples import full_entity, uvarint
 from tests.support.wire import WireClient, read_frame
@@ -388,3 +391,34 @@ def test_broker_answers_produce_v9_and_fetch_v12_with_unknown_tags(target: Broke
     assert data.records
     with WireClient(target.bootstrap) as client:
         assert len(read_all(client, topic, 0)) == 1
+
+
+FLEXIBLE_SCHEMAS = [
+    schema for kind, _key, _version, schema in SCHEMAS if schema.__flexible__
+]  # requests and responses
+
+
+@settings(
+    max_examples=300,
+    deadline=None,
+    derandomize=True,
+    database=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(data=st.data())
+def test_random_entities_with_unknown_top_level_tags_decode_as_without(
+    data: st.DataObject,
+) -> None:
+    """Random entities of every flexible request and response (known tags set or not),
+    with 1-3 unknown tags of random sizes appended to the body's tagged fields."""
+    schema = data.draw(st.sampled_from(FLEXIBLE_SCHEMAS))
+    header_schema = schema.__header_schema__
+    header = data.draw(st.from_type(header_schema))
+    body = data.draw(st.from_type(schema))
+    frame = encode(header, body)
+    section = len(encode(header, without_tagged_values(body))) - 1
+    grown = frame
+    for n in range(data.draw(st.integers(1, 3))):
+        value = data.draw(st.binary(max_size=300))
+        grown = add_tag(grown, section, tag=UNKNOWN_TAG + n, value=value)
+    assert without_unknown_tags(grown, schema, header_schema) == frame
