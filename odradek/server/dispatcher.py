@@ -8,9 +8,9 @@ the connection with a log line, as Kafka does — there is no way to answer a re
 whose schema we do not know. A handler that raises by mistake gets the same
 treatment plus a logged traceback, so one bad request never takes the broker down.
 
-The lines about bad requests are rate-limited per peer address (``PeerWarnings``: one
-per address per 10 s, then a periodic "N more suppressed" count), so a client sending
-garbage in a loop cannot fill the broker's log.
+The lines about bad requests are rate-limited per peer address, malformed and
+unsupported apart (``PeerWarnings``: one per address per 10 s, then a periodic "N
+more suppressed" count), so a client sending garbage in a loop cannot fill the log.
 """
 
 from __future__ import annotations
@@ -39,7 +39,9 @@ class Dispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.supported = supported_versions()
-        self.bad_requests = PeerWarnings(logger, "bad-request lines")
+        # Two kinds, limited apart: a flood of one does not hide the first of the other.
+        self.malformed = PeerWarnings(logger, "malformed-request lines")
+        self.unsupported = PeerWarnings(logger, "unsupported-request lines")
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
         try:
@@ -53,12 +55,12 @@ class Dispatcher:
                 return Response(
                     [unsupported_version_response(error.correlation_id, self.supported)]
                 )
-            self.bad_requests.warn(
+            self.unsupported.warn(
                 context.peer, "closing connection from %s: %s", context.peer, error
             )
             raise CloseConnection() from None
         except MalformedRequest as error:
-            self.bad_requests.warn(
+            self.malformed.warn(
                 context.peer,
                 "closing connection from %s: malformed request: %s",
                 context.peer,

@@ -110,4 +110,4 @@ def test_broker_logs_one_line_for_a_flood_of_malformed_requests(tmp_path: Path) 
             time.sleep(0.2)
         log = broker.log()
         assert log.count("malformed request") == 1, log[-3000:]
-        assert "49 more bad-request lines suppressed" in log and "127.0.0.1: 49" in log
+        assert "49 more malformed-request lines suppressed" in log and "127.0.0.1: 49" in log
