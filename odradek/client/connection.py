@@ -32,7 +32,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 from kio.static.constants import EntityType
 
-from odradek.protocol.bounds import checker
+from odradek.protocol.bounds import checked
 from odradek.protocol.build import make
 
 API_VERSIONS_KEY: Final = 18
@@ -215,7 +215,7 @@ class BrokerConnection:
             self._fail(ConnectionLost(f"request timed out after {timeout} s"))
             raise ConnectionLost("request timed out") from None
 
-    def _on_frame(self, frame: bytes | memoryview) -> None:
+    def _on_frame(self, frame: bytes | bytearray | memoryview) -> None:
         """One whole response (without its size prefix), on the loop."""
         if self.closed:
             return
@@ -232,7 +232,8 @@ class BrokerConnection:
         try:
             # A hostile or broken broker's counts must not reach kio, which allocates
             # for a declared count before checking the bytes (and aborts if it cannot).
-            checker(schema, schema.__header_schema__, MAX_RESPONSE_ARRAY_ELEMENTS)(frame, 0)
+            # A newer broker's tagged fields that kio does not know are removed (KIP-482).
+            frame = checked(frame, schema, schema.__header_schema__, MAX_RESPONSE_ARRAY_ELEMENTS)
             _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
             body: Any = entity_reader(schema)(frame, offset)[0]
         except Exception as error:  # an undecodable response

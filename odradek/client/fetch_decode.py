@@ -15,14 +15,29 @@ in C, directly as the type the face wants (``ConsumerRecord`` for the asyncio fa
 walk is then the only per-record Python code. Building a frozen dataclass per record
 at decode time cost several times more than the walk, and a full buffer of tracked
 objects surviving young collections made the garbage collector run full passes.
+
+Compressed batches are decompressed within a budget per fetched partition
+(``ExpansionBudget``): a hostile or broken broker's 64 KiB zstd batch can stand for
+gigabytes, and the consumer would otherwise allocate all of it. The records of one
+partition's fetched data may expand to ``FETCH_EXPANSION`` (64) times its size, and
+always to ``FETCH_EXPANSION_FLOOR`` (64 MiB) — the bound the broker itself puts on a
+batch it recompresses at the default max.message.bytes. Each record of a compressed
+batch is also charged ``RECORD_COST`` bytes, for the Python objects it becomes, so
+64 MiB of 7-byte records cannot turn into gigabytes of objects. Past the budget
+the fetch fails with ``KafkaError`` MESSAGE_TOO_LARGE naming the partition and batch
+(non-retriable: ``poll`` raises it), never unbounded memory.
 """
 
 from __future__ import annotations
 
 from itertools import repeat
-from typing import NamedTuple, TypeVar
+from typing import Final, NamedTuple, TypeVar
 
+from kio.schema.errors import ErrorCode
+
+from odradek.client.cluster import KafkaError
 from odradek.storage.batch import (
+    COMPRESSION_NAMES,
     CONTROL_MASK,
     LOG_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
@@ -31,12 +46,78 @@ from odradek.storage.batch import (
     check_batch,
     parse_header,
 )
+from odradek.storage.compression import ExpansionLimitError
+from odradek.storage.errors import RecordTooLargeError
 from odradek.storage.records import (
     ABORT_MARKER,
     decode_control_record,
     decode_record_columns,
     iter_records,
+    records_section,
 )
+
+FETCH_EXPANSION: Final = 64
+FETCH_EXPANSION_FLOOR: Final = 64 << 20
+RECORD_COST: Final = 64  # bytes charged per record of a compressed batch (its objects)
+
+
+class FetchExpansionError(ExpansionLimitError):
+    """Fetched records that expand past the consumer's ``ExpansionBudget``."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        RecordTooLargeError.__init__(self, message)
+        self.limit = limit
+
+
+class ExpansionBudget:
+    """How many more bytes the compressed batches of one fetched partition may
+    decompress to (each record also charged ``RECORD_COST``)."""
+
+    __slots__ = ("fetched", "left", "total", "where")
+
+    def __init__(
+        self,
+        where: str,
+        fetched: int,
+        ratio: int = FETCH_EXPANSION,
+        floor: int = FETCH_EXPANSION_FLOOR,
+    ) -> None:
+        self.where = where
+        self.fetched = fetched
+        self.total = self.left = max(ratio * fetched, floor)
+
+    def limit(self, count: int, codec: int, base_offset: int) -> int:
+        """The most the records section of a compressed batch of ``count`` records
+        may decompress to."""
+        left = self.left - max(count, 0) * RECORD_COST
+        if left < 0:
+            raise self.exceeded(codec, base_offset, f"its {count} records")
+        return left
+
+    def spend(self, count: int, size: int) -> None:
+        self.left -= size + max(count, 0) * RECORD_COST
+
+    def exceeded(self, codec: int, base_offset: int, what: str) -> FetchExpansionError:
+        return FetchExpansionError(
+            f"{self.where}: {COMPRESSION_NAMES.get(codec, codec)} batch at offset "
+            f"{base_offset}: {what} exceed the {self.total} bytes the {self.fetched} "
+            f"fetched bytes may decompress to (records x {RECORD_COST} bytes included); "
+            "a broken or hostile broker, or records compressed far better than real data is",
+            self.total,
+        )
+
+    def decode(self, buf: bytes, header: BatchHeader) -> tuple[bytes, int, int]:
+        """The batch's records section, decompressed within the budget."""
+        count, codec, base = header.record_count, header.compression, header.base_offset
+        try:
+            section = records_section(buf, header, self.limit(count, codec, base))
+        except FetchExpansionError:
+            raise
+        except ExpansionLimitError:
+            raise self.exceeded(codec, base, "its records") from None
+        self.spend(count, section[2] - section[1])
+        return section
+
 
 Headers = tuple[tuple[str, bytes | None], ...]
 
@@ -131,8 +212,13 @@ class FetchedRecords:
         )
         return list(map(_new_tuple, repeat(kind), rows))
 
-    def _add_batch(self, buf: bytes, header: BatchHeader, fetch_offset: int) -> None:
-        offsets, timestamps, keys, values, headers = decode_record_columns(buf, header)
+    def _add_batch(
+        self, buf: bytes, header: BatchHeader, fetch_offset: int, budget: ExpansionBudget
+    ) -> None:
+        section = budget.decode(buf, header) if header.compression else None
+        offsets, timestamps, keys, values, headers = decode_record_columns(
+            buf, header, section=section
+        )
         skip = 0
         while skip < len(offsets) and offsets[skip] < fetch_offset:  # fetched mid-batch
             skip += 1
@@ -155,16 +241,38 @@ def decode_fetch(
     fetch_offset: int,
     aborted: list[tuple[int, int]] | None,
     verify_crc: bool = False,
+    expansion: int = FETCH_EXPANSION,
+    expansion_floor: int = FETCH_EXPANSION_FLOOR,
 ) -> FetchedRecords:
     """The records at or after ``fetch_offset`` of one partition's fetched ``data``.
 
     ``aborted`` (read_committed only) lists (producer id, first offset) of aborted
     transactions; their records are skipped until the producer's abort marker.
+    Compressed records expanding past ``ExpansionBudget``: KafkaError MESSAGE_TOO_LARGE.
     """
+    try:
+        return _decode_fetch(
+            topic, partition, data, fetch_offset, aborted, verify_crc, expansion, expansion_floor
+        )
+    except ExpansionLimitError as error:
+        raise KafkaError(ErrorCode.message_too_large, str(error)) from None
+
+
+def _decode_fetch(
+    topic: str,
+    partition: int,
+    data: bytes,
+    fetch_offset: int,
+    aborted: list[tuple[int, int]] | None,
+    verify_crc: bool,
+    expansion: int,
+    expansion_floor: int,
+) -> FetchedRecords:
     # bytes, not a memoryview: the uncompressed records are then sliced straight out
     # of the response instead of from a per-batch copy.
     buf = data if isinstance(data, bytes) else bytes(data)
     fetched = FetchedRecords(topic, partition, fetch_offset)
+    budget = ExpansionBudget(f"{topic}-{partition}", len(buf), expansion, expansion_floor)
     position = 0
     next_offset = fetch_offset
     pending = sorted(aborted or (), key=lambda a: a[1])
@@ -184,7 +292,11 @@ def decode_fetch(
                 active.add(pending.pop(0)[0])
         if header.attributes & CONTROL_MASK:
             if aborted is not None:
-                for record in iter_records(buf, header):
+                limit = None
+                if header.compression:
+                    count, codec = header.record_count, header.compression
+                    limit = budget.limit(count, codec, header.base_offset)
+                for record in iter_records(buf, header, limit):
                     if decode_control_record(record)[1] == ABORT_MARKER:
                         active.discard(header.producer_id)
             continue
@@ -194,7 +306,7 @@ def decode_fetch(
             and header.producer_id in active
         ):
             continue
-        fetched._add_batch(buf, header, fetch_offset)
+        fetched._add_batch(buf, header, fetch_offset, budget)
     fetched.next_offset = next_offset
     return fetched
 

@@ -19,6 +19,15 @@ is walked inside exactly that size. Record sets (``records``) and bytes are skip
 by their length, never read. All arrays together may hold at most
 ``MAX_ARRAY_ELEMENTS`` elements (each becomes a Python object), and a null array is
 refused where the schema allows none (kio would hand the handler a None).
+
+Tagged fields the schema does not know must be ignored (KIP-482: a newer peer may
+send new ones on a version we serve), but kio's reader refuses them. The checker
+stops at the first with ``UnknownTags``; ``without_unknown_tags`` then walks the frame
+again with a second compiled variant that does the same checks and records each
+unknown tag's bytes, and returns a copy without them, with each tag count lowered
+and the size of every known tag enclosing a removal shrunk to match. Frames without
+unknown tags (nearly all) run exactly the code they ran before: the variant only
+changes the branch an unknown tag takes.
 """
 
 from __future__ import annotations
@@ -42,6 +51,8 @@ from kio.serial._introspect import (
 
 Buffer = bytes | bytearray | memoryview
 Checker = Callable[[Buffer, int], int]
+Edit = tuple[int, int, bytes]  # replace bytes [start, stop) of a frame with these
+Stripper = Callable[[Buffer, int], tuple[int, list[Edit]]]
 
 _FIXED_SIZES: Final = {
     "bool": 1, "int8": 1, "uint8": 1,
@@ -65,6 +76,10 @@ class LengthError(ValueError):
     """A declared count or length that the bytes present cannot hold."""
 
 
+class UnknownTags(Exception):
+    """The frame holds a tagged field its schema does not know (a newer peer's field)."""
+
+
 def _fail(where: str, what: str, pos: int, end: int) -> LengthError:
     return LengthError(f"{where}: {what} at byte {pos}, {max(end - pos, 0)} bytes left")
 
@@ -84,6 +99,15 @@ def read_uvarint(buf: Buffer, pos: int, end: int, where: str) -> tuple[int, int]
         shift += 7
 
 
+def uvarint_bytes(value: int) -> bytes:
+    out = bytearray()
+    while value >= 0x80:
+        out.append(value & 0x7F | 0x80)
+        value >>= 7
+    out.append(value)
+    return bytes(out)
+
+
 def _count_error(where: str, count: int, unit: int, pos: int, end: int) -> LengthError:
     if count < 0:
         return _fail(where, f"negative count {count}", pos, end)
@@ -98,6 +122,12 @@ def _length_error(where: str, length: int, pos: int, end: int) -> LengthError:
 
 def _tag_error(where: str, tag: int, size: int, pos: int, end: int) -> LengthError:
     return _fail(where, f"tagged field {tag} of {size} bytes", pos, end)
+
+
+def _misfit_error(where: str, tag: int, field_end: int, pos: int) -> LengthError:
+    return LengthError(
+        f"{where}: tagged field {tag}'s value ends at byte {pos}, its declared size at {field_end}"
+    )
 
 
 def _marker_error(where: str, marker: int, pos: int, end: int) -> LengthError:
@@ -123,8 +153,9 @@ class _Compiler:
     element costs more than the checks themselves); one-byte varints, nearly all of
     them, are read inline too."""
 
-    def __init__(self, trace: bool = False) -> None:
+    def __init__(self, trace: bool = False, strip: bool = False) -> None:
         self.trace = trace
+        self.strip = strip  # record unknown tags for removal instead of stopping at one
         self.min_sizes: dict[Any, int] = {}
         self.constants: dict[str, object] = {}
 
@@ -311,43 +342,80 @@ class _Compiler:
     ) -> list[str]:
         where = self.constant(f"{entity.__name__} tagged fields")
         field_end, outer_end = f"field_end{depth}", f"outer_end{depth}"
+        strip = self.strip
         lines = [
             f"if pos >= end: raise _short({where}, pos, end)",
             *self.traced("uvarint"),
             "if buf[pos] == 0:",
             "    pos += 1",
             "else:",
+            *([f"    count_start{depth} = pos"] if strip else []),
             f"    tags, pos = _uvarint(buf, pos, end, {where})",
+            *(
+                [f"    count_end{depth}, tags{depth}, dropped{depth} = pos, tags, 0"]
+                if strip
+                else []
+            ),
             "    if tags * 2 > end - pos:",
             f"        raise _count_error({where}, tags, 2, pos, end)",
             "    elements -= tags  # each one a turn of this loop",
             f"    if elements < 0: raise _elements_error({where}, pos, MAX_ARRAY_ELEMENTS)",
             "    for _ in range(tags):",
+            *([f"        tag_start{depth} = pos"] if strip else []),
             f"        tag, pos = _uvarint(buf, pos, end, {where})",
             *_indent(self.traced("uvarint"), 2),
+            *([f"        size_start{depth} = pos"] if strip else []),
             f"        size, pos = _uvarint(buf, pos, end, {where})",
             f"        if size > end - pos: raise _tag_error({where}, tag, size, pos, end)",
         ]
         # A tag kio knows is read by kio with the field's own reader: walk it inside
         # exactly its declared size (if the value ended elsewhere, kio and this walk
-        # would part ways). Unknown tags are skipped by their size, as kio does.
+        # would part ways).
         keyword = "if"
         for tag, field in tagged:
             inner = self.field_code(entity, field, depth, is_tag=True)
             lines += [
                 f"        {keyword} tag == {tag}:",
                 f"            {field_end} = pos + size",
+                *([f"            size_end{depth}, removed{depth} = pos, removed"] if strip else []),
                 f"            {outer_end}, end = end, {field_end}",
                 *_indent(inner, 3),
                 f"            end = {outer_end}",
                 f"            if pos != {field_end}:",
-                f"                raise _tag_error({where}, tag, size, {field_end} - size, end)",
+                f"                raise _misfit_error({where}, {tag}, {field_end}, pos)",
             ]
+            if strip:  # unknown tags removed inside this one: its size shrinks with them
+                lines += [
+                    f"            if removed != removed{depth}:",
+                    f"                new = _uvarint_bytes({field_end} - size_end{depth}"
+                    f" - (removed - removed{depth}))",
+                    f"                edits.append((size_start{depth}, size_end{depth}, new))",
+                    f"                removed += size_end{depth} - size_start{depth} - len(new)",
+                ]
             keyword = "elif"
-        if tagged:
-            lines += ["        else:", "            pos += size"]
+        # KIP-482: a tag this schema does not know (a newer peer's field) is ignored.
+        # kio's reader refuses it, so the fast walk stops and hands the frame to the
+        # stripping walk, which records its bytes for removal.
+        if strip:
+            unknown = [
+                "pos += size",
+                f"edits.append((tag_start{depth}, pos, b''))",
+                f"removed += pos - tag_start{depth}",
+                f"dropped{depth} += 1",
+            ]
         else:
-            lines.append("        pos += size")
+            unknown = ["raise UnknownTags()"]
+        if tagged:
+            lines += ["        else:", *_indent(unknown, 3)]
+        else:
+            lines += _indent(unknown, 2)
+        if strip:  # the tag count then drops by the tags removed
+            lines += [
+                f"    if dropped{depth}:",
+                f"        new = _uvarint_bytes(tags{depth} - dropped{depth})",
+                f"        edits.append((count_start{depth}, count_end{depth}, new))",
+                f"        removed += count_end{depth} - count_start{depth} - len(new)",
+            ]
         return lines
 
 
@@ -367,49 +435,101 @@ def checker(
 ) -> Checker:
     """``check(frame, offset) -> end`` for ``header_schema`` then ``schema`` at ``offset``:
     raises LengthError if any declared count or length exceeds the bytes after it, or
-    the arrays hold more than ``max_elements`` elements in all."""
-    return _build(schema, header_schema, None, max_elements)
+    the arrays hold more than ``max_elements`` elements in all, and UnknownTags at the
+    first tagged field the schema does not know (``without_unknown_tags`` then makes a
+    frame kio can read)."""
+    check: Checker = _build(schema, header_schema, None, max_elements, strip=False)
+    return check
+
+
+@cache
+def _stripper(schema: Any, header_schema: Any, max_elements: int) -> Stripper:
+    strip: Stripper = _build(schema, header_schema, None, max_elements, strip=True)
+    return strip
+
+
+def without_unknown_tags(
+    frame: Buffer,
+    schema: Any,
+    header_schema: Any = None,
+    max_elements: int = MAX_ARRAY_ELEMENTS,
+    offset: int = 0,
+) -> bytes:
+    """A copy of ``frame`` with every tagged field the schemas do not know removed (and
+    the counts and enclosing tag sizes fixed to match), after the same bounds checks as
+    ``checker``. For the rare frame on which ``checker`` raised UnknownTags."""
+    _end, edits = _stripper(schema, header_schema, max_elements)(frame, offset)
+    view = memoryview(frame)
+    parts: list[bytes | memoryview] = []
+    position = 0
+    for start, stop, replacement in sorted(edits):
+        parts += (view[position:start], replacement)
+        position = stop
+    parts.append(view[position:])
+    return b"".join(parts)
+
+
+def checked(
+    frame: Buffer,
+    schema: Any,
+    header_schema: Any = None,
+    max_elements: int = MAX_ARRAY_ELEMENTS,
+    offset: int = 0,
+) -> Buffer:
+    """``frame`` after the bounds checks, or a copy of it without unknown tags."""
+    try:
+        checker(schema, header_schema, max_elements)(frame, offset)
+    except UnknownTags:
+        return without_unknown_tags(frame, schema, header_schema, max_elements, offset)
+    return frame
 
 
 def traced_positions(schema: Any, header_schema: Any, frame: Buffer) -> list[tuple[int, str]]:
     """(position, "int16" | "int32" | "uvarint") of every count and length prefix the
     checker reads in a valid ``frame``: for tests that inflate each one in turn."""
     trace: list[tuple[int, str]] = []
-    _build(schema, header_schema, trace, MAX_ARRAY_ELEMENTS)(frame, 0)
+    _build(schema, header_schema, trace, MAX_ARRAY_ELEMENTS, strip=False)(frame, 0)
     return trace
 
 
-def _build(schema: Any, header_schema: Any, trace: list[Any] | None, max_elements: int) -> Checker:
-    source = _source(schema, header_schema, compiler := _Compiler(trace=trace is not None))
+def _build(
+    schema: Any, header_schema: Any, trace: list[Any] | None, max_elements: int, *, strip: bool
+) -> Any:
+    compiler = _Compiler(trace=trace is not None, strip=strip)
+    source = _source(schema, header_schema, compiler)
     namespace: dict[str, Any] = {
         "_uvarint": read_uvarint,
+        "_uvarint_bytes": uvarint_bytes,
         "_i16": struct.Struct(">h").unpack_from,
         "_i32": struct.Struct(">i").unpack_from,
         "_short": _short,
         "_count_error": _count_error,
         "_length_error": _length_error,
         "_tag_error": _tag_error,
+        "_misfit_error": _misfit_error,
         "_marker_error": _marker_error,
         "_null_error": _null_error,
         "_elements_error": _elements_error,
+        "UnknownTags": UnknownTags,
         "MAX_ARRAY_ELEMENTS": max_elements,
         "_trace": trace,
         **compiler.constants,
     }
     exec(compile(source, f"<bounds {schema.__module__}.{schema.__name__}>", "exec"), namespace)
-    check: Checker = namespace["check"]
-    return check
+    return namespace["check"]
 
 
 def _source(schema: Any, header_schema: Any, compiler: _Compiler) -> str:
     lines = ["def check(buf, pos):", "    end = len(buf)", "    elements = MAX_ARRAY_ELEMENTS"]
+    if compiler.strip:  # (start, stop, replacement) byte edits; bytes removed so far
+        lines += ["    edits = []", "    removed = 0"]
     if header_schema is not None:
         lines += _indent(compiler.entity_lines(header_schema, 0))
     lines += _indent(compiler.entity_lines(schema, 0))
-    lines.append("    return pos")
+    lines.append("    return (pos, edits)" if compiler.strip else "    return pos")
     return "\n".join(lines) + "\n"
 
 
-def source_of(schema: Any, header_schema: Any = None) -> str:
+def source_of(schema: Any, header_schema: Any = None, *, strip: bool = False) -> str:
     """The generated checker's source, for reading and debugging."""
-    return _source(schema, header_schema, _Compiler())
+    return _source(schema, header_schema, _Compiler(strip=strip))

@@ -23,7 +23,7 @@ from typing import Any, Final
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
-from odradek.protocol.bounds import Checker, LengthError, checker
+from odradek.protocol.bounds import Checker, LengthError, UnknownTags, checker, without_unknown_tags
 
 API_VERSIONS_KEY: Final = 18
 _FIXED_HEADER = struct.Struct(">hhi")
@@ -62,7 +62,7 @@ class Request:
 
 
 @cache
-def _request_codec(api_key: int, api_version: int) -> tuple[type, Checker, Any, Any]:
+def _request_codec(api_key: int, api_version: int) -> tuple[Any, Checker, Any, Any]:
     schema = load_request_schema(api_key, api_version)
     header_schema: Any = schema.__header_schema__
     return (
@@ -93,6 +93,7 @@ def decode_request(
 ) -> Request:
     """Decode header and body; UnsupportedRequest / MalformedRequest on bad input."""
     api_key, api_version, correlation_id = peek_header(frame)
+    size = len(frame)
     versions = supported.get(api_key)
     if versions is None or not versions[0] <= api_version <= versions[1]:
         raise UnsupportedRequest(api_key, api_version, correlation_id)
@@ -104,6 +105,13 @@ def decode_request(
         # Before kio sees the frame: kio allocates for a declared array count before
         # checking the bytes are there, and a failed allocation aborts the process.
         check_bounds(frame, 0)
+    except UnknownTags:
+        # KIP-482: a newer client's tagged fields are ignored. kio refuses a tag it does
+        # not know, so it gets a copy without them (rare: the check stops at the first).
+        try:
+            frame = without_unknown_tags(frame, schema, schema.__header_schema__)
+        except LengthError as error:
+            raise MalformedRequest(f"{schema.__name__} v{api_version}: {error}") from None
     except LengthError as error:
         raise MalformedRequest(f"{schema.__name__} v{api_version}: {error}") from None
     try:
@@ -120,7 +128,7 @@ def decode_request(
     return Request(
         RequestHeader(api_key, api_version, correlation_id, header.client_id),
         body,
-        len(frame),
+        size,
         listener,
         peer,
     )

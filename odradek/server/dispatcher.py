@@ -7,6 +7,10 @@ v0); any other unsupported key or version, and any frame that does not decode, c
 the connection with a log line, as Kafka does — there is no way to answer a request
 whose schema we do not know. A handler that raises by mistake gets the same
 treatment plus a logged traceback, so one bad request never takes the broker down.
+
+The lines about bad requests are rate-limited per peer address, malformed and
+unsupported apart (``PeerWarnings``: one per address per 10 s, then a periodic "N
+more suppressed" count), so a client sending garbage in a loop cannot fill the log.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import logging
 from typing import TYPE_CHECKING
 
 from odradek.network.connection import CloseConnection, ConnectionContext, Response
+from odradek.network.warn_limit import PeerWarnings
 from odradek.protocol.messages import (
     API_VERSIONS_KEY,
     MalformedRequest,
@@ -34,6 +39,9 @@ class Dispatcher:
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
         self.supported = supported_versions()
+        # Two kinds, limited apart: a flood of one does not hide the first of the other.
+        self.malformed = PeerWarnings(logger, "malformed-request lines")
+        self.unsupported = PeerWarnings(logger, "unsupported-request lines")
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
         try:
@@ -47,10 +55,17 @@ class Dispatcher:
                 return Response(
                     [unsupported_version_response(error.correlation_id, self.supported)]
                 )
-            logger.warning("closing connection from %s: %s", context.peer, error)
+            self.unsupported.warn(
+                context.peer, "closing connection from %s: %s", context.peer, error
+            )
             raise CloseConnection() from None
         except MalformedRequest as error:
-            logger.warning("closing connection from %s: malformed request: %s", context.peer, error)
+            self.malformed.warn(
+                context.peer,
+                "closing connection from %s: malformed request: %s",
+                context.peer,
+                error,
+            )
             raise CloseConnection() from None
         header = request.header
         spec = REGISTRY[header.api_key]

@@ -17,7 +17,9 @@ So a fetch response (many v2 batches, as bytes) is decoded in three steps:
    (start, length) pairs over that one buffer, cast to ``binary`` by Arrow in C.
 
 Record layout and zigzag varints: see ``odradek/storage/records.py``. Malformed bytes
-raise ``CorruptRecordError`` naming the partition and batch offset. The schema is that
+raise ``CorruptRecordError`` naming the partition and batch offset; compressed records
+expanding past the client's per-fetch budget (``ExpansionBudget`` in
+odradek/client/fetch_decode.py) raise ``FetchExpansionError``. The schema is that
 of Spark's Kafka source as Spark's Arrow conversion spells it (``ARROW_SCHEMA``);
 Spark checks every batch against it.
 """
@@ -33,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 from kio.serial.readers import read_signed_varint
 
+from odradek.client.fetch_decode import ExpansionBudget, FetchExpansionError
 from odradek.spark.read_spec import TimestampBounds
 from odradek.storage.batch import (
     CONTROL_MASK,
@@ -44,7 +47,7 @@ from odradek.storage.batch import (
     check_batch,
     parse_header,
 )
-from odradek.storage.compression import decompress
+from odradek.storage.compression import ExpansionLimitError, decompress
 from odradek.storage.errors import CorruptRecordError
 from odradek.storage.records import ABORT_MARKER, decode_control_record, iter_records
 
@@ -97,6 +100,7 @@ def scan(
     size_total = len(data)
     pending = sorted(aborted or (), key=lambda a: a[1])
     active: set[int] = set()
+    budget = ExpansionBudget(where, size_total)  # for compressed control batches
     unpack = _HEADER.unpack_from
     while pos + HEADER_SIZE <= size_total:
         (base, length, _epoch, magic, _crc, attributes, last_delta, base_ts, max_ts, pid, *_r) = (
@@ -125,7 +129,10 @@ def scan(
         if attributes & CONTROL_MASK:
             if aborted is not None and pid in active:
                 header = parse_header(data, start)
-                for record in iter_records(data, header):
+                limit = None
+                if header.compression:
+                    limit = budget.limit(header.record_count, header.compression, base)
+                for record in iter_records(data, header, limit):
                     if decode_control_record(record)[1] == ABORT_MARKER:
                         active.discard(pid)
             continue
@@ -174,6 +181,7 @@ class ArrowDecoder:
         # decompressed where needed, are joined into one.
         in_place = not any(b[5] & _COMPRESSION_MASK for b in found.batches)
         read_varint = read_signed_varint
+        budget = ExpansionBudget(self._where, len(data))
         for batch_pos, base, _last, _bts, _mts, attributes, count in found.batches:
             section_start = batch_pos + HEADER_SIZE
             section_end = batch_pos + LOG_OVERHEAD + _batch_length(data, batch_pos)
@@ -181,9 +189,15 @@ class ArrowDecoder:
             section: memoryview | bytes
             if codec:
                 try:
-                    section = decompress(codec, view[section_start:section_end])
+                    limit = budget.limit(count, codec, base)
+                    section = decompress(codec, view[section_start:section_end], limit)
+                except FetchExpansionError:
+                    raise
+                except ExpansionLimitError:
+                    raise budget.exceeded(codec, base, "its records") from None
                 except CorruptRecordError as error:
                     raise CorruptRecordError(f"{self._where} batch {base}: {error}") from None
+                budget.spend(count, len(section))
                 scan_buf: memoryview | bytes = section
                 p, limit = 0, len(section)
             else:

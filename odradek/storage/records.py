@@ -419,8 +419,13 @@ class RecordColumns(NamedTuple):
     headers: list[tuple[tuple[str, bytes | None], ...]]  # (key, value) pairs; () if none
 
 
-def _records_section(buf: Buf, header: BatchHeader, limit: int | None) -> tuple[bytes, int, int]:
-    """(data, start, end): the uncompressed records section is ``data[start:end]``."""
+def records_section(
+    buf: Buf, header: BatchHeader, limit: int | None = None
+) -> tuple[bytes, int, int]:
+    """(data, start, end): the uncompressed records section is ``data[start:end]``.
+
+    ``limit``: most bytes a compressed section may decompress to (ExpansionLimitError
+    past it)."""
     start = header.position + HEADER_SIZE
     stop = header.position + header.size
     codec = header.compression
@@ -441,7 +446,12 @@ def _records_section(buf: Buf, header: BatchHeader, limit: int | None) -> tuple[
 _ZIGZAG: Final = tuple((byte >> 1) ^ -(byte & 1) for byte in range(0x80))
 
 
-def decode_record_columns(buf: Buf, header: BatchHeader, limit: int | None = None) -> RecordColumns:
+def decode_record_columns(
+    buf: Buf,
+    header: BatchHeader,
+    limit: int | None = None,
+    section: tuple[bytes, int, int] | None = None,
+) -> RecordColumns:
     """Decode every record of a batch whose header was already parsed from ``buf``.
 
     One pass, no per-record objects: the consumer builds its own record type from
@@ -450,12 +460,13 @@ def decode_record_columns(buf: Buf, header: BatchHeader, limit: int | None = Non
     two-byte lengths of records and values up to 8 KiB are decoded inline, longer
     varints by kio's native readers, and headers are looked at only when a record
     has some. Checks the records, not the CRC; raises CorruptRecordError on
-    malformed content.
+    malformed content. ``section``: what ``records_section`` returned for this batch,
+    if the caller already has it.
     """
     count = header.record_count
     if count < 0:
         raise _corrupt(header, f"negative record count {count}")
-    data, position, end = _records_section(buf, header, limit)
+    data, position, end = section or records_section(buf, header, limit)
     base_offset = header.base_offset
     base_timestamp = header.base_timestamp
     offsets: list[int] = []
