@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from odradek.network.limits import RequestMemoryPool
+from odradek.network.warn_limit import PeerWarnings
 from odradek.protocol.frames import SIZE_PREFIX_BYTES, FrameError
 from odradek.storage.segment import FileRange
 
@@ -83,6 +84,7 @@ class Connection:
         max_frame_bytes: int,
         idle_timeout_ms: int,
         pool: RequestMemoryPool | None = None,
+        frame_warnings: PeerWarnings | None = None,
     ) -> None:
         self.sock = sock
         self.context = context
@@ -90,6 +92,9 @@ class Connection:
         self.max_frame_bytes = max_frame_bytes
         self.pool = pool if pool is not None else RequestMemoryPool(0)
         self.held = 0  # bytes of this connection's frames reserved in the pool
+        # Bad-frame lines are rate-limited per peer address (shared by the server's
+        # connections), so a client reconnecting in a loop cannot fill the log.
+        self.frame_warnings = frame_warnings or PeerWarnings(logger, "bad-frame lines")
         self.idle_timeout_s = idle_timeout_ms / 1000 if idle_timeout_ms >= 0 else None
         self.last_active = time.monotonic()
         self._frames: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
@@ -140,7 +145,9 @@ class Connection:
                     break
                 await self._frames.put(frame)
         except FrameError as error:
-            logger.warning("closing connection from %s: %s", self.context.peer, error)
+            self.frame_warnings.warn(
+                self.context.peer, "closing connection from %s: %s", self.context.peer, error
+            )
         except (OSError, TimeoutError):
             pass
         await self._frames.put(None)  # the processor finishes what was read, then stops

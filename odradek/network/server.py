@@ -35,6 +35,7 @@ from odradek.network.limits import (
     normalize_ip,
     open_descriptor_count,
 )
+from odradek.network.warn_limit import PeerWarnings
 
 logger = logging.getLogger(__name__)
 
@@ -67,6 +68,7 @@ class SocketServer:
         self.idle_timeout_ms = idle_timeout_ms
         self.quotas = ConnectionQuotas(limits or ConnectionLimits())
         self.pool = RequestMemoryPool(queued_max_request_bytes)
+        self.frame_warnings = PeerWarnings(logger, "bad-frame lines")
         self.bound: list[BoundListener] = []
         self._accept_tasks: list[asyncio.Task[None]] = []
         self._connections: dict[int, tuple[Connection, asyncio.Task[None]]] = {}
@@ -129,6 +131,7 @@ class SocketServer:
                 max_frame_bytes=self.max_frame_bytes,
                 idle_timeout_ms=self.idle_timeout_ms,
                 pool=self.pool,
+                frame_warnings=self.frame_warnings,
             )
             task = asyncio.create_task(connection.run())
             self._connections[connection_id] = (connection, task)
@@ -165,3 +168,4 @@ class SocketServer:
             for task in pending:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
+        self.frame_warnings.close()  # report what the last interval suppressed

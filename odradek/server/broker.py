@@ -119,8 +119,9 @@ class Broker:
         self.metadata_log: Log | None = None
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
+        self.dispatcher = Dispatcher(self)
         self.server = SocketServer(
-            Dispatcher(self),
+            self.dispatcher,
             max_frame_bytes=config["socket.request.max.bytes"],
             idle_timeout_ms=config["connections.max.idle.ms"],
             limits=self.connection_limits(),
@@ -240,6 +241,8 @@ class Broker:
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
+        self.dispatcher.malformed.close()  # the counts the last interval suppressed
+        self.dispatcher.unsupported.close()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):

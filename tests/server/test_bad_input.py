@@ -8,6 +8,7 @@ traceback in the broker's log.
 from __future__ import annotations
 
 import datetime
+import itertools
 import os
 import socket
 import struct
@@ -59,8 +60,16 @@ def target(shared_broker: BrokerProcess) -> Iterator[BrokerProcess]:
     assert_clean_log(shared_broker)
 
 
+_SOURCES = itertools.count()
+
+
 def connect(broker: BrokerProcess) -> socket.socket:
-    return socket.create_connection(("127.0.0.1", broker.port), timeout=10)
+    """A connection from its own loopback address (127.0.0.2-251): the broker logs bad
+    input at most once per address per 10 s, and each test looks for its own line."""
+    source = f"127.0.0.{2 + next(_SOURCES) % 250}"
+    return socket.create_connection(
+        ("127.0.0.1", broker.port), timeout=10, source_address=(source, 0)
+    )
 
 
 def frame(payload: bytes) -> bytes:
@@ -162,6 +171,23 @@ def test_negative_size_prefix_closes_the_connection(target: BrokerProcess) -> No
         sock.sendall(struct.pack(">i", -5) + b"abcd")
         wait_closed(sock)
     assert "negative frame size" in target.log()
+    assert_alive(target)
+
+
+def test_bad_frame_lines_are_rate_limited_per_address(target: BrokerProcess) -> None:
+    """A client breaking the framing in a loop gets one log line per 10 s, not one each."""
+    first = connect(target)
+    source = first.getsockname()[0]
+    sockets = [first] + [
+        socket.create_connection(("127.0.0.1", target.port), timeout=10, source_address=(source, 0))
+        for _ in range(7)
+    ]
+    for sock in sockets:
+        with sock:
+            sock.sendall(struct.pack(">i", -7) + b"abcd")
+            wait_closed(sock)
+    lines = [line for line in target.log().splitlines() if "negative frame size -7" in line]
+    assert len(lines) == 1, lines
     assert_alive(target)
 
 
