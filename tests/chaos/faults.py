@@ -1,0 +1,85 @@
+"""A seeded fault schedule and the code that applies it to a ``Cluster``.
+
+``schedule(seed, ...)`` is a pure function: the same seed gives the same faults (kind,
+node, moment, duration), which is what ``CHAOS_SEED=...`` replays. Timing inside the
+processes is not seeded (threads, the kernel), so a replay repeats the faults, not
+every interleaving.
+
+Kinds:
+- ``kill``: SIGKILL, down for ``hold_s``, restart (recovery timed until ready);
+- ``pause``: SIGSTOP for ``hold_s`` (clients time out, sessions expire), then SIGCONT;
+- ``term``: SIGTERM (must exit 0), down for ``hold_s``, restart.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+
+from tests.chaos.cluster import Cluster
+
+KINDS = ("kill", "pause", "term")
+
+
+@dataclass(frozen=True)
+class Fault:
+    at_s: float  # from the start of the workload
+    kind: str
+    node: int
+    hold_s: float
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """How often and how hard: the knobs ``schedule`` draws from."""
+
+    cycles: int
+    first_after_s: float = 6.0
+    gap_s: tuple[float, float] = (3.0, 8.0)
+    pause_s: tuple[float, float] = (0.5, 8.0)
+    down_s: tuple[float, float] = (0.0, 2.0)
+    weights: tuple[float, float, float] = (0.5, 0.3, 0.2)  # kill, pause, term
+
+
+def schedule(seed: int, plan: FaultPlan, nodes: int) -> list[Fault]:
+    rng = random.Random(seed)
+    faults = []
+    at_s = plan.first_after_s
+    for _ in range(plan.cycles):
+        kind = rng.choices(KINDS, weights=plan.weights)[0]
+        bounds = plan.pause_s if kind == "pause" else plan.down_s
+        hold_s = round(rng.uniform(*bounds), 2)
+        faults.append(Fault(round(at_s, 2), kind, rng.randrange(nodes), hold_s))
+        at_s += hold_s + rng.uniform(*plan.gap_s)
+    return faults
+
+
+@dataclass
+class Outcome:
+    fault: Fault
+    started_s: float
+    recovery_s: float = 0.0  # restart until ready (kill, term)
+    error: str = ""
+
+
+def apply(fault: Fault, cluster: Cluster, started_s: float) -> Outcome:
+    """Inflict one fault and bring the node back; a node that cannot come back raises."""
+    node = cluster.nodes[fault.node]
+    outcome = Outcome(fault, started_s)
+    if fault.kind == "pause":
+        node.pause()
+        try:
+            time.sleep(fault.hold_s)
+        finally:
+            node.resume()
+        return outcome
+    if fault.kind == "kill":
+        node.kill()
+    else:
+        status = node.stop()
+        if status != 0:
+            outcome.error = f"SIGTERM exit status {status}"
+    time.sleep(fault.hold_s)
+    outcome.recovery_s = node.start()
+    return outcome
