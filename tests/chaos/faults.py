@@ -40,14 +40,19 @@ class FaultPlan:
     pause_s: tuple[float, float] = (0.5, 8.0)
     down_s: tuple[float, float] = (0.0, 2.0)
     weights: tuple[float, float, float] = (0.5, 0.3, 0.2)  # kill, pause, term
+    every_kind: bool = False  # the first faults are each kind once, in a seeded order
 
 
 def schedule(seed: int, plan: FaultPlan, nodes: int) -> list[Fault]:
     rng = random.Random(seed)
     faults = []
     at_s = plan.first_after_s
-    for _ in range(plan.cycles):
-        kind = rng.choices(KINDS, weights=plan.weights)[0]
+    first_kinds = rng.sample(KINDS, len(KINDS)) if plan.every_kind else []
+    for cycle in range(plan.cycles):
+        if cycle < len(first_kinds):
+            kind = first_kinds[cycle]
+        else:
+            kind = rng.choices(KINDS, weights=plan.weights)[0]
         bounds = plan.pause_s if kind == "pause" else plan.down_s
         hold_s = round(rng.uniform(*bounds), 2)
         faults.append(Fault(round(at_s, 2), kind, rng.randrange(nodes), hold_s))

@@ -64,11 +64,15 @@ def _errors(errors: Counter[str]) -> str:
     return ", ".join(f"{name} {n}" for name, n in errors.most_common(6)) or "-"
 
 
-def details(result: Result) -> str:
+def details(result: Result, broker_log_lines: int = 20) -> str:
+    """What a failed run found: violation examples, fault errors, the broker logs' tails."""
     lines = []
     if result.report is not None:
         lines += [f"  {v.kind} p{v.partition}: {v.detail}" for v in result.report.examples]
     lines += [f"  fault {o.fault}: {o.error}" for o in result.outcomes if o.error]
+    for log_path in sorted(result.workdir.glob("*-broker.log")):
+        tail = log_path.read_text(errors="replace").splitlines()[-broker_log_lines:]
+        lines += [f"--- {log_path} (last lines)", *tail]
     return "\n".join(lines)
 
 
@@ -98,9 +102,6 @@ def main(argv: list[str] | None = None) -> int:
     print(table(result))
     if not result.passed:
         print(details(result))
-        for node_dir in sorted(workdir.glob("*-broker.log")):
-            tail = node_dir.read_text(errors="replace").splitlines()[-20:]
-            print(f"--- {node_dir} (last lines)\n" + "\n".join(tail))
         print(f"data kept in {workdir}")
         print(f"replay: CHAOS_SEED={seed} make chaos CHAOS_ARGS='--cycles {args.cycles}'")
         return 1
