@@ -44,6 +44,7 @@ def table(result: Result) -> str:
         ("unflushed at end", str(result.unflushed)),
         ("producer fatal error", result.producer_fatal or "-"),
         ("broker tracebacks", str(result.broker_tracebacks)),
+        ("client thread crashes", "; ".join(result.runner_crashes) or "-"),
         ("client errors", _errors(result.client_errors)),
     ]
     if result.error:

@@ -60,6 +60,7 @@ class Result:
     unflushed: int = 0
     client_errors: Counter[str] = field(default_factory=Counter)
     producer_fatal: str = ""
+    runner_crashes: list[str] = field(default_factory=list)
     broker_tracebacks: int = 0
     drained: bool = False
     bytes_per_partition: int = 0
@@ -75,6 +76,7 @@ class Result:
             and not self.producer_fatal
             and self.unflushed == 0
             and self.broker_tracebacks == 0
+            and not self.runner_crashes
             and all(not outcome.error for outcome in self.outcomes)
         )
 
@@ -166,6 +168,9 @@ def run(config: Config, workdir: Path) -> Result:
             result.client_errors.update(producer.errors)
         for member in members:
             result.client_errors.update(member.errors)
+        result.runner_crashes = [
+            runner.crash for runner in (producer, *members, observer) if runner and runner.crash
+        ]
         result.broker_tracebacks = sum(node.log().count("Traceback") for node in cluster.nodes)
         result.bytes_per_partition = _largest_log_bytes(workdir)
         result.duration_s = time.monotonic() - began

@@ -59,13 +59,15 @@ def test_a_clean_history_passes_and_counts_what_it_verified() -> None:
 
 def test_a_record_missing_from_the_log_is_lost() -> None:
     history = clean()
-    history.log[1] = PartitionLog(0, 2, [0, 1], [1, 3])  # offset 2 (seq 5) cut off
+    # offset 2 (seq 5) cut off
+    history.log = {**history.log, 1: PartitionLog(0, 2, [0, 1], [1, 3])}
     assert kinds(history)["lost"] == 1
 
 
 def test_another_record_at_the_acknowledged_offset_is_a_loss() -> None:
     history = clean()
-    history.log[0] = PartitionLog(0, 3, [0, 1, 2], [0, 2, 2])  # seq 4 overwritten by seq 2
+    # seq 4 overwritten by seq 2
+    history.log = {**history.log, 0: PartitionLog(0, 3, [0, 1, 2], [0, 2, 2])}
     counts = kinds(history)
     assert counts["lost"] == 1
     assert counts["duplicate"] == 1
@@ -73,7 +75,7 @@ def test_another_record_at_the_acknowledged_offset_is_a_loss() -> None:
 
 def test_a_record_twice_is_a_duplicate_even_in_another_partition() -> None:
     history = clean()
-    history.log[1] = PartitionLog(0, 4, [0, 1, 2, 3], [1, 3, 5, 0])
+    history.log = {**history.log, 1: PartitionLog(0, 4, [0, 1, 2, 3], [1, 3, 5, 0])}
     counts = kinds(history)
     assert counts == Counter(duplicate=1), check_history(history).examples
     assert "first at 0/0" in check_history(history).examples[0].detail
@@ -81,20 +83,21 @@ def test_a_record_twice_is_a_duplicate_even_in_another_partition() -> None:
 
 def test_a_missing_offset_is_a_gap() -> None:
     history = clean()
-    history.log[0] = PartitionLog(0, 4, [0, 1, 3], [0, 2, 6])  # offset 2 skipped
+    # offset 2 skipped
+    history.log = {**history.log, 0: PartitionLog(0, 4, [0, 1, 3], [0, 2, 6])}
     history.acked = {seq: at for seq, at in history.acked.items() if seq != 4}
     assert kinds(history) == Counter(gap=1)
 
 
 def test_a_log_that_ends_before_its_high_watermark_has_a_gap() -> None:
     history = clean()
-    history.log[0] = PartitionLog(0, 4, [0, 1, 2], [0, 2, 4])
+    history.log = {**history.log, 0: PartitionLog(0, 4, [0, 1, 2], [0, 2, 4])}
     assert kinds(history) == Counter(gap=1)
 
 
 def test_a_record_with_a_value_that_was_not_sent_is_unreadable() -> None:
     history = clean()
-    history.log[0] = PartitionLog(0, 3, [0, 1, 2], [0, SEQ_UNREADABLE, 4])
+    history.log = {**history.log, 0: PartitionLog(0, 3, [0, 1, 2], [0, SEQ_UNREADABLE, 4])}
     counts = kinds(history)
     assert counts["unreadable"] == 1
     assert counts["lost"] == 1  # seq 2 is not at its offset any more

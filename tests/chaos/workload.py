@@ -48,13 +48,35 @@ RATE_TICK_S = 0.01
 QUIET = {"log_level": 0}
 
 
+class Runner(threading.Thread):
+    """A workload thread whose exception is kept (``crash``) for the result, not lost."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.crash = ""
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except Exception as exc:
+            self.crash = f"{self.name}: {type(exc).__name__}: {exc}"
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float) -> None:
+        self.stopping.set()
+        self.join(timeout_s)
+
+
 def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
     futures = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout_s)
     futures[topic].result(timeout=timeout_s)
 
 
-class ProducerRunner(threading.Thread):
+class ProducerRunner(Runner):
     def __init__(
         self,
         bootstrap: str,
@@ -64,7 +86,7 @@ class ProducerRunner(threading.Thread):
         value_bytes: int,
         extra_config: dict[str, Any] | None = None,
     ) -> None:
-        super().__init__(name="chaos-producer", daemon=True)
+        super().__init__("chaos-producer")
         self.topic = topic
         self.partitions = partitions
         self.rate_per_s = rate_per_s
@@ -72,7 +94,6 @@ class ProducerRunner(threading.Thread):
         self.acked = AckTable()
         self.errors: Counter[str] = Counter()
         self.fatal = ""
-        self.stopping = threading.Event()
         self.abandon = threading.Event()  # stop waiting for delivery reports too
         self.unflushed = -1
         self.config = {
@@ -97,12 +118,14 @@ class ProducerRunner(threading.Thread):
     def _delivered(self, error: KafkaError | None, message: Any) -> None:
         seq = decode_key(message.key())
         assert seq is not None
-        if error is None:
+        if error is None and message.offset() is not None and message.offset() >= 0:
             self.acked.acked(seq, message.partition(), message.offset())
+        elif error is None:
+            self.errors[f"delivered at offset {message.offset()}"] += 1
         else:
             self.errors[f"delivery:{error.name()}"] += 1
 
-    def run(self) -> None:
+    def work(self) -> None:
         producer = Producer(self.config)
         began = time.monotonic()
         seq = 0
@@ -121,13 +144,24 @@ class ProducerRunner(threading.Thread):
                 except BufferError:
                     producer.poll(0.1)
                     continue
+                except KafkaException as exc:  # fatal: librdkafka refuses everything after it
+                    self._error(exc.args[0])
+                    break
                 self.acked.sent(seq, partition)
                 seq += 1
-            producer.poll(RATE_TICK_S)
+            try:
+                producer.poll(RATE_TICK_S)
+            except KafkaException as exc:
+                self._error(exc.args[0])
         deadline = time.monotonic() + MESSAGE_TIMEOUT_MS / 1000
         self.unflushed = len(producer)
         while self.unflushed and time.monotonic() < deadline and not self.abandon.is_set():
-            self.unflushed = producer.flush(1.0)
+            try:
+                self.unflushed = producer.flush(1.0)
+            except KafkaException as exc:
+                self._error(exc.args[0])
+                self.unflushed = len(producer)
+                break
 
     def stop(self, timeout_s: float) -> None:
         """Stop sending and wait for every sent record's delivery report."""
@@ -138,7 +172,7 @@ class ProducerRunner(threading.Thread):
             self.join(10)
 
 
-class GroupMember(threading.Thread):
+class GroupMember(Runner):
     def __init__(
         self,
         name: str,
@@ -148,12 +182,11 @@ class GroupMember(threading.Thread):
         consumed: dict[int, OffsetSet],
         commit_acks: list[tuple[int, int]],
     ) -> None:
-        super().__init__(name=f"chaos-{name}", daemon=True)
+        super().__init__(f"chaos-{name}")
         self.topic = topic
         self.consumed = consumed
         self.commit_acks = commit_acks
         self.errors: Counter[str] = Counter()
-        self.stopping = threading.Event()
         self.config = {
             "bootstrap.servers": bootstrap,
             "group.id": group,
@@ -166,7 +199,7 @@ class GroupMember(threading.Thread):
             **QUIET,
         }
 
-    def run(self) -> None:
+    def work(self) -> None:
         consumer = Consumer(self.config)
         try:
             consumer.subscribe([self.topic])
@@ -199,24 +232,19 @@ class GroupMember(threading.Thread):
             elif tp.error is not None:
                 self.errors[f"commit:{tp.error.name()}"] += 1
 
-    def stop(self, timeout_s: float) -> None:
-        self.stopping.set()
-        self.join(timeout_s)
 
-
-class Observer(threading.Thread):
+class Observer(Runner):
     """Samples committed offsets and high watermarks every ``interval_s``."""
 
     def __init__(
         self, bootstrap: str, topic: str, group: str, partitions: int, interval_s: float = 0.5
     ) -> None:
-        super().__init__(name="chaos-observer", daemon=True)
+        super().__init__("chaos-observer")
         self.topic = topic
         self.partitions = partitions
         self.interval_s = interval_s
         self.committed: list[Sample] = []
         self.high_watermarks: list[Sample] = []
-        self.stopping = threading.Event()
         self.began = time.monotonic()
         self.consumer = Consumer(
             {
@@ -251,13 +279,9 @@ class Observer(threading.Thread):
                 continue
             self.high_watermarks.append(Sample(now, tp.partition, high))
 
-    def run(self) -> None:
+    def work(self) -> None:
         while not self.stopping.wait(self.interval_s):
             self.sample()
-
-    def stop(self, timeout_s: float) -> None:
-        self.stopping.set()
-        self.join(timeout_s)
 
     def close(self) -> None:
         self.consumer.close()
