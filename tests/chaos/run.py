@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         value_bytes=args.value_bytes,
     )
     workdir = Path(tempfile.mkdtemp(prefix="odradek-chaos-"))
-    result = run(config, workdir)
+    result = run(config, workdir, progress=lambda line: print(line, flush=True))
     print(table(result))
     if not result.passed:
         print(details(result))

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -92,7 +93,8 @@ def _drain(observer: Observer, high: dict[int, int], timeout_s: float) -> bool:
     return False
 
 
-def run(config: Config, workdir: Path) -> Result:
+def run(config: Config, workdir: Path, progress: Callable[[str], None] | None = None) -> Result:
+    """One run; ``progress`` (if given) gets a line per fault as it is applied."""
     result = Result(config, workdir)
     began = time.monotonic()
     cluster = Cluster.single(workdir, BROKER_ARGS)
@@ -116,9 +118,12 @@ def run(config: Config, workdir: Path) -> Result:
         workload_began = time.monotonic()
         for thread in (producer, *members, observer):
             thread.start()
-        for fault in schedule:
+        for cycle, fault in enumerate(schedule, 1):
             _sleep_until(workload_began + fault.at_s)
-            result.outcomes.append(faults.apply(fault, cluster, time.monotonic() - workload_began))
+            outcome = faults.apply(fault, cluster, time.monotonic() - workload_began)
+            result.outcomes.append(outcome)
+            if progress is not None:
+                progress(_progress_line(cycle, len(schedule), outcome, len(producer.acked)))
         time.sleep(config.tail_s)
         producer.stop(config.drain_timeout_s)
         result.unflushed = producer.unflushed
@@ -175,6 +180,19 @@ def run(config: Config, workdir: Path) -> Result:
         result.bytes_per_partition = _largest_log_bytes(workdir)
         result.duration_s = time.monotonic() - began
     return result
+
+
+def _progress_line(cycle: int, cycles: int, outcome: Outcome, acked: int) -> str:
+    fault = outcome.fault
+    line = (
+        f"[{cycle:>{len(str(cycles))}}/{cycles}] {outcome.started_s:7.1f}s {fault.kind:<5} "
+        f"node {fault.node} for {fault.hold_s:.2f}s"
+    )
+    if fault.kind != "pause":
+        line += f", ready after {outcome.recovery_s:.2f}s"
+    if outcome.error:
+        line += f", {outcome.error}"
+    return f"{line}; {acked:,} acked"
 
 
 def _sleep_until(moment: float) -> None:
