@@ -13,6 +13,7 @@ back can be checked for both identity and content.
 
 from __future__ import annotations
 
+import random
 import threading
 from array import array
 from collections.abc import Iterator, Mapping, Sequence
@@ -29,10 +30,13 @@ def value_size(seq: int, mean_bytes: int) -> int:
 
 
 def expected_value(seq: int, mean_bytes: int) -> bytes:
-    """The value the producer sent for ``seq``: its number repeated to its size."""
+    """The value the producer sent for ``seq``: its number, then seeded random bytes for
+    half its size (so codecs compress about 2:1, as real payloads do, and logs stay
+    large under compression), then the number repeated."""
     size = value_size(seq, mean_bytes)
     unit = b"%012d|" % seq
-    return (unit * (size // len(unit) + 1))[:size]
+    noise = random.Random(seq).randbytes(size // 2)
+    return (unit + noise + unit * (size // (2 * len(unit)) + 1))[:size]
 
 
 def encode_key(seq: int) -> bytes:

@@ -30,6 +30,11 @@ def table(result: Result) -> str:
     rows = [
         ("seed", str(result.config.seed)),
         ("duration", f"{result.duration_s:.0f} s"),
+        (
+            "workload",
+            f"{result.config.partitions} partitions, {result.config.rate_per_s:,} records/s "
+            f"of ~{result.config.value_bytes} B, compression {result.config.compression}",
+        ),
         ("cycles (faults)", str(len(result.outcomes))),
         ("faults by kind", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-"),
         ("records sent", f"{result.sent:,}"),
@@ -84,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--rate", type=int, default=3000, help="records per second")
     parser.add_argument("--value-bytes", type=int, default=1000)
+    parser.add_argument(
+        "--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd")
+    )
     parser.add_argument("--gap", type=float, nargs=2, default=(5.0, 15.0), metavar=("MIN", "MAX"))
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     args = parser.parse_args(argv)
@@ -97,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
         partitions=args.partitions,
         rate_per_s=args.rate,
         value_bytes=args.value_bytes,
+        compression=args.compression,
     )
     workdir = Path(tempfile.mkdtemp(prefix="odradek-chaos-"))
     result = run(config, workdir, progress=lambda line: print(line, flush=True))

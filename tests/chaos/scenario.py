@@ -46,6 +46,7 @@ class Config:
     partitions: int = 3
     rate_per_s: int = 3000
     value_bytes: int = 1000
+    compression: str = "none"  # the producer's compression.type
     tail_s: float = 3.0  # producing after the last fault, before the final crash
     drain_timeout_s: float = 180.0
 
@@ -108,7 +109,12 @@ def run(config: Config, workdir: Path, progress: Callable[[str], None] | None = 
         cluster.start()
         create_topic(cluster.bootstrap, TOPIC, config.partitions)
         producer = ProducerRunner(
-            cluster.bootstrap, TOPIC, config.partitions, config.rate_per_s, config.value_bytes
+            cluster.bootstrap,
+            TOPIC,
+            config.partitions,
+            config.rate_per_s,
+            config.value_bytes,
+            {"compression.type": config.compression},
         )
         members = [
             GroupMember(f"member-{i}", cluster.bootstrap, TOPIC, GROUP, consumed, commit_acks)

@@ -5,7 +5,8 @@ idempotent acks=all producer while a two-member group consumes and commits; the
 broker is killed (SIGKILL), paused (SIGSTOP/SIGCONT) and stopped (SIGTERM), the first
 fault only after ~6 MiB sit unflushed in each partition (past recovery's 4 MiB chunk),
 then killed once more at the end. Every check of ``checks.py`` must pass. The seed is
-random unless ``CHAOS_SEED`` is set; a failure prints how to replay it. ``make chaos``
+random unless ``CHAOS_SEED`` is set, and also picks the producer's codec; a failure
+prints how to replay it. ``make chaos``
 runs the same thing for many more cycles (``python -m tests.chaos.run``).
 """
 
@@ -21,8 +22,9 @@ from tests.chaos.faults import FaultPlan
 from tests.chaos.run import details, table
 from tests.chaos.scenario import Config, run
 
+CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PLAN = FaultPlan(
-    cycles=5,
+    cycles=8,
     first_after_s=6.0,
     gap_s=(2.0, 4.0),
     pause_s=(0.5, 7.0),  # up to past the members' 6 s session timeout
@@ -36,7 +38,8 @@ def test_acknowledged_records_and_commits_survive_kills_pauses_and_restarts(
     tmp_path: Path,
 ) -> None:
     seed = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
-    result = run(Config(seed=seed, plan=PLAN, tail_s=2.0), tmp_path)
+    compression = random.Random(seed).choice(CODECS)
+    result = run(Config(seed=seed, plan=PLAN, tail_s=2.0, compression=compression), tmp_path)
     summary = table(result)
     print(summary)
     assert result.passed, (

@@ -172,6 +172,7 @@ def test_values_are_recomputable_from_the_key_and_vary_in_size() -> None:
     assert expected_value(7, 1000) == expected_value(7, 1000)
     assert expected_value(7, 1000) != expected_value(8, 1000)
     assert len(expected_value(7, 1000)) == value_size(7, 1000)
+    assert expected_value(7, 1000).startswith(b"000000000007|")
 
 
 def test_a_seed_gives_one_schedule() -> None:
