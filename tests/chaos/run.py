@@ -98,7 +98,12 @@ def main(argv: list[str] | None = None) -> int:
     seed = args.seed
     if seed is None:
         seed = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
-    print(f"chaos: seed {seed} (replay: CHAOS_SEED={seed} make chaos)", flush=True)
+    replay = (
+        f"CHAOS_SEED={seed} make chaos CHAOS_ARGS='--cycles {args.cycles} "
+        f"--partitions {args.partitions} --rate {args.rate} --value-bytes {args.value_bytes} "
+        f"--gap {args.gap[0]:g} {args.gap[1]:g} --compression {args.compression}'"
+    )
+    print(f"chaos: seed {seed} (replay: {replay})", flush=True)
     config = Config(
         seed=seed,
         plan=FaultPlan(cycles=args.cycles, gap_s=tuple(args.gap)),
@@ -113,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     if not result.passed:
         print(details(result))
         print(f"data kept in {workdir}")
-        print(f"replay: CHAOS_SEED={seed} make chaos CHAOS_ARGS='--cycles {args.cycles}'")
+        print(f"replay: {replay}")
         return 1
     if args.keep:
         print(f"data kept in {workdir}")
