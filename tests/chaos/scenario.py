@@ -77,6 +77,7 @@ class Result:
             and self.report.ok
             and not self.producer_fatal
             and self.unflushed == 0
+            and self.drained
             and self.broker_tracebacks == 0
             and not self.runner_crashes
             and all(not outcome.error for outcome in self.outcomes)
