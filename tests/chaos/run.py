@@ -33,7 +33,8 @@ def table(result: Result) -> str:
         (
             "workload",
             f"{result.config.partitions} partitions, {result.config.rate_per_s:,} records/s "
-            f"of ~{result.config.value_bytes} B, compression {result.config.compression}",
+            f"of ~{result.config.value_bytes} B, compression {result.config.compression}, "
+            f"{result.config.group_protocol} group protocol",
         ),
         ("cycles (faults)", str(len(result.outcomes))),
         ("faults by kind", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-"),
@@ -43,7 +44,7 @@ def table(result: Result) -> str:
         ("losses", str(counts["lost"])),
         ("duplicates", str(counts["duplicate"])),
         ("other violations", _others(counts)),
-        ("largest partition log", f"{result.bytes_per_partition / 2**20:.1f} MiB"),
+        ("largest partition", f"{result.bytes_per_partition / 2**20:.1f} MiB"),
         ("max recovery time", f"{max(recoveries, default=0.0):.2f} s"),
         ("consumers drained", "yes" if result.drained else "NO"),
         ("unflushed at end", str(result.unflushed)),
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
         "--compression", default="none", choices=("none", "gzip", "snappy", "lz4", "zstd")
     )
     parser.add_argument("--gap", type=float, nargs=2, default=(5.0, 15.0), metavar=("MIN", "MAX"))
+    parser.add_argument("--group-protocol", default="classic", choices=("classic", "consumer"))
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     args = parser.parse_args(argv)
     seed = args.seed
@@ -101,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     replay = (
         f"CHAOS_SEED={seed} make chaos CHAOS_ARGS='--cycles {args.cycles} "
         f"--partitions {args.partitions} --rate {args.rate} --value-bytes {args.value_bytes} "
-        f"--gap {args.gap[0]:g} {args.gap[1]:g} --compression {args.compression}'"
+        f"--gap {args.gap[0]:g} {args.gap[1]:g} --compression {args.compression} "
+        f"--group-protocol {args.group_protocol}'"
     )
     print(f"chaos: seed {seed} (replay: {replay})", flush=True)
     config = Config(
@@ -111,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         rate_per_s=args.rate,
         value_bytes=args.value_bytes,
         compression=args.compression,
+        group_protocol=args.group_protocol,
     )
     workdir = Path(tempfile.mkdtemp(prefix="odradek-chaos-"))
     result = run(config, workdir, progress=lambda line: print(line, flush=True))

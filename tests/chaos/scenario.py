@@ -47,6 +47,7 @@ class Config:
     rate_per_s: int = 3000
     value_bytes: int = 1000
     compression: str = "none"  # the producer's compression.type
+    group_protocol: str = "classic"  # or "consumer" (KIP-848)
     tail_s: float = 3.0  # producing after the last fault, before the final crash
     drain_timeout_s: float = 180.0
 
@@ -118,7 +119,15 @@ def run(config: Config, workdir: Path, progress: Callable[[str], None] | None = 
             {"compression.type": config.compression},
         )
         members = [
-            GroupMember(f"member-{i}", cluster.bootstrap, TOPIC, GROUP, consumed, commit_acks)
+            GroupMember(
+                f"member-{i}",
+                cluster.bootstrap,
+                TOPIC,
+                GROUP,
+                consumed,
+                commit_acks,
+                config.group_protocol,
+            )
             for i in range(MEMBERS)
         ]
         observer = Observer(cluster.bootstrap, TOPIC, GROUP, config.partitions)
@@ -209,5 +218,9 @@ def _sleep_until(moment: float) -> None:
 
 
 def _largest_log_bytes(workdir: Path) -> int:
-    sizes = [path.stat().st_size for path in workdir.glob(f"*/{TOPIC}-*/*.log")]
+    """Bytes of the largest partition of the topic (all its segments)."""
+    sizes = [
+        sum(path.stat().st_size for path in directory.glob("*.log"))
+        for directory in workdir.glob(f"*/{TOPIC}-*")
+    ]
     return max(sizes, default=0)

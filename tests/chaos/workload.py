@@ -181,6 +181,7 @@ class GroupMember(Runner):
         group: str,
         consumed: dict[int, OffsetSet],
         commit_acks: list[tuple[int, int]],
+        group_protocol: str = "classic",
     ) -> None:
         super().__init__(f"chaos-{name}")
         self.topic = topic
@@ -193,11 +194,14 @@ class GroupMember(Runner):
             "client.id": name,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
-            "session.timeout.ms": SESSION_TIMEOUT_MS,
-            "heartbeat.interval.ms": 1000,
             "reconnect.backoff.max.ms": 1000,
             **QUIET,
         }
+        if group_protocol == "classic":
+            self.config.update({"session.timeout.ms": SESSION_TIMEOUT_MS})
+            self.config.update({"heartbeat.interval.ms": 1000})
+        else:  # KIP-848: the broker owns session and heartbeat timing
+            self.config["group.protocol"] = group_protocol
 
     def work(self) -> None:
         consumer = Consumer(self.config)
