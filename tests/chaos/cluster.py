@@ -16,6 +16,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import threading
 import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -54,6 +55,21 @@ class Node:
         self.listen = f"127.0.0.1:{self.broker.port}"
         self.starts += 1
         return time.monotonic() - began
+
+    def start_and_crash(self, after_s: float) -> bool:
+        """Start again and SIGKILL it ``after_s`` later, ready or not (a crash during
+        recovery); returns whether it was ready first. The node is down afterwards."""
+        timer = threading.Timer(after_s, self.broker.kill)
+        timer.start()
+        try:
+            self.broker.start(self.listen)
+            ready = True
+        except RuntimeError:  # killed before its ready line
+            ready = False
+        finally:
+            timer.join()
+        self.broker.kill()
+        return ready
 
     def kill(self) -> None:
         """SIGKILL (a stopped process dies too)."""

@@ -8,7 +8,9 @@ every interleaving.
 Kinds:
 - ``kill``: SIGKILL, down for ``hold_s``, restart (recovery timed until ready);
 - ``pause``: SIGSTOP for ``hold_s`` (clients time out, sessions expire), then SIGCONT;
-- ``term``: SIGTERM (must exit 0), down for ``hold_s``, restart.
+- ``term``: SIGTERM (must exit 0), down for ``hold_s``, restart;
+- ``crashloop``: SIGKILL, restart, SIGKILL again ``hold_s`` into that restart (while it
+  recovers, or just after), restart: recovery itself interrupted.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from dataclasses import dataclass
 
 from tests.chaos.cluster import Cluster
 
-KINDS = ("kill", "pause", "term")
+KINDS = ("kill", "pause", "term", "crashloop")
 
 
 @dataclass(frozen=True)
@@ -39,7 +41,8 @@ class FaultPlan:
     gap_s: tuple[float, float] = (3.0, 8.0)
     pause_s: tuple[float, float] = (0.5, 8.0)
     down_s: tuple[float, float] = (0.0, 2.0)
-    weights: tuple[float, float, float] = (0.5, 0.3, 0.2)  # kill, pause, term
+    crash_after_s: tuple[float, float] = (0.05, 1.5)  # into the interrupted restart
+    weights: tuple[float, ...] = (0.4, 0.3, 0.15, 0.15)  # as KINDS
     every_kind: bool = False  # the first faults are each kind once, in a seeded order
 
 
@@ -53,7 +56,7 @@ def schedule(seed: int, plan: FaultPlan, nodes: int) -> list[Fault]:
             kind = first_kinds[cycle]
         else:
             kind = rng.choices(KINDS, weights=plan.weights)[0]
-        bounds = plan.pause_s if kind == "pause" else plan.down_s
+        bounds = {"pause": plan.pause_s, "crashloop": plan.crash_after_s}.get(kind, plan.down_s)
         hold_s = round(rng.uniform(*bounds), 2)
         faults.append(Fault(round(at_s, 2), kind, rng.randrange(nodes), hold_s))
         at_s += hold_s + rng.uniform(*plan.gap_s)
@@ -64,8 +67,9 @@ def schedule(seed: int, plan: FaultPlan, nodes: int) -> list[Fault]:
 class Outcome:
     fault: Fault
     started_s: float
-    recovery_s: float = 0.0  # restart until ready (kill, term)
+    recovery_s: float = 0.0  # restart until ready (kill, term, crashloop)
     error: str = ""
+    interrupted: bool = False  # crashloop: the second kill came before the ready line
 
 
 def apply(fault: Fault, cluster: Cluster, started_s: float) -> Outcome:
@@ -78,6 +82,11 @@ def apply(fault: Fault, cluster: Cluster, started_s: float) -> Outcome:
             time.sleep(fault.hold_s)
         finally:
             node.resume()
+        return outcome
+    if fault.kind == "crashloop":
+        node.kill()
+        outcome.interrupted = not node.start_and_crash(fault.hold_s)
+        outcome.recovery_s = node.start()
         return outcome
     if fault.kind == "kill":
         node.kill()

@@ -38,6 +38,7 @@ def table(result: Result) -> str:
         ),
         ("cycles (faults)", str(len(result.outcomes))),
         ("faults by kind", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-"),
+        ("recoveries interrupted", str(sum(o.interrupted for o in result.outcomes))),
         ("records sent", f"{result.sent:,}"),
         ("records acked", f"{result.acked:,}"),
         ("records verified", f"{result.report.verified:,}" if result.report else "-"),

@@ -204,6 +204,8 @@ def _progress_line(cycle: int, cycles: int, outcome: Outcome, acked: int) -> str
         f"[{cycle:>{len(str(cycles))}}/{cycles}] {outcome.started_s:7.1f}s {fault.kind:<5} "
         f"node {fault.node} for {fault.hold_s:.2f}s"
     )
+    if fault.kind == "crashloop":
+        line += " into a restart" + (" (before ready)" if outcome.interrupted else "")
     if fault.kind != "pause":
         line += f", ready after {outcome.recovery_s:.2f}s"
     if outcome.error:

@@ -180,7 +180,7 @@ def test_a_seed_gives_one_schedule() -> None:
     first = schedule(42, plan, nodes=3)
     assert first == schedule(42, plan, nodes=3)
     assert first != schedule(43, plan, nodes=3)
-    assert {fault.kind for fault in first} == {"kill", "pause", "term"}
+    assert {fault.kind for fault in first} == {"kill", "pause", "term", "crashloop"}
     assert {fault.node for fault in first} == {0, 1, 2}
     moments = [fault.at_s for fault in first]
     assert moments == sorted(moments) and moments[0] == plan.first_after_s
