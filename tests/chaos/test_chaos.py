@@ -1,14 +1,13 @@
 """The crash harness in ``make test``: one short seeded run, every fault kind at least once.
 
 A broker at default segment sizes (1 GiB) takes ~1 MB/s per partition from an
-idempotent acks=all producer while a two-member group consumes and commits; the
+idempotent acks=all producer while a two-member group consumes and commits. The
 broker is killed (SIGKILL), paused (SIGSTOP/SIGCONT), stopped (SIGTERM) and killed
-again while it recovers from a kill, the first
-fault only after ~6 MiB sit unflushed in each partition (past recovery's 4 MiB chunk),
-then killed once more at the end. Every check of ``checks.py`` must pass. The seed is
-random unless ``CHAOS_SEED`` is set, and also picks the producer's codec; a failure
-prints how to replay it. ``make chaos``
-runs the same thing for many more cycles (``python -m tests.chaos.run``).
+again while it recovers from a kill, the first fault only after ~6 MiB sit unflushed
+in each partition (past recovery's 4 MiB chunk), and killed once more at the end.
+Every check of ``checks.py`` must pass. The seed is random unless ``CHAOS_SEED`` is
+set, and also picks the producer's codec; a failure prints how to replay it.
+``make chaos`` runs the same for many more cycles (``python -m tests.chaos.run``).
 """
 
 from __future__ import annotations
