@@ -14,7 +14,6 @@ their own ids and quorum arguments, and faults already name the node they hit.
 from __future__ import annotations
 
 import gc
-import os
 import signal
 import threading
 import time
@@ -59,7 +58,9 @@ class Node:
     def start_and_crash(self, after_s: float) -> bool:
         """Start again and SIGKILL it ``after_s`` later, ready or not (a crash during
         recovery); returns whether it was ready first. The node is down afterwards."""
-        timer = threading.Timer(after_s, self.broker.kill)
+        # The timer only signals (Popen.send_signal skips a reaped process); reaping stays
+        # with this thread, so no two threads wait() on it and kill a pid one reaped.
+        timer = threading.Timer(after_s, self._signal, (signal.SIGKILL,))
         timer.start()
         try:
             self.broker.start(self.listen)
@@ -84,13 +85,18 @@ class Node:
 
     def pause(self) -> None:
         assert self.alive() and not self.paused
-        os.kill(self.pid, signal.SIGSTOP)
+        self._signal(signal.SIGSTOP)
         self.paused = True
 
     def resume(self) -> None:
-        if self.paused and self.alive():
-            os.kill(self.pid, signal.SIGCONT)
+        if self.paused:
+            self._signal(signal.SIGCONT)
         self.paused = False
+
+    def _signal(self, signum: int) -> None:
+        """Signal the process this node started, unless it has already been reaped."""
+        if self.broker.process is not None:
+            self.broker.process.send_signal(signum)
 
     def log(self) -> str:
         return self.broker.log()
