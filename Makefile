@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench bench-tools lint serve clean kcat demo
+.PHONY: test bench bench-tools lint serve clean kcat demo chaos
 
 # '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
 # the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
@@ -47,6 +47,14 @@ bench-tools:
 
 bench: $(STAMP) bench-tools
 	$(BIN)/python bench/run.py
+
+# The crash harness of tests/chaos for many cycles (tests/chaos/test_chaos.py runs a short
+# one in `make test`): kills, pauses and restarts one broker under an idempotent producer
+# and a committing group, then prints a table and PASS/FAIL. CHAOS_SEED=N replays a fault
+# schedule; CHAOS_ARGS='--cycles 100 --rate 5000' changes the run.
+CHAOS_ARGS ?= --cycles 60
+chaos: $(STAMP)
+	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check odradek tests bench

@@ -1,0 +1,343 @@
+"""Workload runners: what clients do while the faults happen, recorded into a history.
+
+- ``ProducerRunner``: one confluent-kafka producer (idempotent, acks=all) in a thread,
+  sending seq 0, 1, 2, ... at a steady rate, seq ``n`` to partition ``n % partitions``;
+  its delivery callbacks fill an ``AckTable`` (seq -> acknowledged partition/offset).
+- ``GroupMember``: a consumer of one group (subscribe, no auto-commit) that marks every
+  offset it is handed and commits synchronously after each batch; commits it is told
+  succeeded are recorded.
+- ``Observer``: polls the group's committed offsets and the high watermarks, one call at
+  a time, so its samples are in a true order the checkers can compare.
+- ``read_log``: the topic read back from log start to high watermark, each record
+  reduced to its seq (or ``SEQ_UNREADABLE``).
+
+librdkafka retries through the faults on its own; the runners only count errors.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from collections import Counter
+from typing import Any
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka import TopicPartition as TP
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from tests.chaos.history import (
+    SEQ_UNREADABLE,
+    AckTable,
+    OffsetSet,
+    PartitionLog,
+    Sample,
+    decode_key,
+    encode_key,
+    expected_value,
+)
+
+# librdkafka retries a message until this expires; far beyond any fault's duration, so
+# a delivery failure means something other than "the broker was down a while".
+MESSAGE_TIMEOUT_MS = 300_000
+SESSION_TIMEOUT_MS = 6_000
+POLL_BATCH = 500
+RATE_TICK_S = 0.01
+# librdkafka's own log lines (every refused reconnect while the broker is down) would
+# bury the table; errors reach the runners through error_cb and are counted instead.
+QUIET = {"log_level": 0}
+
+
+class Runner(threading.Thread):
+    """A workload thread whose exception is kept (``crash``) for the result, not lost."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name=name, daemon=True)
+        self.crash = ""
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        try:
+            self.work()
+        except Exception as exc:
+            self.crash = f"{self.name}: {type(exc).__name__}: {exc}"
+
+    def work(self) -> None:
+        raise NotImplementedError
+
+    def stop(self, timeout_s: float) -> None:
+        self.stopping.set()
+        self.join(timeout_s)
+
+
+def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
+    futures = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout_s)
+    futures[topic].result(timeout=timeout_s)
+
+
+class ProducerRunner(Runner):
+    def __init__(
+        self,
+        bootstrap: str,
+        topic: str,
+        partitions: int,
+        rate_per_s: int,
+        value_bytes: int,
+        extra_config: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__("chaos-producer")
+        self.topic = topic
+        self.partitions = partitions
+        self.rate_per_s = rate_per_s
+        self.value_bytes = value_bytes
+        self.acked = AckTable()
+        self.errors: Counter[str] = Counter()
+        self.fatal = ""
+        self.abandon = threading.Event()  # stop waiting for delivery reports too
+        self.unflushed = -1
+        self.config = {
+            "bootstrap.servers": bootstrap,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 5,
+            "message.timeout.ms": MESSAGE_TIMEOUT_MS,
+            "retry.backoff.ms": 100,
+            "reconnect.backoff.max.ms": 1000,
+            "queue.buffering.max.messages": 500_000,
+            "error_cb": self._error,
+            **QUIET,
+            **(extra_config or {}),
+        }
+
+    def _error(self, error: KafkaError) -> None:
+        if error.fatal():
+            self.fatal = str(error)
+        self.errors[error.name()] += 1
+
+    def _delivered(self, error: KafkaError | None, message: Any) -> None:
+        seq = decode_key(message.key())
+        assert seq is not None
+        if error is None and message.offset() is not None and message.offset() >= 0:
+            self.acked.acked(seq, message.partition(), message.offset())
+        elif error is None:
+            self.errors[f"delivered at offset {message.offset()}"] += 1
+        else:
+            self.errors[f"delivery:{error.name()}"] += 1
+
+    def work(self) -> None:
+        producer = Producer(self.config)
+        began = time.monotonic()
+        seq = 0
+        while not self.stopping.is_set() and not self.fatal:
+            due = int((time.monotonic() - began) * self.rate_per_s)
+            while seq < due and not self.stopping.is_set():
+                partition = seq % self.partitions
+                try:
+                    producer.produce(
+                        self.topic,
+                        expected_value(seq, self.value_bytes),
+                        encode_key(seq),
+                        partition=partition,
+                        on_delivery=self._delivered,
+                    )
+                except BufferError:
+                    producer.poll(0.1)
+                    continue
+                except KafkaException as exc:  # fatal: librdkafka refuses everything after it
+                    self._error(exc.args[0])
+                    break
+                self.acked.sent(seq, partition)
+                seq += 1
+            try:
+                producer.poll(RATE_TICK_S)
+            except KafkaException as exc:
+                self._error(exc.args[0])
+        deadline = time.monotonic() + MESSAGE_TIMEOUT_MS / 1000
+        self.unflushed = len(producer)
+        while self.unflushed and time.monotonic() < deadline and not self.abandon.is_set():
+            try:
+                self.unflushed = producer.flush(1.0)
+            except KafkaException as exc:
+                self._error(exc.args[0])
+                self.unflushed = len(producer)
+                break
+
+    def stop(self, timeout_s: float) -> None:
+        """Stop sending and wait for every sent record's delivery report."""
+        self.stopping.set()
+        self.join(timeout_s)
+        if self.is_alive():
+            self.abandon.set()
+            self.join(10)
+
+
+class GroupMember(Runner):
+    def __init__(
+        self,
+        name: str,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        consumed: dict[int, OffsetSet],
+        commit_acks: list[tuple[int, int]],
+        group_protocol: str = "classic",
+    ) -> None:
+        super().__init__(f"chaos-{name}")
+        self.topic = topic
+        self.consumed = consumed
+        self.commit_acks = commit_acks
+        self.errors: Counter[str] = Counter()
+        self.config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "client.id": name,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "reconnect.backoff.max.ms": 1000,
+            **QUIET,
+        }
+        if group_protocol == "classic":
+            self.config.update({"session.timeout.ms": SESSION_TIMEOUT_MS})
+            self.config.update({"heartbeat.interval.ms": 1000})
+        else:  # KIP-848: the broker owns session and heartbeat timing
+            self.config["group.protocol"] = group_protocol
+
+    def work(self) -> None:
+        consumer = Consumer(self.config)
+        try:
+            consumer.subscribe([self.topic])
+            while not self.stopping.is_set():
+                messages = consumer.consume(POLL_BATCH, 0.5)
+                handed = 0
+                for message in messages:
+                    error = message.error()
+                    if error is not None:
+                        self.errors[f"consume:{error.name()}"] += 1
+                        continue
+                    partition, offset = message.partition(), message.offset()
+                    assert partition is not None and offset is not None
+                    self.consumed[partition].add(offset)
+                    handed += 1
+                if handed:
+                    self._commit(consumer)
+        finally:
+            consumer.close()
+
+    def _commit(self, consumer: Consumer) -> None:
+        try:
+            committed = consumer.commit(asynchronous=False)
+        except KafkaException as exc:
+            self.errors[f"commit:{exc.args[0].name()}"] += 1
+            return
+        for tp in committed or ():
+            if tp.error is None and tp.offset >= 0:
+                self.commit_acks.append((tp.partition, tp.offset))
+            elif tp.error is not None:
+                self.errors[f"commit:{tp.error.name()}"] += 1
+
+
+class Observer(Runner):
+    """Samples committed offsets and high watermarks every ``interval_s``."""
+
+    def __init__(
+        self, bootstrap: str, topic: str, group: str, partitions: int, interval_s: float = 0.5
+    ) -> None:
+        super().__init__("chaos-observer")
+        self.topic = topic
+        self.partitions = partitions
+        self.interval_s = interval_s
+        self.committed: list[Sample] = []
+        self.high_watermarks: list[Sample] = []
+        self.began = time.monotonic()
+        self.consumer = Consumer(
+            {
+                "bootstrap.servers": bootstrap,
+                "group.id": group,
+                "enable.auto.commit": False,
+                "reconnect.backoff.max.ms": 1000,
+                **QUIET,
+            }
+        )
+
+    def latest_committed(self) -> dict[int, int]:
+        latest: dict[int, int] = {}
+        for sample in self.committed:
+            latest[sample.partition] = sample.offset
+        return latest
+
+    def sample(self) -> None:
+        now = time.monotonic() - self.began
+        partitions = [TP(self.topic, p) for p in range(self.partitions)]
+        try:
+            committed = self.consumer.committed(partitions, timeout=5)
+        except KafkaException:
+            committed = []
+        for tp in committed:
+            if tp.error is None and tp.offset >= 0:
+                self.committed.append(Sample(now, tp.partition, tp.offset))
+        for tp in partitions:
+            try:
+                _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
+            except KafkaException:
+                continue
+            self.high_watermarks.append(Sample(now, tp.partition, high))
+
+    def work(self) -> None:
+        while not self.stopping.wait(self.interval_s):
+            self.sample()
+
+    def close(self) -> None:
+        self.consumer.close()
+
+
+def watermarks(bootstrap: str, topic: str, partitions: int) -> dict[int, tuple[int, int]]:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "chaos-watermarks", **QUIET})
+    try:
+        return {
+            p: consumer.get_watermark_offsets(TP(topic, p), timeout=30, cached=False)
+            for p in range(partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def read_log(
+    bootstrap: str, topic: str, partitions: int, value_bytes: int, timeout_s: float
+) -> dict[int, PartitionLog]:
+    """Every record of the topic from log start to the high watermark, as seqs."""
+    marks = watermarks(bootstrap, topic, partitions)
+    logs = {p: PartitionLog(low, high, array("q"), array("q")) for p, (low, high) in marks.items()}
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "chaos-reader",
+            "enable.auto.commit": False,
+            "enable.partition.eof": False,
+            "fetch.max.bytes": 16 * 1024 * 1024,
+            **QUIET,
+        }
+    )
+    pending = {p for p, log in logs.items() if log.high_watermark > log.log_start}
+    try:
+        consumer.assign([TP(topic, p, OFFSET_BEGINNING) for p in pending])
+        deadline = time.monotonic() + timeout_s
+        while pending and time.monotonic() < deadline:
+            for message in consumer.consume(POLL_BATCH * 4, 1.0):
+                if message.error() is not None:
+                    continue
+                partition, offset = message.partition(), message.offset()
+                assert partition is not None and offset is not None
+                log = logs[partition]
+                if offset >= log.high_watermark:
+                    continue
+                seq = decode_key(message.key())
+                if seq is None or message.value() != expected_value(seq, value_bytes):
+                    seq = SEQ_UNREADABLE
+                log.offsets.append(offset)  # type: ignore[attr-defined]
+                log.seqs.append(seq)  # type: ignore[attr-defined]
+                if offset + 1 >= log.high_watermark:
+                    pending.discard(partition)
+    finally:
+        consumer.close()
+    return logs
