@@ -277,26 +277,22 @@ class LogManager:
 
     def delete_log(self, topic: str, partition: int) -> Path | None:
         """Close a log and rename its directory ``...-delete``; removal is asynchronous."""
-        tp = (topic, partition)
-        log = self.logs.pop(tp, None)
-        log_dir = self._log_dir_of.pop(tp, None)
-        if log is None or log_dir is None:
-            return None
-        log.close()
-        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{DELETE_DIR_SUFFIX}"
-        os.rename(log.directory, target)
-        self._write_checkpoints_for(log_dir)
-        return target
+        return self._rename_away(topic, partition, DELETE_DIR_SUFFIX)
 
     def set_aside_stray_log(self, topic: str, partition: int) -> Path | None:
         """Close a log the metadata does not know and rename it ``...-stray``; keep its data."""
+        return self._rename_away(topic, partition, STRAY_DIR_SUFFIX)
+
+    def _rename_away(self, topic: str, partition: int, suffix: str) -> Path | None:
+        """Close a log and move its directory out of the log name space, to
+        ``<topic>-<partition>.<id><suffix>``; None if no such log is open."""
         tp = (topic, partition)
         log = self.logs.pop(tp, None)
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
             return None
         log.close()
-        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{STRAY_DIR_SUFFIX}"
+        target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
         os.rename(log.directory, target)
         self._write_checkpoints_for(log_dir)
         return target
