@@ -216,15 +216,11 @@ def compute_crc(buf: bytes | bytearray | memoryview, position: int, size: int) -
     return crc32c(view[position + CRC_START : position + size])
 
 
-def is_crc_valid(buf: bytes | bytearray | memoryview, header: BatchHeader) -> bool:
-    return compute_crc(buf, header.position, header.size) == header.crc
-
-
 def check_batch(buf: bytes | bytearray | memoryview, position: int = 0) -> BatchHeader:
     """Parse and fully validate (length, magic, CRC) the batch at ``position``.
 
     This is on the produce path for every batch, hence written flat rather than
-    as parse_header + is_crc_valid.
+    as parse_header plus a compute_crc comparison.
     """
     header = unpack_header(buf, position)
     end = position + header.batch_length + LOG_OVERHEAD
