@@ -14,6 +14,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from odradek.protocol.bounds import uvarint_bytes as _uvarint
 from odradek.storage.segment import FileRange
 
 _I16 = struct.Struct(">h")
@@ -43,15 +44,6 @@ class PartitionResult:
 class TopicResult:
     name: str
     partitions: list[PartitionResult]
-
-
-def _uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
 
 
 def _string(text: str, flexible: bool) -> bytes:

@@ -24,14 +24,7 @@ PRELUDE = textwrap.dedent(
     resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_LIMIT}, {ADDRESS_SPACE_LIMIT}))
     import asyncio, socket, struct, threading
     from odradek.client.connection import BrokerAddress, BrokerConnection
-
-    def uvarint(value):
-        out = bytearray()
-        while value >= 0x80:
-            out.append(value & 0x7F | 0x80)
-            value >>= 7
-        out.append(value)
-        return bytes(out)
+    from odradek.protocol.bounds import uvarint_bytes as uvarint
 
     def serve_once(listener, body):
         conn, _ = listener.accept()

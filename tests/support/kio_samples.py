@@ -16,6 +16,8 @@ from kio.serial._introspect import (
     get_schema_field_type,
 )
 
+from odradek.protocol.bounds import uvarint_bytes
+
 PRIMITIVES: dict[str, Any] = {
     "bool": True, "int8": 1, "int16": 1, "int32": 1, "int64": 1, "uint8": 1, "uint16": 1,
     "uint32": 1, "uint64": 1, "float64": 1.0, "uuid": uuid.UUID(int=1),
@@ -43,10 +45,4 @@ def full_entity(entity_type: Any) -> Any:
     return entity_type(**values)
 
 
-def uvarint(value: int) -> bytes:
-    out = bytearray()
-    while value >= 0x80:
-        out.append(value & 0x7F | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
+uvarint = uvarint_bytes  # the tests' short name for the broker's own encoder
