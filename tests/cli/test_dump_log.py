@@ -33,6 +33,7 @@ from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from odradek.storage.records import Header, Record, encode_batch, encode_end_txn_marker
+from tests.support.damage import flip
 
 NOW_MS = 1_700_000_000_000
 BATCHES = 20
@@ -103,12 +104,6 @@ def batch_lines(lines: list[str]) -> list[dict[str, str]]:
 
 def record_lines(lines: list[str]) -> list[str]:
     return [line for line in lines if line.startswith("| offset:")]
-
-
-def flip(path: Path, position: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[position] ^= 0xFF
-    path.write_bytes(bytes(data))
 
 
 def batch_positions(path: Path) -> list[int]:

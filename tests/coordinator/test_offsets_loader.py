@@ -14,6 +14,7 @@ from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from odradek.storage.records import Record, encode_batch
+from tests.support.damage import flip
 
 MAGIC_AT = 16
 VALUE = b"v" * 100  # ~190-byte batches: an index entry every ~22 batches at 4 KiB
@@ -34,14 +35,6 @@ def positions(log: Log) -> list[tuple[Path, int, int]]:
         for segment in log.segments
         for header in segment.iter_headers()
     ]
-
-
-def flip(path: Path, position: int) -> None:
-    with open(path, "r+b") as file:
-        file.seek(position)
-        byte = file.read(1)[0]
-        file.seek(position)
-        file.write(bytes([byte ^ 0xFF]))
 
 
 def read(log: Log, start: int = 0, end: int | None = None) -> tuple[list[int], list[Damage]]:

@@ -30,6 +30,7 @@ from tests.groups.wire import (
     wait_for,
 )
 from tests.support.broker import BrokerProcess, running_broker
+from tests.support.damage import flip
 from tests.support.wire import WireClient
 
 MAGIC_AT = 16  # byte of the magic in a v2 batch header
@@ -47,14 +48,6 @@ def batch_positions(path: Path) -> list[int]:
         positions.append(position)
         position += unpack_header(data, position).size
     return positions
-
-
-def flip(path: Path, position: int) -> None:
-    with open(path, "r+b") as file:
-        file.seek(position)
-        byte = file.read(1)[0]
-        file.seek(position)
-        file.write(bytes([byte ^ 0xFF]))
 
 
 def committed(bootstrap: str, group: str, partitions: list[TopicPartition]) -> dict[int, int]:

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import gc
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -20,3 +21,18 @@ def shared_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerPr
     """One broker for a whole test module, for tests that only add their own topics."""
     with running_broker(tmp_path_factory.mktemp("shared") / "data") as process:
         yield process
+
+
+@pytest.fixture
+def restartable(tmp_path: Path) -> Iterator[BrokerProcess]:
+    """A broker the test starts, kills and starts again (same object, data in
+    ``tmp_path / "data"``); stopped by pid at the end whatever state it is in."""
+    process = BrokerProcess(tmp_path / "data")
+    try:
+        yield process
+    finally:
+        gc.collect()  # librdkafka handles in reference cycles close their sockets
+        try:
+            process.stop()
+        finally:
+            process.kill()

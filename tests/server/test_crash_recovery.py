@@ -15,8 +15,6 @@ from __future__ import annotations
 
 import gc
 import re
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Producer
@@ -38,19 +36,6 @@ RECORDS = 60_000
 VALUE = b"v" * 100
 CHUNK = 4 * 1024 * 1024
 LATEST = -1
-
-
-@pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data")
-    try:
-        yield process
-    finally:
-        gc.collect()  # librdkafka handles in reference cycles close their sockets
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def produce_acknowledged(bootstrap: str, topic: str, count: int) -> dict[int, bytes]:

@@ -26,7 +26,6 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -45,23 +44,12 @@ from odradek.storage.records import Record, encode_batch
 from tests.server.test_admin_configs import configs_of, set_topic_configs
 from tests.server.test_protocol import batch, list_offset, make_topic, metadata, produce, read_all
 from tests.support.broker import BrokerProcess
+from tests.support.damage import flip
 from tests.support.wire import WireClient
 
 TOPIC_TYPE = 2
 METADATA_TP = ("__cluster_metadata", 0)
 FIRST_SEGMENT = f"{0:020d}.log"
-
-
-@pytest.fixture
-def restartable(tmp_path: Path) -> Iterator[BrokerProcess]:
-    process = BrokerProcess(tmp_path / "data")
-    try:
-        yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def timed_start(broker: BrokerProcess) -> float:
@@ -232,12 +220,6 @@ def restore(broker: BrokerProcess, copy: Path) -> Path:
     return broker.data_dir / METADATA_LOG_DIR / FIRST_SEGMENT
 
 
-def flip(path: Path, position: int) -> None:
-    data = bytearray(path.read_bytes())
-    data[position] ^= 0x10
-    path.write_bytes(bytes(data))
-
-
 def test_damaged_flushed_metadata_stops_the_broker_and_touches_no_data(
     pristine: tuple[BrokerProcess, Path, str],
 ) -> None:
@@ -246,7 +228,7 @@ def test_damaged_flushed_metadata_stops_the_broker_and_touches_no_data(
 
     # A flipped byte in the first batch, after a clean stop: replay finds it.
     path = restore(broker, copy)
-    flip(path, 30)
+    flip(path, 30, mask=0x10)
     before = log_digests(data_dir)
     line = serve_refused(data_dir)
     assert f"{path} position 0: " in line and "CRC32C" in line, line
@@ -257,7 +239,7 @@ def test_damaged_flushed_metadata_stops_the_broker_and_touches_no_data(
     path = restore(broker, copy)
     broker.start()
     broker.kill()
-    flip(path, 30)
+    flip(path, 30, mask=0x10)
     before = log_digests(data_dir)
     line = serve_refused(data_dir)
     assert f"{path} position 0: " in line and "CRC32C" in line, line
@@ -316,7 +298,7 @@ def test_torn_tail_is_cut_and_the_operator_may_start_from_the_metadata_before_da
     # Damage in the last flushed batch (the config change): refused, unless asked.
     path = restore(broker, copy)
     *_, last = iter_batches(path.read_bytes())
-    flip(path, last.position + 40)
+    flip(path, last.position + 40, mask=0x10)
     line = serve_refused(broker.data_dir)
     assert f"position {last.position}" in line, line
     broker.extra_args = ["--truncate-damaged-metadata"]

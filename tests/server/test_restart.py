@@ -15,7 +15,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -74,19 +73,6 @@ PRODUCER_SCRIPT = textwrap.dedent(
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
-
-
-@pytest.fixture
-def restartable(data_dir: Path) -> Iterator[BrokerProcess]:
-    """A broker the test may kill and start again (same object, same data dir)."""
-    process = BrokerProcess(data_dir)
-    try:
-        yield process
-    finally:
-        try:
-            process.stop()
-        finally:
-            process.kill()
 
 
 def wait_for_lines(path: Path, count: int, timeout_s: float = 30.0) -> None:
