@@ -39,8 +39,8 @@ from _support import (  # noqa: E402
     warn_if_busy,
 )
 
-from odradek.storage import batch as b  # noqa: E402
-from odradek.storage.records import encode_batch, new_records  # noqa: E402
+from odradek.records import batch as b  # noqa: E402
+from odradek.records.codec import encode_batch, new_records  # noqa: E402
 from tests.server.test_protocol import API_VERSIONS, produce_request, request  # noqa: E402
 from tests.support.bombs import bomb, raw_batch  # noqa: E402
 from tests.support.wire import WireClient  # noqa: E402

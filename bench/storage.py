@@ -54,11 +54,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from odradek.storage.batch import parse_header
+from odradek.records.batch import parse_header
+from odradek.records.codec import Record, encode_batch
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, encode_batch
 
 REPO = Path(__file__).resolve().parent.parent
 KIB = 1024

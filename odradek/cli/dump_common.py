@@ -20,7 +20,7 @@ from typing import Final, TextIO
 
 from crc32c import crc32c
 
-from odradek.storage.batch import (
+from odradek.records.batch import (
     CRC_START,
     HEADER_SIZE,
     MAGIC_POSITION,

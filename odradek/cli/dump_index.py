@@ -22,7 +22,7 @@ from odradek.cli.dump_common import (
     scan_headers,
     tail_text,
 )
-from odradek.storage.batch import NO_TIMESTAMP, BatchHeader
+from odradek.records.batch import NO_TIMESTAMP, BatchHeader
 from odradek.storage.index import OFFSET_ENTRY_SIZE, TIME_ENTRY_SIZE
 from odradek.storage.segment import LOG_SUFFIX
 

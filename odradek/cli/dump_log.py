@@ -51,17 +51,14 @@ from odradek.cli.dump_common import (
     tail_text,
 )
 from odradek.cli.dump_index import dump_offset_index, dump_time_index
-from odradek.storage.batch import (
+from odradek.records.batch import (
     COMPRESSION_NAMES,
     LOG_APPEND_TIME,
     NO_SEQUENCE,
     BatchHeader,
     unpack_header,
 )
-from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from odradek.storage.errors import CorruptRecordError, StorageError
-from odradek.storage.producer_state import SNAPSHOT_SUFFIX, ProducerEntry, read_snapshot
-from odradek.storage.records import (
+from odradek.records.codec import (
     ABORT_MARKER,
     COMMIT_MARKER,
     Record,
@@ -69,6 +66,10 @@ from odradek.storage.records import (
     decode_end_txn_marker,
     iter_records,
 )
+from odradek.records.errors import CorruptRecordError
+from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
+from odradek.storage.errors import StorageError
+from odradek.storage.producer_state import SNAPSHOT_SUFFIX, ProducerEntry, read_snapshot
 from odradek.storage.segment import (
     DELETED_SUFFIX,
     INDEX_SUFFIX,

@@ -36,8 +36,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from odradek.storage.batch import CREATE_TIME, NO_COMPRESSION
-from odradek.storage.records import append_record, frame_batch
+from odradek.records.batch import CREATE_TIME, NO_COMPRESSION
+from odradek.records.codec import append_record, frame_batch
 
 BATCH_OVERHEAD = 61  # v2 batch header
 Header = tuple[str, bytes | None]

@@ -36,7 +36,7 @@ from typing import Final, NamedTuple, TypeVar
 from kio.schema.errors import ErrorCode
 
 from odradek.client.cluster import KafkaError
-from odradek.storage.batch import (
+from odradek.records.batch import (
     COMPRESSION_NAMES,
     CONTROL_MASK,
     LOG_OVERHEAD,
@@ -46,15 +46,15 @@ from odradek.storage.batch import (
     check_batch,
     parse_header,
 )
-from odradek.storage.compression import ExpansionLimitError
-from odradek.storage.errors import RecordTooLargeError
-from odradek.storage.records import (
+from odradek.records.codec import (
     ABORT_MARKER,
     decode_control_record,
     decode_record_columns,
     iter_records,
     records_section,
 )
+from odradek.records.compression import ExpansionLimitError
+from odradek.records.errors import RecordTooLargeError
 
 FETCH_EXPANSION: Final = 64
 FETCH_EXPANSION_FLOOR: Final = 64 << 20

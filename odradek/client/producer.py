@@ -34,7 +34,7 @@ from odradek.client.partitioner import (
 )
 from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
 from odradek.client.types import RecordMetadata, as_bytes
-from odradek.storage.batch import COMPRESSION_BY_NAME
+from odradek.records.batch import COMPRESSION_BY_NAME
 
 PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4)}
 HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None

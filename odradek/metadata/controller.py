@@ -32,10 +32,10 @@ from odradek.metadata.image import (
     MetadataImage,
     MetadataRecord,
 )
+from odradek.records.codec import Record, decode_batch, encode_batch
 from odradek.storage.errors import CommittedDataCorruptError, LogConfigError, StorageError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
-from odradek.storage.records import Record, decode_batch, encode_batch
 
 logger = logging.getLogger(__name__)
 

@@ -36,7 +36,7 @@ from typing import Final
 from odradek.network.limits import RequestMemoryPool
 from odradek.network.warn_limit import PeerWarnings
 from odradek.protocol.frames import SIZE_PREFIX_BYTES, FrameError
-from odradek.storage.segment import FileRange
+from odradek.records.file_range import FileRange
 
 logger = logging.getLogger(__name__)
 

@@ -5,7 +5,7 @@ other, so it needs none of the event loop's multiplexing — and the loop's call
 the per-response buffer allocation and kio's decoding of the records field were half
 of the reader's time. This socket sends a kio-encoded request and receives each
 response frame into ONE buffer it keeps (grown when a response is larger), returning a
-memoryview of it: the caller parses the frame (``fetch_raw``) and decodes the records
+memoryview of it: the caller parses the frame (``protocol.fetch_codec``) and decodes the records
 from that view before it asks for the next response, which overwrites the buffer. The
 Arrow columns the decoder builds are copies, so nothing yielded to Spark points into
 the buffer. The reader sends the next fetch before decoding, so the broker's answer

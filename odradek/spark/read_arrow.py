@@ -16,7 +16,7 @@ So a fetch response (many v2 batches, as bytes) is decoded in three steps:
    and key, value and header slices become Arrow ``binary_view`` arrays built from
    (start, length) pairs over that one buffer, cast to ``binary`` by Arrow in C.
 
-Record layout and zigzag varints: see ``odradek/storage/records.py``. Malformed bytes
+Record layout and zigzag varints: see ``odradek/records/codec.py``. Malformed bytes
 raise ``CorruptRecordError`` naming the partition and batch offset; compressed records
 expanding past the client's per-fetch budget (``ExpansionBudget`` in
 odradek/client/fetch_decode.py) raise ``FetchExpansionError``. The schema is that
@@ -36,8 +36,7 @@ import pyarrow as pa
 from kio.serial.readers import read_signed_varint
 
 from odradek.client.fetch_decode import ExpansionBudget, FetchExpansionError
-from odradek.spark.read_spec import TimestampBounds
-from odradek.storage.batch import (
+from odradek.records.batch import (
     CONTROL_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
@@ -47,9 +46,10 @@ from odradek.storage.batch import (
     check_batch,
     parse_header,
 )
-from odradek.storage.compression import ExpansionLimitError, decompress
-from odradek.storage.errors import CorruptRecordError
-from odradek.storage.records import ABORT_MARKER, decode_control_record, iter_records
+from odradek.records.codec import ABORT_MARKER, decode_control_record, iter_records
+from odradek.records.compression import ExpansionLimitError, decompress
+from odradek.records.errors import CorruptRecordError
+from odradek.spark.read_spec import TimestampBounds
 
 _HEADER: Final = struct.Struct(">qiibIhiqqqhii")
 _COMPRESSION_MASK: Final = 0x07

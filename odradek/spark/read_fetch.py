@@ -5,7 +5,7 @@ servers, client config, topic, partition, [start, end)) and nothing else, so rea
 is stateless. ``read_range`` runs a private asyncio loop with odradek's ``Cluster`` and
 one ``BrokerConnection`` to the partition's leader (metadata, versions, ListOffsets),
 and loops Fetch requests over a blocking ``FetchSocket`` to that broker whose responses
-are parsed raw (``fetch_raw``; the records stay a view of the socket's buffer): each
+are parsed raw (``protocol.fetch_codec``; the records stay a view of the socket's buffer): each
 response is scanned (batch headers only) to find where the next fetch starts, the next
 Fetch is sent, and only then the response is decoded into Arrow columns
 (``read_arrow``), so the broker prepares the next response while this process decodes.
@@ -35,7 +35,7 @@ from kio.schema.errors import ErrorCode
 from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
-from odradek.spark.fetch_raw import FetchParseError, RawPartition, parse_fetch_response
+from odradek.protocol.fetch_codec import FetchParseError, RawPartition, parse_fetch_response
 from odradek.spark.fetch_socket import FetchSocket
 from odradek.spark.read_arrow import ArrowDecoder, scan
 from odradek.spark.read_spec import DataLossError, RangeSpec, data_loss

@@ -8,17 +8,12 @@ its own. Errors that mean "odradek has a bug" are assertions, not these.
 
 from __future__ import annotations
 
+from odradek.records.errors import CodedError
 
-class StorageError(Exception):
-    """Base class; ``code`` names the Kafka protocol error it maps to."""
-
-    code = "KAFKA_STORAGE_ERROR"
-
-
-class CorruptRecordError(StorageError):
-    """A batch failed its length, magic or CRC check (the peer sent bad bytes)."""
-
-    code = "CORRUPT_MESSAGE"
+# The records codec (odradek/records/, shared with the client and Spark) raises
+# CorruptRecordError and RecordTooLargeError from the same base, so one name covers
+# both and every ``except StorageError`` also catches the codec's errors.
+StorageError = CodedError
 
 
 class CommittedDataCorruptError(StorageError):
@@ -40,12 +35,6 @@ class InvalidRecordError(StorageError):
     """A well-formed batch that breaks a rule (control batch from a client, bad count...)."""
 
     code = "INVALID_RECORD"
-
-
-class RecordTooLargeError(StorageError):
-    """A batch larger than ``max.message.bytes``."""
-
-    code = "MESSAGE_TOO_LARGE"
 
 
 class InvalidTimestampError(StorageError):

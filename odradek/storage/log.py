@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from odradek.storage import batch as batch_format
-from odradek.storage.batch import (
+from odradek.records import batch as batch_format
+from odradek.records.batch import (
     HEADER_SIZE,
     LOG_OVERHEAD,
     NO_TIMESTAMP,
@@ -41,9 +41,10 @@ from odradek.storage.batch import (
     set_log_append_time,
     stamped_prefix,
 )
+from odradek.records.errors import CorruptRecordError
+from odradek.records.file_range import FileRange
 from odradek.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from odradek.storage.errors import (
-    CorruptRecordError,
     InvalidRecordError,
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
@@ -51,7 +52,7 @@ from odradek.storage.errors import (
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_validator import recompress, target_codec, validate_client_batches
 from odradek.storage.producer_state import ProducerEntry, ProducerStateManager
-from odradek.storage.segment import BatchMeta, FileRange, LogSegment
+from odradek.storage.segment import BatchMeta, LogSegment
 
 logger = logging.getLogger(__name__)
 

@@ -26,9 +26,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from odradek.records.errors import CorruptRecordError
 from odradek.storage.checkpoint import CheckpointError
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
-from odradek.storage.errors import CommittedDataCorruptError, CorruptRecordError
+from odradek.storage.errors import CommittedDataCorruptError
 from odradek.storage.index import IndexCorruptError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig

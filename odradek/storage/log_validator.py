@@ -26,8 +26,8 @@ import functools
 from collections.abc import Callable
 from typing import Final
 
-from odradek.storage import batch as batch_format
-from odradek.storage.batch import (
+from odradek.records import batch as batch_format
+from odradek.records.batch import (
     ATTRIBUTES_POSITION,
     COMPRESSION_BY_NAME,
     COMPRESSION_MASK,
@@ -43,13 +43,9 @@ from odradek.storage.batch import (
     BatchHeader,
     check_batch,
 )
-from odradek.storage.compression import ExpansionLimitError, decompress_bounded
-from odradek.storage.errors import (
-    CorruptRecordError,
-    InvalidRecordError,
-    InvalidTimestampError,
-    RecordTooLargeError,
-)
+from odradek.records.compression import ExpansionLimitError, decompress_bounded
+from odradek.records.errors import CorruptRecordError, RecordTooLargeError
+from odradek.storage.errors import InvalidRecordError, InvalidTimestampError
 from odradek.storage.log_config import LogConfig
 
 # How far a batch's records may expand, as a multiple of the room max.message.bytes
@@ -189,7 +185,7 @@ def recompress(
     exceeds max.message.bytes, CorruptRecordError for a bad compressed stream,
     InvalidRecordError for records that do not match the header.
     """
-    from odradek.storage.records import frame_batch
+    from odradek.records.codec import frame_batch
 
     limit = expansion_limit(config, codec)
     out = bytearray()

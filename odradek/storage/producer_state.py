@@ -38,7 +38,7 @@ from typing import Final
 
 from crc32c import crc32c
 
-from odradek.storage.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from odradek.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from odradek.storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,

@@ -26,14 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, NamedTuple
 
-from odradek.storage.batch import (
+from odradek.records.batch import (
     HEADER_SIZE,
     NO_TIMESTAMP,
     BatchHeader,
     compute_crc,
     unpack_header,
 )
-from odradek.storage.errors import CommittedDataCorruptError, CorruptRecordError, StorageError
+from odradek.records.errors import CorruptRecordError
+from odradek.records.file_range import FileRange
+from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.index import (
     OFFSET_ENTRY_SIZE,
     TIME_ENTRY_SIZE,
@@ -53,14 +55,6 @@ SCAN_CHUNK_BYTES: Final = 8 * 1024
 IOV_MAX: Final = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 # Recovery reads the log in chunks of this size (plus any batch larger than it).
 RECOVERY_CHUNK_BYTES: Final = 4 * 1024 * 1024
-
-
-class FileRange(NamedTuple):
-    """Bytes of a segment file to send with ``os.sendfile``."""
-
-    fd: int
-    position: int
-    length: int
 
 
 class BatchMeta(NamedTuple):
@@ -403,8 +397,8 @@ class LogSegment:
         opened, and one whose records do not decode is not trusted: the answer is its
         first offset, which skips no record.
         """
-        from odradek.storage.compression import STORED_EXPANSION, ExpansionLimitError
-        from odradek.storage.records import iter_records
+        from odradek.records.codec import iter_records
+        from odradek.records.compression import STORED_EXPANSION, ExpansionLimitError
 
         if self.max_timestamp < timestamp:
             return None

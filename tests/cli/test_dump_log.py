@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from odradek import __version__
 from odradek.cli import dump_common
 from odradek.cli.main import main
-from odradek.storage.batch import (
+from odradek.records.batch import (
     COMPRESSION_NAMES,
     GZIP,
     LZ4,
@@ -29,10 +29,10 @@ from odradek.storage.batch import (
     compute_crc,
     iter_batches,
 )
+from odradek.records.codec import Header, Record, encode_batch, encode_end_txn_marker
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Header, Record, encode_batch, encode_end_txn_marker
 from tests.support.damage import flip
 
 NOW_MS = 1_700_000_000_000

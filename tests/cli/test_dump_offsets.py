@@ -18,9 +18,9 @@ from odradek.coordinator.group.records import (
     encode_offset_key,
     encode_offset_value,
 )
+from odradek.records.codec import Record, encode_batch
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, encode_batch
 
 
 def write_offsets_log(directory: Path) -> Path:

@@ -22,7 +22,7 @@ from odradek.client.consumer_aio import AIOKafkaConsumer
 from odradek.client.consumer_sync import Consumer
 from odradek.client.fetch_decode import decode_fetched
 from odradek.client.types import TIMESTAMP_CREATE_TIME, KafkaException, Message, TopicPartition
-from odradek.storage.records import Header, Record, encode_batch
+from odradek.records.codec import Header, Record, encode_batch
 from tests.support.broker import BrokerProcess, running_broker
 
 GROUP_ARGS = [

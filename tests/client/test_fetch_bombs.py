@@ -26,10 +26,10 @@ from odradek.client.fetch_decode import (
     FetchExpansionError,
     decode_fetch,
 )
+from odradek.records.batch import GZIP, LZ4, ZSTD
+from odradek.records.codec import encode_batch, new_records
+from odradek.records.compression import compress
 from odradek.spark.read_arrow import ArrowDecoder, scan
-from odradek.storage.batch import GZIP, LZ4, ZSTD
-from odradek.storage.compression import compress
-from odradek.storage.records import encode_batch, new_records
 from tests.server.test_protocol import make_topic, now_ms, produce
 from tests.support.bombs import bomb, raw_batch
 from tests.support.broker import running_broker

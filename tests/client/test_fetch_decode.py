@@ -13,9 +13,9 @@ from odradek.client.types import (
     TIMESTAMP_NOT_AVAILABLE,
     Message,
 )
-from odradek.storage.batch import GZIP, LOG_APPEND_TIME, ZSTD
-from odradek.storage.errors import CorruptRecordError
-from odradek.storage.records import Header, Record, encode_batch
+from odradek.records.batch import GZIP, LOG_APPEND_TIME, ZSTD
+from odradek.records.codec import Header, Record, encode_batch
+from odradek.records.errors import CorruptRecordError
 
 
 def fetch_response() -> bytes:

@@ -35,8 +35,8 @@ import pytest
 from odradek.client import AdminClient, NewTopic, Producer
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import decode_request, encode_response, peek_header
-from odradek.storage.batch import BatchHeader, iter_batches
-from odradek.storage.records import iter_records
+from odradek.records.batch import BatchHeader, iter_batches
+from odradek.records.codec import iter_records
 from tests.support.broker import BrokerProcess
 from tests.support.wire import read_frame
 

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 
 from odradek.coordinator.group.loader import Damage, scan
-from odradek.storage.batch import HEADER_SIZE
+from odradek.records.batch import HEADER_SIZE
+from odradek.records.codec import Record, encode_batch
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, encode_batch
 from tests.support.damage import flip
 
 MAGIC_AT = 16

@@ -18,7 +18,7 @@ from typing import Any
 from confluent_kafka import Consumer, TopicPartition
 from kio.schema.errors import ErrorCode
 
-from odradek.storage.batch import HEADER_SIZE, unpack_header
+from odradek.records.batch import HEADER_SIZE, unpack_header
 from tests.groups.conftest import GROUP_ARGS
 from tests.groups.wire import (
     OFFSETS_TOPIC,

@@ -18,8 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from odradek.records.batch import COMPRESSION_BY_NAME, BatchHeader, iter_batches
 from odradek.server.handlers import supported_versions
-from odradek.storage.batch import COMPRESSION_BY_NAME, BatchHeader, iter_batches
 
 # A CreateTime far in the past: brokers accept any age by default
 # (message.timestamp.before.max.ms = Long.MAX), so the value must come back unchanged.

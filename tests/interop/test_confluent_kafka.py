@@ -27,7 +27,7 @@ from confluent_kafka import (  # noqa: E402
 )
 from confluent_kafka.admin import AdminClient, ConfigResource, NewTopic  # noqa: E402
 
-from odradek.storage.batch import CREATE_TIME, LOG_APPEND_TIME  # noqa: E402
+from odradek.records.batch import CREATE_TIME, LOG_APPEND_TIME  # noqa: E402
 from tests.interop.support import (  # noqa: E402
     BASE_TIMESTAMP,
     CLIENT_TIMEOUT_S,

@@ -15,6 +15,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.protocol.build import make
 from odradek.protocol.messages import Request, RequestHeader
+from odradek.records.codec import encode_batch, new_records
 from odradek.replica.replica_manager import Partition, ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, BrokerConfig
 from odradek.server.config_describe import (
@@ -32,7 +33,6 @@ from odradek.server.config_describe import (
 from odradek.server.handlers.records_admin import end_offset_for, offset_for_leader_epoch
 from odradek.storage.log_config import TOPIC_CONFIGS, LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import encode_batch, new_records
 from tests.server.test_protocol import nested
 
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.build import make
-from odradek.storage.batch import MAGIC_POSITION
-from odradek.storage.records import Record, encode_batch
+from odradek.records.batch import MAGIC_POSITION
+from odradek.records.codec import Record, encode_batch
 from tests.server.test_protocol import (
     API_VERSIONS,
     CREATE_TOPICS,

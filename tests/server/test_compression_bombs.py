@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.storage import batch as b
-from odradek.storage.records import Header, Record, decode_batches, encode_batch, new_records
+from odradek.records import batch as b
+from odradek.records.codec import Header, Record, decode_batches, encode_batch, new_records
 from tests.groups.wire import find_coordinator
 from tests.server.test_protocol import (
     API_VERSIONS,

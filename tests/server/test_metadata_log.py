@@ -32,15 +32,15 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.metadata.image import MetadataRecord
+from odradek.records.batch import iter_batches
+from odradek.records.codec import Record, encode_batch
 from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
-from odradek.storage.batch import iter_batches
 from odradek.storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, encode_batch
 from tests.server.test_admin_configs import configs_of, set_topic_configs
 from tests.server.test_protocol import batch, list_offset, make_topic, metadata, produce, read_all
 from tests.support.broker import BrokerProcess

@@ -27,9 +27,9 @@ from kio.static.constants import EntityType
 
 from odradek.protocol.build import make
 from odradek.protocol.fetch_codec import PartitionResult, TopicResult, encode_fetch_response
+from odradek.records.codec import Record, decode_batches, encode_batch, new_records
+from odradek.records.file_range import FileRange
 from odradek.server.handlers import supported_versions
-from odradek.storage.records import Record, decode_batches, encode_batch, new_records
-from odradek.storage.segment import FileRange
 from tests.support.broker import BrokerProcess
 from tests.support.wire import WireClient, create_topic
 

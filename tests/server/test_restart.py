@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.storage.records import encode_batch, new_records
+from odradek.records.codec import encode_batch, new_records
 from tests.server.test_protocol import (
     assert_clean_log,
     assert_serves,

@@ -22,11 +22,11 @@ from odradek.client import (
     Producer,
     TopicPartition,
 )
+from odradek.records.codec import Header, Record, encode_batch, encode_end_txn_marker
 from odradek.spark import use_as_kafka
 from odradek.spark.read_fetch import RangeSpec, read_range
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Header, Record, encode_batch, encode_end_txn_marker
 from tests.support.broker import BrokerProcess
 
 pytestmark = pytest.mark.slow

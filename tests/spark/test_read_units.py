@@ -16,6 +16,8 @@ pytest.importorskip("pyspark")
 
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
+from odradek.records.codec import Header, Record, encode_batch, encode_end_txn_marker
+from odradek.records.errors import CorruptRecordError
 from odradek.spark.options import OptionError, client_config, get, parse_duration_ms
 from odradek.spark.read_arrow import ArrowDecoder, TimestampBounds, scan
 from odradek.spark.read_options import (
@@ -32,8 +34,6 @@ from odradek.spark.read_options import (
 )
 from odradek.spark.read_plan import OffsetRange, check_covers, rate_limit, split_ranges
 from odradek.spark.read_stream import StreamReader
-from odradek.storage.errors import CorruptRecordError
-from odradek.storage.records import Header, Record, encode_batch, encode_end_txn_marker
 
 BOOT = {"kafka.bootstrap.servers": "localhost:9092"}
 

@@ -4,7 +4,7 @@ import itertools
 
 import pytest
 
-from odradek.storage.records import Record, encode_batch
+from odradek.records.codec import Record, encode_batch
 
 
 class FakeClock:

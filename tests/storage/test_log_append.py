@@ -7,19 +7,18 @@ from pathlib import Path
 
 import pytest
 
-from odradek.storage import batch as b
+from odradek.records import batch as b
+from odradek.records.codec import Record, decode_batches, encode_batch
+from odradek.records.errors import CorruptRecordError, RecordTooLargeError
 from odradek.storage.errors import (
-    CorruptRecordError,
     InvalidProducerEpochError,
     InvalidRecordError,
     InvalidTimestampError,
     OutOfOrderSequenceError,
-    RecordTooLargeError,
 )
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, decode_batches, encode_batch
 
 from .conftest import FakeClock, make_batch
 

@@ -29,7 +29,8 @@ from hypothesis.stateful import (
     rule,
 )
 
-from odradek.storage.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.codec import Record, decode_batches, encode_batch
 from odradek.storage.errors import (
     InvalidProducerEpochError,
     OffsetOutOfRangeError,
@@ -38,7 +39,6 @@ from odradek.storage.errors import (
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, decode_batches, encode_batch
 
 T0 = 1_700_000_000_000
 PIDS = (4000, 4001)

@@ -15,9 +15,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.storage import batch as b
-from odradek.storage.compression import compress
-from odradek.storage.errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from odradek.records import batch as b
+from odradek.records.codec import (
+    Record,
+    append_record,
+    decode_batch,
+    decode_batches,
+    encode_batch,
+)
+from odradek.records.compression import compress
+from odradek.records.errors import CorruptRecordError, RecordTooLargeError
+from odradek.storage.errors import InvalidRecordError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
@@ -26,13 +34,6 @@ from odradek.storage.log_validator import (
     conversion,
     convert_for_append,
     expansion_limit,
-)
-from odradek.storage.records import (
-    Record,
-    append_record,
-    decode_batch,
-    decode_batches,
-    encode_batch,
 )
 from tests.support.bombs import bomb, raw_batch
 

@@ -24,12 +24,12 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from odradek.storage.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.codec import Record, decode_batches, encode_batch
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, decode_batches, encode_batch
 
 T0 = 1_700_000_000_000
 PIDS = (1000, 1001)

@@ -22,10 +22,10 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.storage.batch import HEADER_SIZE, stamp, unpack_header
+from odradek.records.batch import HEADER_SIZE, stamp, unpack_header
+from odradek.records.codec import Record, encode_batch, frame_batch
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, encode_batch, frame_batch
 from odradek.storage.segment import RECOVERY_CHUNK_BYTES, LogSegment
 from tests.storage.test_recovery import (
     Clock,

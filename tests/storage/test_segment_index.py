@@ -19,12 +19,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from odradek.storage.batch import NO_COMPRESSION, parse_header
+from odradek.records.batch import NO_COMPRESSION, parse_header
+from odradek.records.codec import Record, decode_batches, encode_batch
 from odradek.storage.index import OffsetIndex
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, decode_batches, encode_batch
 from odradek.storage.segment import BatchMeta, LogSegment
 
 T0 = 1_700_000_000_000

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from odradek.records.codec import Record, encode_batch
 from odradek.storage.errors import CommittedDataCorruptError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
-from odradek.storage.records import Record, encode_batch
 
 CONFIG = LogConfig(retention_ms=-1, segment_bytes=4000)
 

@@ -12,8 +12,8 @@ import struct
 import cramjam
 from crc32c import crc32c
 
-from odradek.storage.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
-from odradek.storage.compression import compress
+from odradek.records.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.compression import compress
 
 UNIT = 8 << 20  # bytes of zeros per repeated unit
 

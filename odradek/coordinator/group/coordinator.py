@@ -61,8 +61,8 @@ from odradek.coordinator.group.records import (
 )
 from odradek.metadata.controller import ControllerError, NewTopic
 from odradek.metadata.image import MetadataImage
+from odradek.records.codec import Record, encode_batch
 from odradek.replica.replica_manager import PartitionError
-from odradek.storage.records import Record, encode_batch
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker

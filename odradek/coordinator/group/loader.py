@@ -27,9 +27,9 @@ import re
 from collections.abc import Generator, Iterator
 from dataclasses import dataclass
 
-from odradek.storage.errors import CorruptRecordError
+from odradek.records.codec import Record, decode_batch
+from odradek.records.errors import CorruptRecordError
 from odradek.storage.log import Log
-from odradek.storage.records import Record, decode_batch
 from odradek.storage.segment import LogSegment
 
 

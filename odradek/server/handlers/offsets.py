@@ -87,9 +87,9 @@ def _record_with_timestamp(partition: Partition, batch_offset: int, timestamp: i
     does); MAX_TIMESTAMP answers with the record itself (KIP-734, KAFKA-16310), so the
     one batch is decoded here.
     """
-    from odradek.storage.compression import STORED_EXPANSION, ExpansionLimitError
-    from odradek.storage.errors import CorruptRecordError
-    from odradek.storage.records import decode_batch
+    from odradek.records.codec import decode_batch
+    from odradek.records.compression import STORED_EXPANSION, ExpansionLimitError
+    from odradek.records.errors import CorruptRecordError
 
     for data in partition.log.read_batches(batch_offset, batch_offset + 1):
         try:  # a bomb stored unopened, or records that do not decode: the batch's offset

@@ -21,9 +21,9 @@ from odradek.metadata.controller import INTERNAL_TOPICS
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.records.batch import MAGIC_POSITION, MAGIC_V2, iter_batches
 from odradek.replica.replica_manager import PartitionError
 from odradek.server.handlers import handles
-from odradek.storage.batch import MAGIC_POSITION, MAGIC_V2, iter_batches
 from odradek.storage.errors import StorageError
 
 if TYPE_CHECKING:

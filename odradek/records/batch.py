@@ -36,7 +36,7 @@ from typing import Final
 
 from crc32c import crc32c
 
-from odradek.storage.errors import CorruptRecordError
+from odradek.records.errors import CorruptRecordError
 
 HEADER_SIZE: Final = 61
 # batchLength counts everything after itself; the smallest legal batch is a header.

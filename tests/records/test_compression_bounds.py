@@ -20,14 +20,14 @@ import zstandard
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.storage.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
-from odradek.storage.compression import (
+from odradek.records.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.compression import (
     ExpansionLimitError,
     compress,
     decompress,
     decompress_bounded,
 )
-from odradek.storage.errors import CorruptRecordError, RecordTooLargeError
+from odradek.records.errors import CorruptRecordError, RecordTooLargeError
 from tests.support.bombs import bomb
 
 CODECS = [NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD]

@@ -14,9 +14,15 @@ from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from odradek.protocol.fetch_codec import PartitionResult, TopicResult, encode_fetch_response
-from odradek.spark.fetch_raw import FetchParseError, RawPartition, parse_fetch_response
-from odradek.storage.segment import FileRange
+from odradek.protocol.fetch_codec import (
+    FetchParseError,
+    PartitionResult,
+    RawPartition,
+    TopicResult,
+    encode_fetch_response,
+    parse_fetch_response,
+)
+from odradek.records.file_range import FileRange
 
 FETCH = 1
 VERSIONS = range(4, 13)
@@ -152,8 +158,17 @@ def test_frames_written_by_kio_with_tagged_fields_and_null_records(version: int)
     parsed = parse_fetch_response(frame, version)
     ((name, (first, other)),) = parsed.topics
     assert name == "t" and parsed.correlation_id == 42
+    tags = ((2, 77), (3, 9), None) if version >= 12 else (None, None, None)
     assert first == RawPartition(
-        7, 0, 100, 90, 11 if version >= 5 else -1, [(5, 80)], 2 if version >= 11 else -1, None
+        7,
+        0,
+        100,
+        90,
+        11 if version >= 5 else -1,
+        [(5, 80)],
+        2 if version >= 11 else -1,
+        None,
+        *tags,
     )
     assert other.partition_index == 8 and other.records is not None
     assert bytes(other.records) == b"abc"
@@ -184,8 +199,8 @@ def test_records_are_a_slice_of_the_frame_not_a_copy() -> None:
 @pytest.mark.parametrize("headers", [False, True])
 def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> None:
     """The fetch socket reuses its receive buffer, so decoded columns must own their bytes."""
+    from odradek.records.codec import Header, Record, encode_batch
     from odradek.spark.read_arrow import ArrowDecoder, scan
-    from odradek.storage.records import Header, Record, encode_batch
 
     records = [
         Record(
@@ -206,3 +221,38 @@ def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> No
     buffer[:] = b"\xff" * len(buffer)
     assert batch.to_pylist() == before
     assert [row["value"] for row in before] == [r.value for r in records]
+
+
+@pytest.mark.parametrize(
+    "tags",
+    [
+        {"diverging_epoch": (4, 1234)},
+        {"current_leader": (2, 7)},
+        {"snapshot_id": (900, 3)},
+        {"diverging_epoch": (1, 10), "current_leader": (3, 5), "snapshot_id": (8, 1)},
+    ],
+)
+def test_partition_tags_written_as_kio_reads_them(tags: dict[str, tuple[int, int]]) -> None:
+    """The replication fields of v12 (diverging epoch, current leader, snapshot id)."""
+    partition = PartitionResult(0, 0, 5, 5, 0, [], None, **tags)
+    frame = b"".join(
+        p
+        for p in encode_fetch_response(12, 9, [TopicResult("t", [partition])])
+        if isinstance(p, bytes)
+    )
+    theirs = _kio(frame, 12).responses[0].partitions[0]
+    ours = parse_fetch_response(frame, 12).topics[0][1][0]
+    if "diverging_epoch" in tags:
+        epoch, end = tags["diverging_epoch"]
+        assert (theirs.diverging_epoch.epoch, theirs.diverging_epoch.end_offset) == (epoch, end)
+    if "current_leader" in tags:
+        leader, epoch = tags["current_leader"]
+        assert (theirs.current_leader.leader_id, theirs.current_leader.leader_epoch) == (
+            leader,
+            epoch,
+        )
+    if "snapshot_id" in tags:
+        end, epoch = tags["snapshot_id"]
+        assert (theirs.snapshot_id.end_offset, theirs.snapshot_id.epoch) == (end, epoch)
+    for name in ("diverging_epoch", "current_leader", "snapshot_id"):
+        assert getattr(ours, name) == tags.get(name)

@@ -1,4 +1,4 @@
-"""Tests for odradek.storage.records: round trips, known answers, corrupt input."""
+"""Tests for odradek.records.codec: round trips, known answers, corrupt input."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from kio.serial.readers import read_signed_varint, read_signed_varlong
 
-from odradek.storage.batch import (
+from odradek.records.batch import (
     CREATE_TIME,
     GZIP,
     LOG_APPEND_TIME,
@@ -22,9 +22,7 @@ from odradek.storage.batch import (
     check_batch,
     parse_header,
 )
-from odradek.storage.compression import compress, decompress
-from odradek.storage.errors import CorruptRecordError
-from odradek.storage.records import (
+from odradek.records.codec import (
     ABORT_MARKER,
     COMMIT_MARKER,
     SMALL_VARINT_LIMIT,
@@ -44,6 +42,8 @@ from odradek.storage.records import (
     iter_records,
     new_records,
 )
+from odradek.records.compression import compress, decompress
+from odradek.records.errors import CorruptRecordError
 
 CODECS = [NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD]
 INT64_MAX = 2**63 - 1

@@ -8,9 +8,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.storage import batch as b
-from odradek.storage.errors import CorruptRecordError
-from odradek.storage.records import Record, decode_batch, encode_batch
+from odradek.records import batch as b
+from odradek.records.codec import Record, decode_batch, encode_batch
+from odradek.records.errors import CorruptRecordError
 
 
 def sample(**kwargs: object) -> bytes:

@@ -44,7 +44,7 @@ from crc32c import crc32c
 from kio.serial.errors import SerialError
 from kio.serial.readers import read_signed_varint, read_signed_varlong
 
-from odradek.storage.batch import (
+from odradek.records.batch import (
     COMPRESSION_NAMES,
     CONTROL_MASK,
     CREATE_TIME,
@@ -61,8 +61,8 @@ from odradek.storage.batch import (
     iter_batches,
     parse_header,
 )
-from odradek.storage.compression import compress, decompress
-from odradek.storage.errors import CorruptRecordError
+from odradek.records.compression import compress, decompress
+from odradek.records.errors import CorruptRecordError
 
 Buf: TypeAlias = bytes | bytearray | memoryview
 

@@ -49,8 +49,8 @@ from typing import Any, Final, TypeAlias
 
 import cramjam
 
-from odradek.storage.batch import COMPRESSION_NAMES, GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
-from odradek.storage.errors import CorruptRecordError, RecordTooLargeError
+from odradek.records.batch import COMPRESSION_NAMES, GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.errors import CorruptRecordError, RecordTooLargeError
 
 Buf: TypeAlias = bytes | bytearray | memoryview
 

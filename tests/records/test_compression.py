@@ -1,4 +1,4 @@
-"""Tests for odradek.storage.compression: round trips, wire formats, corrupt input."""
+"""Tests for odradek.records.compression: round trips, wire formats, corrupt input."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.storage.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
-from odradek.storage.compression import (
+from odradek.records.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
+from odradek.records.compression import (
     XERIAL_BLOCK_SIZE,
     XERIAL_MAGIC,
     compress,
     decompress,
 )
-from odradek.storage.errors import CorruptRecordError
+from odradek.records.errors import CorruptRecordError
 
 CODECS = [NO_COMPRESSION, GZIP, SNAPPY, LZ4, ZSTD]
 COMPRESSED = [GZIP, SNAPPY, LZ4, ZSTD]

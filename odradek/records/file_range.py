@@ -1,0 +1,19 @@
+"""``FileRange``: bytes of a log file that travel to a socket without entering Python.
+
+How this works and why: a fetch response names record bytes by file, position and
+length; storage produces these ranges, the Fetch codec places them in the response
+and the network layer hands them to ``os.sendfile``. It lives here, beside the
+record codecs, so neither the network nor the protocol layer imports storage.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+
+class FileRange(NamedTuple):
+    """Bytes of a segment file to send with ``os.sendfile``."""
+
+    fd: int
+    position: int
+    length: int
