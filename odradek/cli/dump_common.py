@@ -46,6 +46,7 @@ class Options:
     verify_only: bool = False
     max_bytes: int | None = None
     offsets_decoder: bool = False  # decode keys/values as __consumer_offsets records
+    metadata_decoder: bool = False  # decode keys/values as __cluster_metadata records
 
 
 class DumpError(Exception):

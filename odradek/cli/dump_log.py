@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Final, TextIO
 
-from odradek.cli import offsets_decoder
+from odradek.cli import metadata_decoder, offsets_decoder
 from odradek.cli.dump_common import (
     DumpError,
     InvalidBatch,
@@ -127,6 +127,12 @@ def add_parser(subparsers: Subparsers) -> None:
         "(automatic for files under a __consumer_offsets-N directory)",
     )
     parser.add_argument(
+        "--cluster-metadata-decoder",
+        action="store_true",
+        help="decode records as __cluster_metadata changes "
+        "(automatic for files under a __cluster_metadata-N directory)",
+    )
+    parser.add_argument(
         "--max-bytes",
         type=_positive_int,
         metavar="N",
@@ -147,7 +153,11 @@ def _positive_int(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     options = Options(
-        args.print_data_log, args.verify_index_only, args.max_bytes, args.offsets_decoder
+        args.print_data_log,
+        args.verify_index_only,
+        args.max_bytes,
+        args.offsets_decoder,
+        args.cluster_metadata_decoder,
     )
     for stream in (sys.stdout, sys.stderr):  # odd file names or terminals never crash a dump
         if isinstance(stream, io.TextIOWrapper):
@@ -259,11 +269,9 @@ def _dump_records(target: Target, window: Window, header: BatchHeader) -> None:
     buffer, start = window.view(header.position, header.size)
     local = unpack_header(buffer, start)  # the same header, positioned in ``buffer``
     try:
-        decode_offsets = target.options.offsets_decoder or target.path.parent.name.startswith(
-            offsets_decoder.OFFSETS_TOPIC_PREFIX
-        )
+        decoder = _decoder(target)
         for record in iter_records(buffer, local):
-            target.emit(_record_line(record, local, decode_offsets))
+            target.emit(_record_line(record, local, decoder))
     except CorruptRecordError as error:
         reason = _RECORDS_ERROR_PREFIX.sub("", str(error))
         raise InvalidBatch(header.position, reason) from None
@@ -285,7 +293,19 @@ def _batch_line(header: BatchHeader, crc_ok: bool) -> str:
     )
 
 
-def _record_line(record: Record, header: BatchHeader, decode_offsets: bool = False) -> str:
+def _decoder(target: Target) -> str | None:
+    """Which record decoder applies: asked for, or implied by the partition directory."""
+    directory = target.path.parent.name
+    if target.options.metadata_decoder or directory.startswith(
+        metadata_decoder.METADATA_TOPIC_PREFIX
+    ):
+        return "metadata"
+    if target.options.offsets_decoder or directory.startswith(offsets_decoder.OFFSETS_TOPIC_PREFIX):
+        return "offsets"
+    return None
+
+
+def _record_line(record: Record, header: BatchHeader, decoder: str | None = None) -> str:
     header_keys = ",".join(h.key for h in record.headers)
     line = (
         f"| offset: {record.offset} {_timestamp_label(header)}: {record.timestamp} "
@@ -294,9 +314,11 @@ def _record_line(record: Record, header: BatchHeader, decode_offsets: bool = Fal
     )
     if header.is_control:
         return f"{line} {_control_text(record)}"
-    if decode_offsets:
+    if decoder == "offsets":
         key, payload = offsets_decoder.describe(record.key, record.value)
         return f"{line} key: {key} payload: {payload}"
+    if decoder == "metadata":
+        return f"{line} payload: {metadata_decoder.describe(record.key, record.value)}"
     return f"{line} key: {_text(record.key)} payload: {_text(record.value)}"
 
 
