@@ -21,12 +21,12 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
+from odradek.cli.subcommand import Subparsers
 from odradek.server.config import BrokerConfig, ConfigError
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run a Kafka-compatible broker",
