@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from odradek.cli.subcommand import Subparsers
-from odradek.server.config import BrokerConfig, ConfigError
+from odradek.server.config import BROKER_ROLE, BrokerConfig, ConfigError
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -73,6 +73,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"odradek serve: {error}", file=sys.stderr)
         return 2
+    if BROKER_ROLE not in config.roles:
+        print(
+            "odradek serve: process.roles=controller: a controller-only node cannot be served "
+            "yet (the controller quorum arrives with the KRaft work)",
+            file=sys.stderr,
+        )
+        return 1
     from odradek.network.limits import raise_open_file_limit
 
     raise_open_file_limit()  # connections and log files share the descriptor table
