@@ -298,3 +298,41 @@ def format_dirs(
             write_meta_properties(log_dir, _new_properties(cluster_id, node_id, new_id()))
         results.append(FormatResult(log_dir, not properties))
     return results
+
+
+@dataclass(frozen=True, slots=True)
+class DirsReport:
+    """What ``odradek storage info`` shows: each dir's meta.properties and the problems."""
+
+    dirs: tuple[Path, ...]
+    found: dict[Path, dict[str, str]]  # the formatted dirs, in the order given
+    problems: tuple[str, ...]
+
+
+def describe_dirs(log_dirs: Sequence[Path], node_id: int) -> DirsReport:
+    """Read every dir's identity without changing anything; problems as one-line texts."""
+    found: dict[Path, dict[str, str]] = {}
+    problems: list[str] = []
+    for log_dir in log_dirs:
+        if not log_dir.is_dir():
+            problems.append(f"{log_dir} does not exist.")
+            continue
+        try:
+            properties = read_meta_properties(log_dir)
+            if properties:
+                _check_identity(log_dir, properties, node_id)
+        except MetaPropertiesError as error:
+            problems.append(str(error))
+            continue
+        if not properties:
+            problems.append(f"{log_dir} is not formatted.")
+            continue
+        found[log_dir] = properties
+    cluster_ids = sorted({properties["cluster.id"] for properties in found.values()})
+    if len(cluster_ids) > 1:
+        problems.append(f"log dirs belong to different clusters {cluster_ids}.")
+    try:
+        _check_directory_ids(found)
+    except MetaPropertiesError as error:
+        problems.append(str(error))
+    return DirsReport(tuple(log_dirs), found, tuple(problems))
