@@ -23,7 +23,12 @@ import sys
 from pathlib import Path
 
 from odradek.cli.subcommand import Subparsers
-from odradek.server.config import BROKER_ROLE, BrokerConfig, ConfigError
+from odradek.server.config import (
+    BROKER_ROLE,
+    BrokerConfig,
+    ConfigError,
+    read_properties_file,
+)
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -37,7 +42,11 @@ def add_parser(subparsers: Subparsers) -> None:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property"
     )
     parser.add_argument("--data-dir", help="log directory (log.dirs); default ./var")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="PLAINTEXT listener; port 0 = any")
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="the PLAINTEXT listener (controller listeners of --config stay); port 0 = any",
+    )
     parser.add_argument("--node-id", type=int, help="node.id")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -56,10 +65,27 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     if args.data_dir:
         overrides.append(f"log.dirs={args.data_dir}")
     if args.listen:
-        overrides.append(f"listeners=PLAINTEXT://{args.listen}")
+        overrides.append(f"listeners={_listeners_with(args.listen, args.config, overrides)}")
     if args.node_id is not None:
         overrides.append(f"node.id={args.node_id}")
     return overrides
+
+
+def _listeners_with(listen: str, config_file: Path | None, overrides: list[str]) -> str:
+    """``--listen`` replaces the client (PLAINTEXT) listener; the controller listeners of
+    the config stay, so a KRaft server.properties still passes its quorum checks."""
+    properties = read_properties_file(config_file) if config_file else {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        properties[key.strip()] = value.strip()
+    names = properties.get("controller.listener.names", "CONTROLLER")
+    controller_names = {name.strip().upper() for name in names.split(",")}
+    kept = [
+        item.strip()
+        for item in properties.get("listeners", "").split(",")
+        if item.partition("://")[0].strip().upper() in controller_names
+    ]
+    return ",".join([f"PLAINTEXT://{listen}", *kept])
 
 
 def run(args: argparse.Namespace) -> int:
