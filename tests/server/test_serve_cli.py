@@ -269,6 +269,27 @@ def test_bad_kraft_config_exits_2_with_one_line(tmp_path: Path, override: str, k
     assert not data_dir.exists()
 
 
+def test_metadata_log_dir_holds_the_metadata_log(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["--listen", "127.0.0.1:0", "--override", f"log.dirs={a},{b}"]
+    broker = start_with_args(a, [*args, "--override", f"metadata.log.dir={b}"])
+    try:
+        assert_serves(broker.bootstrap)
+    finally:
+        try:
+            assert broker.stop() == 0
+        finally:
+            broker.kill()
+    assert (b / "__cluster_metadata-0").is_dir() and not (a / "__cluster_metadata-0").exists()
+    assert read_meta_properties(a)["directory.id"] != read_meta_properties(b)["directory.id"]
+    # Started with the metadata log elsewhere than it is: one line, nothing changed.
+    moved = serve(*args, "--override", f"metadata.log.dir={a}")
+    assert moved.returncode == 1
+    errors = [line for line in moved.stderr.splitlines() if "odradek serve:" in line]
+    assert len(errors) == 1 and f"set metadata.log.dir={b}" in errors[0], moved.stderr
+    assert not (a / "__cluster_metadata-0").exists()
+
+
 def test_overrides_win_over_the_config_file(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     config = tmp_path / "server.properties"
