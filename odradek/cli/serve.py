@@ -7,7 +7,8 @@ the listeners accept connections one line goes to stdout — ``odradek ready
 PLAINTEXT://127.0.0.1:40123`` with the real port — so scripts and tests can bind port 0
 and read it back. SIGTERM/SIGINT shut down cleanly and exit 0; if logs or checkpoints
 cannot be written then (a full disk) it says so in one line and exits 1, and the next
-start recovers the logs. A start refused (damaged or foreign data, see
+start recovers the logs. A start refused (damaged or foreign data, or, on a node of a
+configured quorum, a dir ``odradek storage format`` has not formatted; see
 storage/meta_properties.py) is one line and exit 1.
 """
 

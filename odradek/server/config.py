@@ -10,6 +10,14 @@ provides the defaults of topic configs (``log.segment.bytes`` → ``segment.byte
 same mapping gives DescribeConfigs its synonyms. Kafka broker properties that are
 not in the table are accepted with a warning that they have no effect
 (``server/config_catalogue.py``).
+
+KRaft properties are typed (``QuorumVoter``, ``HostPort``, the protocol map as a dict)
+and cross-checked as Kafka does (``BrokerConfig._check_kraft``), so the cluster code
+reads ``config.roles``, ``config.quorum_voters``, ``config.controller_listeners``,
+``config.broker_listeners``, ``config.inter_broker_listener`` and
+``config.metadata_log_dir`` instead of re-parsing strings. A node with no quorum
+configured is the zero-config combined node, whose quorum is in-process: it needs no
+controller listener, which is why those checks apply only once a quorum is configured.
 """
 
 from __future__ import annotations
