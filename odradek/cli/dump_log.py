@@ -35,7 +35,7 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Final, TextIO
+from typing import Final, TextIO
 
 from odradek.cli import metadata_decoder, offsets_decoder
 from odradek.cli.dump_common import (
@@ -51,6 +51,7 @@ from odradek.cli.dump_common import (
     tail_text,
 )
 from odradek.cli.dump_index import dump_offset_index, dump_time_index
+from odradek.cli.subcommand import Subparsers
 from odradek.records.batch import (
     COMPRESSION_NAMES,
     LOG_APPEND_TIME,
@@ -76,9 +77,6 @@ from odradek.storage.segment import (
     LOG_SUFFIX,
     TIME_INDEX_SUFFIX,
 )
-
-if TYPE_CHECKING:
-    from odradek.cli.main import Subparsers
 
 NAME: Final = "dump-log"
 SEQUENCE_MODULUS: Final = 2**31

@@ -23,27 +23,16 @@ import argparse
 import contextlib
 import os
 import sys
-from typing import Protocol, TypeAlias
 
 from odradek import __version__
-from odradek.cli import dump_log, serve
+from odradek.cli import dump_log, serve, storage
+from odradek.cli.subcommand import Subcommand
 
 PROG = "odradek"
 EXIT_USAGE = 2  # argparse's status for bad arguments
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
-Subparsers: TypeAlias = "argparse._SubParsersAction[argparse.ArgumentParser]"
-
-
-class Subcommand(Protocol):
-    """What a subcommand module provides (a module satisfies this protocol)."""
-
-    def add_parser(self, subparsers: Subparsers) -> None: ...
-
-    def run(self, args: argparse.Namespace) -> int: ...
-
-
-SUBCOMMANDS: tuple[Subcommand, ...] = (serve, dump_log)
+SUBCOMMANDS: tuple[Subcommand, ...] = (serve, storage, dump_log)
 # The client tools are click commands (odradek/cli/tools.py), imported only when used.
 TOOL_COMMANDS: dict[str, str] = {
     "topics": "create, list, describe, alter and delete topics",

@@ -7,7 +7,8 @@ the listeners accept connections one line goes to stdout — ``odradek ready
 PLAINTEXT://127.0.0.1:40123`` with the real port — so scripts and tests can bind port 0
 and read it back. SIGTERM/SIGINT shut down cleanly and exit 0; if logs or checkpoints
 cannot be written then (a full disk) it says so in one line and exits 1, and the next
-start recovers the logs. A start refused (damaged or foreign data, see
+start recovers the logs. A start refused (damaged or foreign data, or, on a node of a
+configured quorum, a dir ``odradek storage format`` has not formatted; see
 storage/meta_properties.py) is one line and exit 1.
 """
 
@@ -21,12 +22,17 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Any
 
-from odradek.server.config import BrokerConfig, ConfigError
+from odradek.cli.subcommand import Subparsers
+from odradek.server.config import (
+    BROKER_ROLE,
+    BrokerConfig,
+    ConfigError,
+    read_properties_file,
+)
 
 
-def add_parser(subparsers: Any) -> None:
+def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         "serve",
         help="run a Kafka-compatible broker",
@@ -37,7 +43,11 @@ def add_parser(subparsers: Any) -> None:
         "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property"
     )
     parser.add_argument("--data-dir", help="log directory (log.dirs); default ./var")
-    parser.add_argument("--listen", metavar="HOST:PORT", help="PLAINTEXT listener; port 0 = any")
+    parser.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help="the PLAINTEXT listener (controller listeners of --config stay); port 0 = any",
+    )
     parser.add_argument("--node-id", type=int, help="node.id")
     parser.add_argument(
         "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
@@ -56,10 +66,27 @@ def _overrides(args: argparse.Namespace) -> list[str]:
     if args.data_dir:
         overrides.append(f"log.dirs={args.data_dir}")
     if args.listen:
-        overrides.append(f"listeners=PLAINTEXT://{args.listen}")
+        overrides.append(f"listeners={_listeners_with(args.listen, args.config, overrides)}")
     if args.node_id is not None:
         overrides.append(f"node.id={args.node_id}")
     return overrides
+
+
+def _listeners_with(listen: str, config_file: Path | None, overrides: list[str]) -> str:
+    """``--listen`` replaces the client (PLAINTEXT) listener; the controller listeners of
+    the config stay, so a KRaft server.properties still passes its quorum checks."""
+    properties = read_properties_file(config_file) if config_file else {}
+    for item in overrides:
+        key, _, value = item.partition("=")
+        properties[key.strip()] = value.strip()
+    names = properties.get("controller.listener.names", "CONTROLLER")
+    controller_names = {name.strip().upper() for name in names.split(",")}
+    kept = [
+        item.strip()
+        for item in properties.get("listeners", "").split(",")
+        if item.partition("://")[0].strip().upper() in controller_names
+    ]
+    return ",".join([f"PLAINTEXT://{listen}", *kept])
 
 
 def run(args: argparse.Namespace) -> int:
@@ -73,6 +100,13 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"odradek serve: {error}", file=sys.stderr)
         return 2
+    if BROKER_ROLE not in config.roles:
+        print(
+            "odradek serve: process.roles=controller: a controller-only node cannot be served "
+            "yet (the controller quorum arrives with the KRaft work)",
+            file=sys.stderr,
+        )
+        return 1
     from odradek.network.limits import raise_open_file_limit
 
     raise_open_file_limit()  # connections and log files share the descriptor table

@@ -15,10 +15,8 @@ checkpoint every log, write the clean-shutdown marker.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +37,11 @@ from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from odradek.storage.log_manager import LogManager, LogManagerSettings
-from odradek.storage.meta_properties import ensure_meta_properties
+from odradek.storage.meta_properties import (
+    ensure_meta_properties,
+    random_uuid,
+    require_formatted,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -83,10 +85,6 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
             max_size=config["group.consumer.max.size"],
         ),
     )
-
-
-def new_cluster_id() -> str:
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
 
 
 class MetadataLogDamagedError(StorageError):
@@ -139,10 +137,18 @@ class Broker:
         """Bring the broker up; returns the listener URLs with their real ports."""
         loop = asyncio.get_running_loop()
         # Identity first: nothing in a log dir is loaded or written before it is known
-        # to belong to this cluster and node.
+        # to belong to this cluster and node. Only the zero-config node (no quorum
+        # configured) formats its own dirs; a quorum's nodes need `odradek storage format`.
+        format_empty = not self.config.quorum_configured
+        if not format_empty:
+            require_formatted(self.config.identity_dirs)  # before lock_dirs creates them
         await loop.run_in_executor(None, self.log_manager.lock_dirs)
         self.cluster_id = ensure_meta_properties(
-            self.config.log_dirs, self.node_id, new_cluster_id, reserved=(METADATA_LOG_DIR,)
+            self.config.identity_dirs,
+            self.node_id,
+            random_uuid,
+            reserved=(METADATA_LOG_DIR,),
+            format_empty=format_empty,
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
         await loop.run_in_executor(None, self._load_metadata)
@@ -154,7 +160,7 @@ class Broker:
             port = listener.port or ports.get(listener.name, listener.port)
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
-        await self.controller.register_broker(endpoints, None)
+        await self.controller.register_broker(endpoints, self.config["broker.rack"])
         self.replica_manager.apply_image(self.controller.image, self.topic_config)
         self.controller.add_listener(self._on_metadata)
         self.group_coordinator.on_metadata(self.controller.image)
@@ -166,7 +172,7 @@ class Broker:
         return [b.url() for b in bound]
 
     def _open_metadata_log(self, recovery_point: int, clean: bool) -> Log:
-        directory = self.config.log_dirs[0] / METADATA_LOG_DIR
+        directory = self.config.metadata_log_dir / METADATA_LOG_DIR
         log, stats = open_log(
             directory,
             METADATA_LOG_CONFIG,
@@ -202,8 +208,13 @@ class Broker:
         partition data, stops the broker with one line and changes nothing, unless
         the operator chose ``truncate_damaged_metadata``.
         """
-        first_dir = self.config.log_dirs[0]
+        first_dir = self.config.metadata_log_dir
         state = self.log_manager.reserved.get(METADATA_LOG_DIR)
+        if state is not None and not first_dir.samefile(state.log_dir):
+            raise MetadataLogDamagedError(
+                f"{METADATA_LOG_DIR} is in {state.log_dir}, not in metadata.log.dir "
+                f"{first_dir}: set metadata.log.dir={state.log_dir} (or move the directory)"
+            )
         recovery_point, clean = (state.recovery_point, state.clean) if state else (0, True)
         partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
         directory = first_dir / METADATA_LOG_DIR

@@ -10,11 +10,20 @@ provides the defaults of topic configs (``log.segment.bytes`` → ``segment.byte
 same mapping gives DescribeConfigs its synonyms. Kafka broker properties that are
 not in the table are accepted with a warning that they have no effect
 (``server/config_catalogue.py``).
+
+KRaft properties are typed (``QuorumVoter``, ``HostPort``, the protocol map as a dict)
+and cross-checked as Kafka does (``BrokerConfig._check_kraft``), so the cluster code
+reads ``config.roles``, ``config.quorum_voters``, ``config.controller_listeners``,
+``config.broker_listeners``, ``config.inter_broker_listener`` and
+``config.metadata_log_dir`` instead of re-parsing strings. A node with no quorum
+configured is the zero-config combined node, whose quorum is in-process: it needs no
+controller listener, which is why those checks apply only once a quorum is configured.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -81,10 +90,16 @@ def _assignors(key: str, raw: str) -> tuple[str, ...]:
     return tuple(names)
 
 
+BROKER_ROLE: Final = "broker"
+CONTROLLER_ROLE: Final = "controller"
+
+
 def _roles(key: str, raw: str) -> tuple[str, ...]:
     roles = _list(key, raw)
-    if not roles or any(role not in ("broker", "controller") for role in roles):
+    if not roles or any(role not in (BROKER_ROLE, CONTROLLER_ROLE) for role in roles):
         raise ConfigError(key, f"{raw!r} must be broker, controller or broker,controller")
+    if len(set(roles)) != len(roles):
+        raise ConfigError(key, f"{raw!r} names a role twice")
     return roles
 
 
@@ -116,6 +131,116 @@ def parse_listeners(key: str, raw: str) -> tuple[Listener, ...]:
     return tuple(listeners)
 
 
+def _port(key: str, item: str, text: str) -> int:
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise ConfigError(key, f"{item!r}: port {text!r} is not in [1, 65535]")
+    return int(text)
+
+
+def _host_port(key: str, item: str, text: str, form: str) -> tuple[str, int]:
+    """``host:port`` or ``[ipv6]:port`` (the brackets are dropped from the host)."""
+    host, sep, port = text.rpartition(":")
+    if host.startswith("[") and host.endswith("]") and len(host) > 2:
+        host = host[1:-1]
+    elif not _HOSTNAME.match(host):
+        raise ConfigError(key, f"{item!r} is not {form}")
+    if not sep:
+        raise ConfigError(key, f"{item!r} is not {form}")
+    return host, _port(key, item, port)
+
+
+# A host name or IPv4 address; IPv6 addresses must be in brackets, as in Kafka.
+_HOSTNAME = re.compile(r"^[A-Za-z0-9_]([A-Za-z0-9_.-]*[A-Za-z0-9_])?$")
+
+
+@dataclass(frozen=True, slots=True)
+class QuorumVoter:
+    """One entry of controller.quorum.voters: ``node_id@host:port``."""
+
+    node_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """One entry of controller.quorum.bootstrap.servers: ``host:port``."""
+
+    host: str
+    port: int
+
+
+def parse_quorum_voters(key: str, raw: str) -> tuple[QuorumVoter, ...]:
+    """``1@host:9093,2@[::1]:9093``: every node id and every address at most once."""
+    voters: list[QuorumVoter] = []
+    for item in _list(key, raw):
+        node, at, address = item.partition("@")
+        node = node.strip()
+        if not at or not node.isdigit() or int(node) > INT_MAX:
+            raise ConfigError(key, f"{item!r} is not NODE_ID@HOST:PORT")
+        host, port = _host_port(key, item, address.strip(), "NODE_ID@HOST:PORT")
+        voter = QuorumVoter(int(node), host, port)
+        for other in voters:
+            if other.node_id == voter.node_id:
+                raise ConfigError(key, f"{item!r}: node id {voter.node_id} is listed twice")
+            if (other.host, other.port) == (host, port):
+                raise ConfigError(key, f"{item!r}: {address.strip()} is listed twice")
+        voters.append(voter)
+    return tuple(voters)
+
+
+def parse_bootstrap_servers(key: str, raw: str) -> tuple[HostPort, ...]:
+    servers: list[HostPort] = []
+    for item in _list(key, raw):
+        server = HostPort(*_host_port(key, item, item, "HOST:PORT"))
+        if server in servers:
+            raise ConfigError(key, f"{item!r} is listed twice")
+        servers.append(server)
+    return tuple(servers)
+
+
+SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT"})
+
+
+def parse_protocol_map(key: str, raw: str) -> dict[str, str]:
+    """listener.security.protocol.map: ``LISTENER:PROTOCOL,...`` (names upper-cased)."""
+    mapping: dict[str, str] = {}
+    for item in _list(key, raw):
+        name, sep, protocol = (part.strip().upper() for part in item.partition(":"))
+        if not sep or not _LISTENER_NAME.match(name):
+            raise ConfigError(key, f"{item!r} is not LISTENER_NAME:SECURITY_PROTOCOL")
+        if protocol not in SECURITY_PROTOCOLS:
+            raise ConfigError(
+                key,
+                f"{item!r}: unknown security protocol {protocol!r} "
+                f"({', '.join(SECURITY_PROTOCOLS)})",
+            )
+        if name in mapping:
+            raise ConfigError(key, f"{item!r}: listener {name} is mapped twice")
+        mapping[name] = protocol
+    return mapping
+
+
+def _listener_names(key: str, raw: str) -> tuple[str, ...]:
+    """controller.listener.names, inter.broker.listener.name: names as listeners has them."""
+    names = tuple(name.upper() for name in _list(key, raw))
+    for name in names:
+        if not _LISTENER_NAME.match(name):
+            raise ConfigError(key, f"{name!r} is not a listener name")
+    return names
+
+
+def _one_listener_name(key: str, raw: str) -> str | None:
+    names = _listener_names(key, raw)
+    if len(names) > 1:
+        raise ConfigError(key, f"{raw.strip()!r} names more than one listener")
+    return names[0] if names else None
+
+
+_LISTENER_NAME = re.compile(r"^[A-Z0-9_]+$")
+
+
 def parse_ip_overrides(key: str, raw: str) -> tuple[tuple[str, int], ...]:
     """max.connections.per.ip.overrides: ``host:count,host:count`` (IPv6 as ``[::1]:5``)."""
     overrides = []
@@ -132,6 +257,13 @@ def parse_ip_overrides(key: str, raw: str) -> tuple[tuple[str, int], ...]:
             raise ConfigError(key, f"{item!r}: {value} is outside [0, {INT_MAX}]")
         overrides.append((host, value))
     return tuple(overrides)
+
+
+# Kafka's default listener.security.protocol.map; when it is not set, KRaft also maps
+# each controller listener name to PLAINTEXT (BrokerConfig.protocol_map).
+DEFAULT_PROTOCOL_MAP: Final = (
+    "SASL_SSL:SASL_SSL,PLAINTEXT:PLAINTEXT,SSL:SSL,SASL_PLAINTEXT:SASL_PLAINTEXT"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,13 +287,27 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("process.roles", _roles, "broker,controller"),
     BrokerConfigDef("listeners", parse_listeners, "PLAINTEXT://127.0.0.1:9092"),
     BrokerConfigDef("advertised.listeners", parse_listeners, None),
-    BrokerConfigDef("controller.listener.names", _list, "CONTROLLER"),
-    BrokerConfigDef("controller.quorum.voters", _list, None),
-    BrokerConfigDef("controller.quorum.bootstrap.servers", _list, None),
-    BrokerConfigDef("inter.broker.listener.name", _text, None),
-    BrokerConfigDef("listener.security.protocol.map", _list, None),
+    BrokerConfigDef("controller.listener.names", _listener_names, "CONTROLLER"),
+    BrokerConfigDef("controller.quorum.voters", parse_quorum_voters, None),
+    BrokerConfigDef("controller.quorum.bootstrap.servers", parse_bootstrap_servers, None),
+    BrokerConfigDef("inter.broker.listener.name", _one_listener_name, None),
+    BrokerConfigDef("listener.security.protocol.map", parse_protocol_map, DEFAULT_PROTOCOL_MAP),
     BrokerConfigDef("log.dirs", _list, None),
     BrokerConfigDef("log.dir", _text, "./var"),
+    BrokerConfigDef("metadata.log.dir", _text, None),
+    # KRaft timing (Kafka's defaults); the raft and broker-lifecycle code reads them.
+    BrokerConfigDef("controller.quorum.election.timeout.ms", _int(0, INT_MAX), "1000"),
+    BrokerConfigDef("controller.quorum.fetch.timeout.ms", _int(0, INT_MAX), "2000"),
+    BrokerConfigDef("controller.quorum.election.backoff.max.ms", _int(0, INT_MAX), "1000"),
+    BrokerConfigDef("controller.quorum.request.timeout.ms", _int(0, INT_MAX), "2000"),
+    BrokerConfigDef("controller.quorum.retry.backoff.ms", _int(0, INT_MAX), "20"),
+    BrokerConfigDef(
+        "metadata.log.max.record.bytes.between.snapshots", _int(1, LONG_MAX), "20971520"
+    ),
+    BrokerConfigDef("metadata.log.max.snapshot.interval.ms", _int(0, LONG_MAX), "3600000"),
+    BrokerConfigDef("broker.session.timeout.ms", _int(1, INT_MAX), "9000"),
+    BrokerConfigDef("broker.heartbeat.interval.ms", _int(1, INT_MAX), "2000"),
+    BrokerConfigDef("broker.rack", _text, None),
     BrokerConfigDef("num.partitions", _int(1, INT_MAX), "1", dynamic=True),
     BrokerConfigDef("default.replication.factor", _int(1, 32767), "1", dynamic=True),
     BrokerConfigDef("auto.create.topics.enable", _bool, "true"),
@@ -255,6 +401,10 @@ _UNIT_MS: Final = {
 }
 
 
+def _normalized(path: Path) -> str:
+    return os.path.normpath(os.path.abspath(path))
+
+
 def read_properties_file(path: Path) -> dict[str, str]:
     """Java .properties subset: ``key=value`` or ``key: value``, ``#``/``!`` comments."""
     try:
@@ -344,6 +494,144 @@ class BrokerConfig:
             if self.is_set("node.id"):
                 raise ConfigError("broker.id", f"{broker_id} differs from node.id")
             self.values["node.id"] = broker_id
+        for name in ("process.roles", "listeners"):  # set to "" in a file or override
+            if self.values[name] is None:
+                raise ConfigError(name, "must not be empty")
+        self._check_kraft()
+
+    def _check_kraft(self) -> None:
+        """Kafka's KRaft cross-checks of roles, quorum, listeners and their protocols.
+
+        A node with no quorum configured (no controller.quorum.voters nor
+        controller.quorum.bootstrap.servers) is the zero-config single combined node:
+        its quorum is in-process, so it needs no controller listener.
+        """
+        self._check_listener_names()
+        roles, controller_names = self.roles, set(self.controller_listener_names)
+        all_names = [li.name for li in self.values["listeners"]]
+        if not self.quorum_configured:
+            if roles != {BROKER_ROLE, CONTROLLER_ROLE}:
+                raise ConfigError(
+                    "process.roles",
+                    f"{','.join(self.values['process.roles'])} needs controller.quorum.voters "
+                    "or controller.quorum.bootstrap.servers (only a combined broker,controller "
+                    "node runs without a quorum configured)",
+                )
+        else:
+            self._check_quorum_roles(roles, controller_names, all_names)
+        if BROKER_ROLE in roles:
+            self._check_broker_listeners(controller_names)
+        self._check_protocols()
+        self._check_metadata_log_dir()
+
+    def _check_listener_names(self) -> None:
+        names = [li.name for li in self.values["listeners"]]
+        for name in names:
+            if names.count(name) > 1:
+                raise ConfigError("listeners", f"listener name {name} is used twice")
+        advertised = self.values["advertised.listeners"] or ()
+        for listener in advertised:
+            if listener.name not in names:
+                raise ConfigError(
+                    "advertised.listeners",
+                    f"{listener.url()}: listener {listener.name} is not in listeners",
+                )
+            if listener.name in self.controller_listener_names:
+                raise ConfigError(
+                    "advertised.listeners",
+                    f"{listener.url()}: {listener.name} is a controller listener "
+                    "(controller.listener.names); clients are given broker listeners only",
+                )
+
+    def _check_quorum_roles(
+        self, roles: frozenset[str], controller_names: set[str], all_names: list[str]
+    ) -> None:
+        voters = {voter.node_id for voter in self.quorum_voters}
+        node = self.node_id
+        if not controller_names:
+            raise ConfigError(
+                "controller.listener.names", "must name at least one listener in KRaft mode"
+            )
+        if CONTROLLER_ROLE in roles:
+            if voters and node not in voters:
+                raise ConfigError(
+                    "controller.quorum.voters",
+                    f"node.id={node} has the controller role but is not one of the voters "
+                    f"{sorted(voters)}",
+                )
+            for name in self.controller_listener_names:
+                if name not in all_names:
+                    raise ConfigError(
+                        "controller.listener.names",
+                        f"{name} is not in listeners ({', '.join(all_names)}); a node with "
+                        "the controller role listens on every controller listener",
+                    )
+            if BROKER_ROLE not in roles:
+                others = [n for n in all_names if n not in controller_names]
+                if others:
+                    raise ConfigError(
+                        "listeners",
+                        f"{', '.join(others)}: a controller-only node (process.roles="
+                        "controller) has only controller listeners (controller.listener.names)",
+                    )
+        else:
+            if node in voters:
+                raise ConfigError(
+                    "controller.quorum.voters",
+                    f"node.id={node} is a voter but process.roles=broker has no controller role",
+                )
+            listed = [n for n in all_names if n in controller_names]
+            if listed:
+                raise ConfigError(
+                    "listeners",
+                    f"{', '.join(listed)} is a controller listener (controller.listener.names) "
+                    "but process.roles=broker has no controller role",
+                )
+
+    def _check_broker_listeners(self, controller_names: set[str]) -> None:
+        broker_names = [li.name for li in self.broker_listeners]
+        if not broker_names:
+            raise ConfigError(
+                "listeners",
+                "a node with the broker role needs a listener that is not a controller "
+                "listener (controller.listener.names)",
+            )
+        name = self.values["inter.broker.listener.name"]
+        if name is not None and name not in broker_names:
+            what = "a controller listener" if name in controller_names else "not in listeners"
+            raise ConfigError(
+                "inter.broker.listener.name",
+                f"{name} is {what}; broker listeners: {', '.join(broker_names)}",
+            )
+
+    def _check_protocols(self) -> None:
+        protocols = self.protocol_map
+        for listener in (*self.values["listeners"], *(self.values["advertised.listeners"] or ())):
+            protocol = protocols.get(listener.name)
+            if protocol is None:
+                raise ConfigError(
+                    "listener.security.protocol.map",
+                    f"no security protocol for listener {listener.name} ({listener.url()})",
+                )
+            if protocol not in IMPLEMENTED_PROTOCOLS:
+                raise ConfigError(
+                    "listeners",
+                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): TLS "
+                    "and SASL are not implemented yet, only PLAINTEXT listeners",
+                )
+
+    def _check_metadata_log_dir(self) -> None:
+        if self.values["metadata.log.dir"] is None:
+            return
+        wanted = _normalized(self.metadata_log_dir)
+        if all(_normalized(d) != wanted for d in self.log_dirs):
+            # LogManager checkpoints the metadata log's recovery point in its log dir;
+            # a metadata dir of its own comes with the KRaft work.
+            raise ConfigError(
+                "metadata.log.dir",
+                f"{self.metadata_log_dir} is not one of log.dirs; odradek keeps "
+                "__cluster_metadata in one of the log dirs for now",
+            )
 
     @property
     def node_id(self) -> int:
@@ -355,11 +643,78 @@ class BrokerConfig:
         return [Path(d) for d in dirs]
 
     @property
-    def listeners(self) -> tuple[Listener, ...]:
-        names = set(self.values["controller.listener.names"] or ())
-        # Controller listeners serve the quorum, not clients (KRaft); a single
-        # combined node keeps its quorum in-process, so they are not opened yet.
+    def metadata_log_dir(self) -> Path:
+        """Where ``__cluster_metadata-0`` lives: metadata.log.dir, else the first log dir."""
+        value = self.values["metadata.log.dir"]
+        return Path(value) if value else self.log_dirs[0]
+
+    @property
+    def identity_dirs(self) -> list[Path]:
+        """Every dir that holds a meta.properties: the log dirs and the metadata log dir."""
+        dirs = list(self.log_dirs)
+        if all(_normalized(d) != _normalized(self.metadata_log_dir) for d in dirs):
+            dirs.append(self.metadata_log_dir)
+        return dirs
+
+    @property
+    def roles(self) -> frozenset[str]:
+        return frozenset(self.values["process.roles"])
+
+    @property
+    def quorum_voters(self) -> tuple[QuorumVoter, ...]:
+        return self.values["controller.quorum.voters"] or ()
+
+    @property
+    def quorum_bootstrap_servers(self) -> tuple[HostPort, ...]:
+        return self.values["controller.quorum.bootstrap.servers"] or ()
+
+    @property
+    def quorum_configured(self) -> bool:
+        """False for the zero-config single combined node, whose quorum is in-process."""
+        return bool(self.quorum_voters or self.quorum_bootstrap_servers)
+
+    @property
+    def controller_listener_names(self) -> tuple[str, ...]:
+        return self.values["controller.listener.names"] or ()
+
+    @property
+    def controller_listeners(self) -> tuple[Listener, ...]:
+        """The listeners named by controller.listener.names (parsed, not served yet)."""
+        names = set(self.controller_listener_names)
+        return tuple(li for li in self.values["listeners"] if li.name in names)
+
+    @property
+    def broker_listeners(self) -> tuple[Listener, ...]:
+        """The listeners that are not controller listeners: what clients connect to."""
+        names = set(self.controller_listener_names)
         return tuple(li for li in self.values["listeners"] if li.name not in names)
+
+    @property
+    def listeners(self) -> tuple[Listener, ...]:
+        # What ``serve`` binds. Controller listeners serve the quorum, not clients
+        # (KRaft); a single combined node keeps its quorum in-process, so they are
+        # not opened yet.
+        return self.broker_listeners
+
+    @property
+    def inter_broker_listener(self) -> Listener | None:
+        """inter.broker.listener.name's listener (default: the first broker listener);
+        None on a controller-only node."""
+        name = self.values["inter.broker.listener.name"]
+        for listener in self.broker_listeners:
+            if name is None or listener.name == name:
+                return listener
+        return None
+
+    @property
+    def protocol_map(self) -> dict[str, str]:
+        """listener name -> security protocol; unless the map is set, Kafka's default plus
+        PLAINTEXT for each controller listener (as KRaft does)."""
+        mapping = dict(self.values["listener.security.protocol.map"] or {})
+        if not self.is_set("listener.security.protocol.map"):
+            for name in self.controller_listener_names:
+                mapping.setdefault(name, "PLAINTEXT")
+        return mapping
 
     @property
     def advertised_listeners(self) -> tuple[Listener, ...]:

@@ -119,6 +119,11 @@ _PARSER_TYPES: Final[dict[Callable[[str, str], Any], int]] = {
     broker_config._assignors: LIST,
     broker_config.parse_listeners: LIST,
     broker_config.parse_ip_overrides: STRING,
+    broker_config.parse_quorum_voters: LIST,
+    broker_config.parse_bootstrap_servers: LIST,
+    broker_config.parse_protocol_map: STRING,  # Kafka's type for the map
+    broker_config._listener_names: STRING,  # controller.listener.names, as Kafka types it
+    broker_config._one_listener_name: STRING,
 }
 
 

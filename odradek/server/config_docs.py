@@ -22,6 +22,21 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "listener.security.protocol.map": "listener name to security protocol",
     "log.dirs": "directories that hold partition logs",
     "log.dir": "the log directory when log.dirs is not set",
+    "metadata.log.dir": "the log dir that holds __cluster_metadata (default: the first log dir)",
+    "controller.quorum.election.timeout.ms": "a voter that hears no leader this long runs "
+    "for election",
+    "controller.quorum.fetch.timeout.ms": "a follower that fetches nothing this long looks "
+    "for a new leader",
+    "controller.quorum.election.backoff.max.ms": "most a candidate waits before its next election",
+    "controller.quorum.request.timeout.ms": "how long a quorum request waits for its answer",
+    "controller.quorum.retry.backoff.ms": "wait before retrying a failed quorum request",
+    "metadata.log.max.record.bytes.between.snapshots": "metadata bytes appended before the "
+    "next snapshot",
+    "metadata.log.max.snapshot.interval.ms": "most time between metadata snapshots; 0 = never "
+    "by time",
+    "broker.session.timeout.ms": "a broker that sends no heartbeat this long is fenced",
+    "broker.heartbeat.interval.ms": "how often a broker heartbeats to the controller",
+    "broker.rack": "the rack of this broker, for rack-aware replica placement",
     "num.partitions": "partition count of topics created without one",
     "default.replication.factor": "replication factor of topics created without one",
     "auto.create.topics.enable": "create a topic when a client asks for metadata of it",

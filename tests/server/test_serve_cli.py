@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
+from odradek.storage.meta_properties import random_uuid, read_meta_properties
 from tests.server.test_protocol import (
     assert_clean_log,
     assert_serves,
@@ -147,14 +148,28 @@ zookeeper.connection.timeout.ms: 18000
 """
 
 
+def storage_format(config: Path, cluster_id: str) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "storage", "format", "-t", cluster_id, "-c", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=child_env(),
+    )
+    assert result.returncode == 0, result.stderr
+
+
 def test_kafka_server_properties_file(tmp_path: Path) -> None:
     data_dir = tmp_path / "kafka-logs"
     config = tmp_path / "server.properties"
     config.write_text(KAFKA_SERVER_PROPERTIES.format(log_dirs=data_dir))
+    cluster_id = random_uuid()
+    storage_format(config, cluster_id)  # a configured quorum: Kafka's steps
     broker = start_with_args(data_dir, ["--config", str(config)], cwd=tmp_path)
     try:
-        assert (data_dir / "meta.properties").exists()
+        assert read_meta_properties(data_dir)["cluster.id"] == cluster_id
         with WireClient(broker.bootstrap) as client:
+            assert metadata(client, None).cluster_id == cluster_id
             (topic,) = metadata(client, ["auto-three"]).topics
             assert topic.error_code == ErrorCode.none
             assert len(topic.partitions) == 3
@@ -175,6 +190,104 @@ def test_kafka_server_properties_file(tmp_path: Path) -> None:
         finally:
             broker.kill()
     assert_clean_log(broker)
+
+
+def test_quorum_node_refuses_an_unformatted_dir(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kafka-logs"
+    config = tmp_path / "server.properties"
+    config.write_text(KAFKA_SERVER_PROPERTIES.format(log_dirs=data_dir))
+    # --listen replaces the client listener; the config's controller listener stays.
+    result = serve("--config", str(config), "--listen", "127.0.0.1:0", cwd=tmp_path)
+    assert result.returncode == 1, result
+    assert "Traceback" not in result.stderr and "odradek ready" not in result.stdout
+    errors = [line for line in result.stderr.splitlines() if "odradek serve:" in line]
+    assert len(errors) == 1, result.stderr
+    assert f"no meta.properties in {data_dir}" in errors[0]
+    assert "odradek storage format -t <cluster-id> -c <server.properties>" in errors[0]
+    assert not data_dir.exists()  # untouched: not even created
+    data_dir.mkdir()
+    assert serve("--config", str(config), cwd=tmp_path).returncode == 1
+    assert list(data_dir.iterdir()) == []
+
+
+def test_quorum_node_refuses_dirs_of_another_cluster(tmp_path: Path) -> None:
+    data_dir = tmp_path / "kafka-logs"
+    config = tmp_path / "server.properties"
+    config.write_text(KAFKA_SERVER_PROPERTIES.format(log_dirs=data_dir))
+    storage_format(config, random_uuid())
+    before = read_meta_properties(data_dir)
+    result = serve(
+        "--config",
+        str(config),
+        "--override",
+        "node.id=2",
+        "--override",
+        "controller.quorum.voters=2@localhost:9093",
+        cwd=tmp_path,
+    )
+    assert result.returncode == 1
+    errors = [line for line in result.stderr.splitlines() if "odradek serve:" in line]
+    assert len(errors) == 1 and "says node.id=1" in errors[0], result.stderr
+    assert read_meta_properties(data_dir) == before
+
+
+def test_controller_only_node_is_not_served_yet(tmp_path: Path) -> None:
+    result = serve(
+        "--override",
+        f"log.dirs={tmp_path / 'data'}",
+        "--override",
+        "process.roles=controller",
+        "--override",
+        "controller.quorum.voters=1@localhost:19093",
+        "--override",
+        "listeners=CONTROLLER://127.0.0.1:19093",
+    )
+    assert result.returncode == 1
+    (line,) = message_lines(result.stderr)
+    assert line.startswith("odradek serve: process.roles=controller") and "not" in line
+    assert not (tmp_path / "data").exists()
+
+
+@pytest.mark.parametrize(
+    ("override", "key"),
+    [
+        ("controller.quorum.voters=1@localhost", "controller.quorum.voters"),
+        ("process.roles=broker", "controller.quorum.voters"),  # node 1 is a voter
+        ("listeners=PLAINTEXT://127.0.0.1:0,SSL://:0,CONTROLLER://:0", "listeners"),
+        ("listener.security.protocol.map=PLAINTEXT:PLAINTEXT", "listener.security.protocol.map"),
+        ("controller.listener.names=", "controller.listener.names"),
+    ],
+)
+def test_bad_kraft_config_exits_2_with_one_line(tmp_path: Path, override: str, key: str) -> None:
+    data_dir = tmp_path / "kafka-logs"
+    config = tmp_path / "server.properties"
+    config.write_text(KAFKA_SERVER_PROPERTIES.format(log_dirs=data_dir))
+    result = serve("--config", str(config), "--override", override, cwd=tmp_path)
+    assert result.returncode == 2, result
+    (line,) = message_lines(result.stderr)
+    assert line.startswith(f"odradek serve: invalid value for {key}: "), line
+    assert not data_dir.exists()
+
+
+def test_metadata_log_dir_holds_the_metadata_log(tmp_path: Path) -> None:
+    a, b = tmp_path / "a", tmp_path / "b"
+    args = ["--listen", "127.0.0.1:0", "--override", f"log.dirs={a},{b}"]
+    broker = start_with_args(a, [*args, "--override", f"metadata.log.dir={b}"])
+    try:
+        assert_serves(broker.bootstrap)
+    finally:
+        try:
+            assert broker.stop() == 0
+        finally:
+            broker.kill()
+    assert (b / "__cluster_metadata-0").is_dir() and not (a / "__cluster_metadata-0").exists()
+    assert read_meta_properties(a)["directory.id"] != read_meta_properties(b)["directory.id"]
+    # Started with the metadata log elsewhere than it is: one line, nothing changed.
+    moved = serve(*args, "--override", f"metadata.log.dir={a}")
+    assert moved.returncode == 1
+    errors = [line for line in moved.stderr.splitlines() if "odradek serve:" in line]
+    assert len(errors) == 1 and f"set metadata.log.dir={b}" in errors[0], moved.stderr
+    assert not (a / "__cluster_metadata-0").exists()
 
 
 def test_overrides_win_over_the_config_file(tmp_path: Path) -> None:

@@ -24,8 +24,13 @@ from odradek.storage.log_loader import open_log
 from odradek.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager, LogManagerSettings
 from odradek.storage.meta_properties import (
     MetaPropertiesError,
+    describe_dirs,
     ensure_meta_properties,
+    format_dirs,
+    parse_uuid,
+    random_uuid,
     read_meta_properties,
+    require_formatted,
     write_meta_properties,
 )
 from odradek.storage.partition_metadata import (
@@ -228,6 +233,97 @@ def test_other_node_or_other_cluster_is_refused(tmp_path: Path) -> None:
         ensure_meta_properties([tmp_path / "a"], 2, new_ids)
     with pytest.raises(MetaPropertiesError, match="different clusters"):
         ensure_meta_properties([tmp_path / "a", tmp_path / "b"], 1, new_ids)
+
+
+def test_duplicate_directory_ids_are_refused(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        write_meta_properties(
+            tmp_path / name,
+            {"cluster.id": "c1", "node.id": "1", "version": "1", "directory.id": "same"},
+        )
+    with pytest.raises(MetaPropertiesError, match=r"same directory\.id=same"):
+        ensure_meta_properties([tmp_path / "a", tmp_path / "b"], 1, new_ids)
+
+
+def test_random_uuid_is_kafkas_format() -> None:
+    ids = {random_uuid() for _ in range(200)}
+    assert len(ids) == 200
+    for text in ids:
+        assert len(text) == 22 and not text.startswith("-")
+        assert len(parse_uuid(text)) == 16
+
+
+@pytest.mark.parametrize(
+    "text", ["", "abc", "x" * 23, "MkU3OEVBNTcwNTJENDM2Qk", "MkU3OEVBNTcwNTJENDM2Q!", "é" * 22]
+)
+def test_parse_uuid_refuses_what_is_not_16_bytes_of_base64(text: str) -> None:
+    with pytest.raises(ValueError, match="is not a Kafka uuid") as raised:
+        parse_uuid(text)
+    assert "\n" not in str(raised.value)
+
+
+def test_format_writes_every_dir_and_checks_all_before_writing(tmp_path: Path) -> None:
+    cluster = random_uuid()
+    dirs = [tmp_path / "a", tmp_path / "b" / "nested"]
+    results = format_dirs(dirs, cluster, 5)
+    assert [(r.log_dir, r.formatted) for r in results] == [(d, True) for d in dirs]
+    found = [read_meta_properties(d) for d in dirs]
+    assert all((p["cluster.id"], p["node.id"], p["version"]) == (cluster, "5", "1") for p in found)
+    assert found[0]["directory.id"] != found[1]["directory.id"]
+    assert len(parse_uuid(found[0]["directory.id"])) == 16
+    # Formatted already: refused (nothing written) unless ignore_formatted.
+    third = tmp_path / "c"
+    with pytest.raises(MetaPropertiesError, match=r"is already formatted\. Use --ignore-formatted"):
+        format_dirs([third, *dirs], cluster, 5)
+    assert not third.exists()
+    results = format_dirs([third, *dirs], cluster, 5, ignore_formatted=True)
+    assert [r.formatted for r in results] == [True, False, False]
+    assert read_meta_properties(dirs[0]) == found[0]  # left as it was
+    # Another cluster or node: refused even with ignore_formatted.
+    with pytest.raises(MetaPropertiesError, match="another cluster's data"):
+        format_dirs(dirs, random_uuid(), 5, ignore_formatted=True)
+    with pytest.raises(MetaPropertiesError, match=r"says node\.id=5"):
+        format_dirs(dirs, cluster, 6, ignore_formatted=True)
+    with pytest.raises(ValueError, match="is not a Kafka uuid"):
+        format_dirs([tmp_path / "d"], "nope", 5)
+    assert not (tmp_path / "d").exists()
+
+
+def test_format_refuses_a_dir_with_data_but_no_meta_properties(tmp_path: Path) -> None:
+    (tmp_path / "t-0").mkdir()
+    with pytest.raises(MetaPropertiesError, match="holds data"):
+        format_dirs([tmp_path], random_uuid(), 1)
+    assert not (tmp_path / "meta.properties").exists()
+
+
+def test_require_formatted_and_ensure_without_formatting(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    with pytest.raises(MetaPropertiesError, match="odradek storage format -t"):
+        require_formatted([empty])
+    assert not empty.exists()
+    empty.mkdir()
+    with pytest.raises(MetaPropertiesError, match="odradek storage format -t"):
+        ensure_meta_properties([empty], 1, new_ids, format_empty=False)
+    assert list(empty.iterdir()) == []
+    cluster = random_uuid()
+    format_dirs([empty], cluster, 1)
+    require_formatted([empty])
+    assert ensure_meta_properties([empty], 1, new_ids, format_empty=False) == cluster
+
+
+def test_describe_dirs_reports_each_dir_and_the_problems(tmp_path: Path) -> None:
+    cluster = random_uuid()
+    format_dirs([tmp_path / "a"], cluster, 1)
+    (tmp_path / "b").mkdir()
+    report = describe_dirs([tmp_path / "a", tmp_path / "b", tmp_path / "c"], 1)
+    assert list(report.found) == [tmp_path / "a"]
+    assert report.found[tmp_path / "a"]["cluster.id"] == cluster
+    assert report.problems == (
+        f"{tmp_path / 'b'} is not formatted.",
+        f"{tmp_path / 'c'} does not exist.",
+    )
+    assert "says node.id=1" in describe_dirs([tmp_path / "a"], 2).problems[0]
 
 
 # -- partition.metadata ---------------------------------------------------------------

@@ -1,0 +1,186 @@
+"""``odradek storage``: format log dirs and show their identity, as ``kafka-storage.sh``.
+
+How this works and why: every node of a KRaft cluster must agree on one cluster id
+before it starts, so the operator picks it once and writes it into each node's dirs:
+
+    odradek storage random-uuid                    # prints a new cluster id
+    odradek storage format -t <id> -c node1.properties
+    odradek storage info -c node1.properties
+
+``format`` reads the config as ``odradek serve`` does (``BrokerConfig.load``, with
+``--override KEY=VALUE``) and writes ``meta.properties`` (version, cluster.id,
+node.id, a new directory.id per dir) into every dir of ``log.dirs`` and
+``metadata.log.dir``; the checks and the writing live in
+``storage/meta_properties.py`` (``format_dirs``), so this module only parses and
+prints. Every dir is checked before any is written: a dir already formatted is
+refused unless ``--ignore-formatted``, one formatted for another cluster or node
+always. ``info`` prints, per dir, whether it is formatted and its meta.properties.
+
+Exit status: 0 done, 1 a refusal or I/O error (one line), 2 bad usage (argparse's
+message, an invalid cluster id, or an invalid config, one line as ``serve`` does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Final
+
+from odradek.cli.subcommand import Subparsers
+from odradek.server.config import BrokerConfig, ConfigError
+from odradek.storage.errors import StorageError
+from odradek.storage.meta_properties import (
+    META_PROPERTIES_FILE,
+    MetaPropertiesError,
+    describe_dirs,
+    format_dirs,
+    parse_uuid,
+    random_uuid,
+)
+
+NAME: Final = "storage"
+EXIT_ERROR: Final = 1
+EXIT_USAGE: Final = 2
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        NAME,
+        help="format log dirs with a cluster id and show their identity (kafka-storage.sh)",
+        description="Format the log dirs of a node with the cluster's id before its first "
+        "start, and show what they hold, like Kafka's kafka-storage.sh.",
+    )
+    parser.set_defaults(run=run)
+    actions = parser.add_subparsers(title="actions", metavar="ACTION")
+    actions.required = True
+
+    uuid_parser = actions.add_parser("random-uuid", help="print a new random cluster id")
+    uuid_parser.set_defaults(action=run_random_uuid)
+
+    format_parser = actions.add_parser(
+        "format",
+        help="write meta.properties into every log dir and the metadata log dir",
+        description="Write meta.properties (cluster.id, node.id, a new directory.id) into "
+        "every dir of log.dirs and metadata.log.dir. Every dir is checked first: one "
+        "already formatted is refused unless --ignore-formatted, one formatted for "
+        "another cluster or node always.",
+    )
+    format_parser.add_argument(
+        "-t", "--cluster-id", required=True, help="the cluster id (odradek storage random-uuid)"
+    )
+    _add_config_arguments(format_parser)
+    format_parser.add_argument(
+        "-g",
+        "--ignore-formatted",
+        action="store_true",
+        help="leave dirs already formatted for this cluster and node as they are",
+    )
+    format_parser.set_defaults(action=run_format)
+
+    info_parser = actions.add_parser(
+        "info",
+        help="show, per log dir, whether it is formatted and its meta.properties",
+        description="Show, for every dir of log.dirs and metadata.log.dir, whether it is "
+        "formatted and what its meta.properties says. Exit status 1 if a problem is found.",
+    )
+    _add_config_arguments(info_parser)
+    info_parser.set_defaults(action=run_info)
+
+
+def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "-c", "--config", type=Path, required=True, help="the node's server.properties"
+    )
+    parser.add_argument(
+        "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property"
+    )
+
+
+def _error(message: str) -> None:
+    print(f"odradek storage: {message}", file=sys.stderr)
+
+
+def _load(args: argparse.Namespace) -> BrokerConfig | None:
+    try:
+        return BrokerConfig.load(args.config, args.override)
+    except ConfigError as error:
+        _error(str(error))
+        return None
+
+
+def run(args: argparse.Namespace) -> int:
+    return int(args.action(args))
+
+
+def run_random_uuid(args: argparse.Namespace) -> int:
+    print(random_uuid())
+    return 0
+
+
+def run_format(args: argparse.Namespace) -> int:
+    try:
+        parse_uuid(args.cluster_id)
+    except ValueError as error:
+        _error(f"invalid cluster id: {error}")
+        return EXIT_USAGE
+    config = _load(args)
+    if config is None:
+        return EXIT_USAGE
+    try:
+        results = format_dirs(
+            config.identity_dirs,
+            args.cluster_id,
+            config.node_id,
+            ignore_formatted=args.ignore_formatted,
+        )
+    except (StorageError, OSError) as error:
+        _error(_one_line(error))
+        return EXIT_ERROR
+    metadata_dir = config.metadata_log_dir
+    for result in results:
+        kind = "metadata" if result.log_dir == metadata_dir else "data"
+        if result.formatted:
+            print(
+                f"Formatting {kind} directory {result.log_dir} "
+                f"(cluster.id={args.cluster_id}, node.id={config.node_id})"
+            )
+        else:
+            print(f"{kind.capitalize()} directory {result.log_dir} is already formatted.")
+    if not any(result.formatted for result in results):
+        print("All of the log directories are already formatted.")
+    return 0
+
+
+def run_info(args: argparse.Namespace) -> int:
+    config = _load(args)
+    if config is None:
+        return EXIT_USAGE
+    try:
+        report = describe_dirs(config.identity_dirs, config.node_id)
+    except OSError as error:
+        _error(_one_line(error))
+        return EXIT_ERROR
+    print("Found log directories:")
+    for log_dir in report.dirs:
+        print(f"  {log_dir}")
+    if report.found:
+        print()
+    for log_dir, properties in report.found.items():
+        shown = ", ".join(f"{key}={value}" for key, value in sorted(properties.items()))
+        print(f"Found {META_PROPERTIES_FILE} in {log_dir}: {{{shown}}}")
+    if report.problems:
+        print(f"\nFound problem{'s' if len(report.problems) > 1 else ''}:")
+        for problem in report.problems:
+            print(f"  {problem}")
+        return EXIT_ERROR
+    return 0
+
+
+def _one_line(error: Exception) -> str:
+    if isinstance(error, MetaPropertiesError):
+        return str(error)
+    if isinstance(error, OSError) and error.strerror:
+        where = f" {error.filename}" if error.filename else ""
+        return f"cannot write{where}: {error.strerror}"
+    return " ".join(str(error).split())
