@@ -163,9 +163,9 @@ class Broker:
         # Combined mode: the local log is the whole committed log, so replaying it is
         # catching up; a broker-only node calls catch_up once its loader reached the
         # quorum's high watermark.
-        self.replica_manager.catch_up(self.controller.image, self.topic_config)
+        self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
-        self.group_coordinator.on_metadata(self.controller.image)
+        self.group_coordinator.on_metadata(self.image)
         self.group_coordinator.start()
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self.server.quotas.update(self.connection_limits())
@@ -282,7 +282,9 @@ class Broker:
     # -- metadata --------------------------------------------------------------------
     @property
     def image(self) -> MetadataImage:
-        return self.controller.image
+        """The loader's image: the controller's too in combined mode, and all a
+        broker-only node (fed from a replicated metadata log) has."""
+        return self.metadata_loader.image
 
     def _on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.replica_manager.apply_delta(delta, image, self.topic_config)
@@ -303,7 +305,7 @@ class Broker:
 
     def dynamic_broker_configs(self) -> Mapping[str, str]:
         """Cluster-wide ("") then per-node dynamic broker configs from the image."""
-        image = self.controller.image if self.controller else MetadataImage()
+        image = self.metadata_loader.image
         merged = dict(image.configs.get((BROKER_RESOURCE, ""), {}))
         merged.update(image.configs.get((BROKER_RESOURCE, str(self.node_id)), {}))
         return merged
