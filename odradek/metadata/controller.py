@@ -1,46 +1,46 @@
-"""The controller: validates cluster changes and commits them to ``__cluster_metadata``.
+"""The controller: validates cluster changes and decides the records that make them.
 
-How this works and why: the controller is the only writer of the metadata log.
-Requests that change the cluster (create/delete topics, add partitions, alter
-configs, register a broker, allocate producer ids) are validated against the current
-image, turned into records, appended as one batch, fsynced, and only then applied to
-the image and announced to listeners (the broker, which creates or deletes logs). A
-crash before the fsync loses the change but the client got no success either; after
-it, replay on restart rebuilds exactly the same image.
+How this works and why: requests that change the cluster (create/delete topics, add
+partitions, alter configs, register a broker, allocate producer ids) are validated
+against the current image and turned into records; the controller then awaits
+``writer.append(records)`` (writer.py) and nothing else. It does not apply records:
+the writer hands each committed batch to the MetadataLoader (loader.py), which builds
+the next image and publishes it, to this controller first, then to the broker. So the
+image the controller decides on is the one every node builds from the committed log,
+and the same decisions run unchanged over a Raft writer (append to the leader,
+complete at the high watermark) instead of today's local one (fsync the single
+voter's ``__cluster_metadata``). A failed append raises ControllerError
+KAFKA_STORAGE_ERROR and nothing of the change is applied or announced.
 
-Today there is one voter (this node, in combined mode), so "committed" means
-"durable on this node"; the controller-quorum issue replaces ``_commit`` with Raft
-replication without changing the rest.
+Which brokers get the replicas of new partitions is placement.py's decision.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
-import os
+import random
 import re
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from odradek.metadata import placement
+from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
     TOPIC_RESOURCE,
-    ImageReplay,
     MetadataImage,
     MetadataRecord,
 )
-from odradek.records.codec import Record, decode_batch, encode_batch
-from odradek.storage.errors import CommittedDataCorruptError, LogConfigError, StorageError
-from odradek.storage.log import Log
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
+from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LogConfig
 
-logger = logging.getLogger(__name__)
-
 METADATA_TOPIC: Final = "__cluster_metadata"
-CONTROLLER_EPOCH: Final = 1  # single voter; the quorum issue makes this a Raft epoch
 MAX_TOPIC_NAME_LENGTH: Final = 249
 # Kafka's controller limit (KAFKA-17870): one request may not create more partitions
 # than this, which also keeps a hostile count from building billions of assignments.
@@ -49,14 +49,6 @@ _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
 Listener = Callable[[MetadataImage, MetadataImage], None]
-
-
-class ControllerError(Exception):
-    """A rejected change; ``code`` is the Kafka error name, the message is for clients."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,109 +77,55 @@ def validate_topic_name(name: str) -> None:
 
 
 class Controller:
-    def __init__(self, metadata_log: Log, node_id: int, defaults: Callable[[], Mapping[str, int]]):
-        self.log = metadata_log
+    def __init__(
+        self,
+        writer: MetadataWriter,
+        loader: MetadataLoader,
+        node_id: int,
+        defaults: Callable[[], Mapping[str, int]],
+        *,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.writer = writer
         self.node_id = node_id
-        self.image = MetadataImage()
+        self.image = loader.image
         self._defaults = defaults  # num.partitions, default.replication.factor (dynamic)
+        self._rng = rng or random.Random()  # placement's random start and shift
         self._listeners: list[Listener] = []
         self._lock = asyncio.Lock()
-        # Set when a failed commit could not be rolled back: the log's state is unknown.
-        self._failed: str | None = None
+        loader.subscribe(self._on_published)  # first: the image for the next decision
 
     def add_listener(self, listener: Listener) -> None:
+        """``listener(previous, image)`` after each published change (the loader's
+        subscribers get the delta too)."""
         self._listeners.append(listener)
+
+    def _on_published(self, _delta: MetadataDelta, image: MetadataImage) -> None:
+        previous, self.image = self.image, image
+        for listener in self._listeners:
+            listener(previous, image)
 
     # -- replay ------------------------------------------------------------------
     def replay(self) -> MetadataImage:
-        """Rebuild the image from every record in the log (start-up).
+        """Start-up: the writer feeds its committed log to the loader; the image.
 
-        Every batch's CRC is checked here, since a clean start trusts the flushed
-        segments without re-reading them: damage raises CommittedDataCorruptError
-        naming the file and the position of the first bad batch, and the image is
-        left as it was (never a cluster missing what follows the damage).
+        Damage raises CommittedDataCorruptError naming the file and the position of the
+        first bad batch, and the image is left as it was.
         """
-        replay = ImageReplay()
-        for segment in self.log.segments:
-            position = 0
-            try:
-                for header in segment.iter_headers(0):
-                    decoded = decode_batch(os.pread(segment.fd, header.size, header.position))
-                    records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
-                    replay.apply(records, decoded.header.last_offset)
-                    position = header.position + header.size
-            except (StorageError, ValueError, KeyError, TypeError) as error:
-                raise CommittedDataCorruptError(
-                    segment.log_path, position, f"{type(error).__name__}: {error}"
-                ) from None
-        self.log.high_watermark = self.log.log_end_offset
-        self.image = replay.image()
+        self.writer.replay()
         return self.image
 
     # -- commit ------------------------------------------------------------------
     async def _commit(self, records: Sequence[MetadataRecord]) -> MetadataImage:
-        """Append and fsync ``records``; then (only then) advance the image.
+        """Have ``records`` committed; the image that holds them (published by then).
 
-        A write or fsync that fails (ENOSPC, EIO) raises ControllerError
-        KAFKA_STORAGE_ERROR with the image unchanged, after cutting the log back to
-        where it was and syncing that, so a restart replays exactly the image the
-        clients saw: the change is absent, never half there. If even that cut fails,
-        the log's state on disk is unknown: the controller refuses every later change
-        (KAFKA_STORAGE_ERROR) until a restart recovers the log.
+        Raises ControllerError (KAFKA_STORAGE_ERROR) with nothing applied.
         """
         if not records:
             return self.image
-        if self._failed is not None:
-            raise ControllerError("KAFKA_STORAGE_ERROR", self._failed)
-        now = self.log.clock()
-        encoded = [Record(offset, now, *record.encode()) for offset, record in enumerate(records)]
-        end = self.log.log_end_offset
-        try:
-            info = self.log.append_as_leader(encode_batch(encoded), CONTROLLER_EPOCH)
-            segments, target = self.log.prepare_flush()
-
-            def fsync_all() -> None:
-                for segment in segments:
-                    segment.fsync()
-
-            await asyncio.get_running_loop().run_in_executor(None, fsync_all)
-        except (OSError, StorageError) as error:
-            raise self._roll_back(end, error) from None
-        self.log.mark_flushed(target)
-        self.log.high_watermark = self.log.log_end_offset
-        previous = self.image
-        self.image = previous.apply(records, info.last_offset)
-        for listener in self._listeners:
-            listener(previous, self.image)
+        offset = await self.writer.append(records)
+        assert self.image.offset >= offset, "the writer returned before the loader published"
         return self.image
-
-    def _roll_back(self, end: int, error: Exception) -> ControllerError:
-        """Cut the metadata log back to ``end`` after a failed commit; the error to raise."""
-        cause = error.__cause__ if isinstance(error, StorageError) and error.__cause__ else error
-        detail = getattr(cause, "strerror", None) or str(cause)
-        try:
-            self.log.truncate_to(end)  # frees space: works on a full disk
-            active = self.log.active_segment  # the cut must be durable, not only the data
-            active.write_indexes()
-            active.fsync()
-        except (OSError, StorageError) as again:
-            self._failed = (
-                f"the metadata log {self.log.directory} could not be written ({detail}) nor cut "
-                f"back ({getattr(again, 'strerror', None) or again}); restart the broker once "
-                "the disk has room"
-            )
-            logger.error("%s", self._failed)
-            return ControllerError("KAFKA_STORAGE_ERROR", self._failed)
-        logger.error(
-            "metadata change not committed: writing %s failed (%s); the log is back at "
-            "offset %d and the change was not applied",
-            self.log.directory,
-            detail,
-            end,
-        )
-        return ControllerError(
-            "KAFKA_STORAGE_ERROR", f"metadata change not committed: the metadata log: {detail}"
-        )
 
     # -- brokers ---------------------------------------------------------------------
     async def register_broker(
@@ -224,8 +162,7 @@ class Controller:
                     "INVALID_TOPIC_EXCEPTION",
                     f"topic {topic.name!r} collides with existing topic {existing!r}",
                 )
-        brokers = sorted(image.brokers)
-        assignments = self._assignments(topic, brokers)
+        assignments = self._assignments(topic, image)
         configs = {k: v for k, v in (topic.configs or {}).items() if v is not None}
         try:
             LogConfig.from_properties(configs)
@@ -239,7 +176,7 @@ class Controller:
             records.append(_partition_record(topic_id, partition, replicas, 0))
         return records
 
-    def _assignments(self, topic: NewTopic, brokers: list[int]) -> dict[int, list[int]]:
+    def _assignments(self, topic: NewTopic, image: MetadataImage) -> dict[int, tuple[int, ...]]:
         if topic.assignments:
             if topic.num_partitions != -1 or topic.replication_factor != -1:
                 raise ControllerError(
@@ -250,21 +187,8 @@ class Controller:
                 raise ControllerError(
                     "INVALID_REPLICA_ASSIGNMENT", "partitions must be numbered 0..n-1"
                 )
-            result = {}
-            for partition, replicas in topic.assignments.items():
-                if not replicas or len(set(replicas)) != len(replicas):
-                    raise ControllerError(
-                        "INVALID_REPLICA_ASSIGNMENT",
-                        f"partition {partition}: replicas {list(replicas)} empty or duplicated",
-                    )
-                unknown = [r for r in replicas if r not in brokers]
-                if unknown:
-                    raise ControllerError(
-                        "INVALID_REPLICA_ASSIGNMENT",
-                        f"partition {partition}: brokers {unknown} are not registered",
-                    )
-                result[partition] = list(replicas)
-            return result
+            ordered = [topic.assignments[p] for p in range(len(topic.assignments))]
+            return dict(enumerate(placement.check_assignments(ordered, image.brokers)))
         defaults = self._defaults()
         partitions = topic.num_partitions
         if partitions == -1:
@@ -280,15 +204,7 @@ class Controller:
             raise ControllerError(
                 "INVALID_REPLICATION_FACTOR", f"replication factor must be positive, got {factor}"
             )
-        if factor > len(brokers):
-            raise ControllerError(
-                "INVALID_REPLICATION_FACTOR",
-                f"replication factor {factor} is larger than the {len(brokers)} "
-                "registered broker(s)",
-            )
-        return {
-            p: [brokers[(p + r) % len(brokers)] for r in range(factor)] for p in range(partitions)
-        }
+        return dict(enumerate(placement.place(image.brokers, partitions, factor, self._rng)))
 
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
@@ -379,32 +295,22 @@ class Controller:
                     "INVALID_PARTITIONS",
                     f"topic {topic_name!r} has {current} partitions; {count} would not add any",
                 )
-            brokers = sorted(self.image.brokers)
             factor = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else 1
             new = list(range(current, count))
+            chosen: Sequence[Sequence[int]]
             if assignments is not None:
                 if len(assignments) != len(new):
                     raise ControllerError(
                         "INVALID_REPLICA_ASSIGNMENT",
                         f"{len(assignments)} assignments for {len(new)} new partitions",
                     )
-                chosen = [list(a) for a in assignments]
-                for replicas in chosen:
-                    if (
-                        not replicas
-                        or len(set(replicas)) != len(replicas)
-                        or any(r not in brokers for r in replicas)
-                    ):
-                        raise ControllerError(
-                            "INVALID_REPLICA_ASSIGNMENT", f"invalid replicas {replicas}"
-                        )
+                chosen = placement.check_assignments(
+                    assignments, self.image.brokers, first_partition=current, expected_factor=factor
+                )
             else:
-                if factor > len(brokers):
-                    raise ControllerError(
-                        "INVALID_REPLICATION_FACTOR",
-                        "not enough brokers for the replication factor",
-                    )
-                chosen = [[brokers[(p + r) % len(brokers)] for r in range(factor)] for p in new]
+                chosen = placement.place(
+                    self.image.brokers, len(new), factor, self._rng, first_partition=current
+                )
             if validate_only:
                 return
             await self._commit(
@@ -513,4 +419,10 @@ def _config_record(
     )
 
 
-__all__ = ["BROKER_RESOURCE", "Controller", "ControllerError", "NewTopic"]
+__all__ = [
+    "BROKER_RESOURCE",
+    "CONTROLLER_EPOCH",
+    "Controller",
+    "ControllerError",
+    "NewTopic",
+]

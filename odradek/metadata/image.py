@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Final
@@ -51,6 +51,11 @@ class BrokerImage:
     endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
     rack: str | None = None
     incarnation_id: str = ""
+    # Fenced brokers get no new replicas (placement.py). Registration, heartbeats and
+    # fencing come with the quorum; until then a RegisterBroker record may carry
+    # ``fenced`` and every broker registered without it is unfenced.
+    fenced: bool = False
+    epoch: int = -1  # Kafka's broker epoch: the offset of its RegisterBroker record
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,7 +99,7 @@ class MetadataImage:
         rather than a copy of the cluster's maps per record.
         """
         builder = _Builder(self)
-        builder.apply(records)
+        builder.apply(records, offset)
         return builder.freeze(offset)
 
 
@@ -110,11 +115,34 @@ class ImageReplay:
         self.offset = self._builder.image.offset
 
     def apply(self, records: Iterable[MetadataRecord], offset: int) -> None:
-        self._builder.apply(records)
+        self._builder.apply(records, offset)
         self.offset = offset
 
     def image(self) -> MetadataImage:
         return self._builder.freeze(self.offset)
+
+    @property
+    def start(self) -> MetadataImage:
+        """The image the replay started from."""
+        return self._builder.image
+
+    @property
+    def changed(self) -> ChangedKeys:
+        """What the batches applied so far touched (for the loader's delta)."""
+        return self._builder.changed
+
+
+@dataclass(slots=True)
+class ChangedKeys:
+    """The keys a run of records touched; the delta compares only these between images.
+
+    A key here may end up unchanged (a config set and set back), never the reverse.
+    """
+
+    brokers: set[int] = field(default_factory=set)
+    topic_ids: set[uuid.UUID] = field(default_factory=set)  # created or removed
+    partitions: set[tuple[str, int]] = field(default_factory=set)  # (topic name, index)
+    resources: set[tuple[str, str]] = field(default_factory=set)  # config resources
 
 
 def _frozen(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
@@ -133,12 +161,17 @@ class _Builder:
         self.partitions: dict[str, dict[int, PartitionImage]] = {}  # changed topics
         self.resource_configs: dict[tuple[str, str], dict[str, str]] = {}  # changed resources
         self.next_producer_id = image.next_producer_id
+        self.changed = ChangedKeys()
+        self.record_offset = -1  # offset of the record being applied
 
-    def apply(self, records: Iterable[MetadataRecord]) -> None:
-        for record in records:
+    def apply(self, records: Iterable[MetadataRecord], last_offset: int) -> None:
+        batch = records if isinstance(records, Sequence) else list(records)
+        first = last_offset - len(batch) + 1
+        for index, record in enumerate(batch):
             handler = _APPLY.get(record.kind)
             if handler is None:
                 raise ValueError(f"unknown metadata record type {record.kind!r}")
+            self.record_offset = first + index
             handler(self, record.fields)
 
     def topic_map(self) -> dict[str, TopicImage]:
@@ -188,18 +221,25 @@ def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
         tuple((e[0], e[1], e[2]) for e in f["endpoints"]),
         f.get("rack"),
         f.get("incarnation_id", ""),
+        bool(f.get("fenced", False)),
+        state.record_offset,
     )
     if state.brokers is None:
         state.brokers = dict(state.image.brokers)
     state.brokers[broker.broker_id] = broker
+    state.changed.brokers.add(broker.broker_id)
 
 
 def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
     topic_id = uuid.UUID(f["topic_id"])
     name = f["name"]
+    replaced = state.topic_map().get(name)
+    if replaced is not None:  # never written by the controller; replayed as it reads
+        state.changed.topic_ids.add(replaced.topic_id)
     state.topic_map()[name] = TopicImage(name, topic_id)
     state.partitions.pop(name, None)  # a new topic starts with no partitions
     state.id_map()[topic_id] = name
+    state.changed.topic_ids.add(topic_id)
 
 
 def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
@@ -223,6 +263,7 @@ def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
         partitions = state.partitions[topic.name] = dict(topic.partitions)
         state.topic_map()  # freeze() rebuilds this topic in a copied map
     partitions[partition.partition] = partition
+    state.changed.partitions.add((topic.name, partition.partition))
 
 
 def _remove_topic(state: _Builder, f: Mapping[str, Any]) -> None:
@@ -236,6 +277,8 @@ def _remove_topic(state: _Builder, f: Mapping[str, Any]) -> None:
     state.id_map().pop(topic_id, None)
     state.config_map().pop((TOPIC_RESOURCE, name), None)
     state.resource_configs.pop((TOPIC_RESOURCE, name), None)
+    state.changed.topic_ids.add(topic_id)
+    state.changed.resources.add((TOPIC_RESOURCE, name))
 
 
 def _config(state: _Builder, f: Mapping[str, Any]) -> None:
@@ -244,6 +287,7 @@ def _config(state: _Builder, f: Mapping[str, Any]) -> None:
     if values is None:
         configs = state.config_map()
         values = state.resource_configs[resource] = dict(configs.get(resource, _EMPTY))
+    state.changed.resources.add(resource)
     value = f.get("value")
     if value is None:
         values.pop(f["name"], None)

@@ -1,8 +1,14 @@
 """ReplicaManager: the partitions this broker hosts, appends with acks, fetch waits.
 
-How this works and why: the broker reacts to metadata images — a partition assigned
-to this node gets a Partition backed by a storage Log; a deleted topic's logs are
-deleted. A Partition knows whether it leads, its leader epoch and ISR, and keeps the
+How this works and why: the broker acts on metadata deltas (metadata/delta.py) — a
+partition newly assigned to this node gets a Partition backed by a storage Log, one
+whose state changed is updated, and only the logs of topics the delta says were
+deleted (or partitions it moved away from here) are deleted; a partition no delta
+names is not looked at. Nothing is created or deleted before the metadata has caught
+up (``catch_up``): an image that lags does not know topics created since, and must
+not decide that their logs are garbage. At catch-up the whole image is applied once,
+and a log on disk it does not know is set aside (renamed, kept), never deleted.
+A Partition knows whether it leads, its leader epoch and ISR, and keeps the
 high watermark: the smallest log end offset in the ISR (seeds/004). With a single
 replica the ISR is the leader alone, so the HW follows the log end offset as soon as
 an append returns; the replication issue adds followers' fetch positions here.
@@ -19,6 +25,7 @@ import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from odradek.metadata.delta import MetadataDelta, between
 from odradek.metadata.image import MetadataImage, PartitionImage, TopicImage
 from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo, Log
@@ -76,20 +83,69 @@ class ReplicaManager:
         self.offline: dict[tuple[str, int], str] = {}
         self.not_created: dict[tuple[str, int], str] = {}
         self.closing = False  # shutdown: fetches stop long-polling
+        self.caught_up = False  # set by catch_up(); deltas before it are not acted on
 
     # -- reacting to metadata ------------------------------------------------------
-    def apply_image(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
-        """Create partitions newly assigned here, update leaders/epochs, drop deleted ones."""
+    def catch_up(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
+        """The metadata has caught up with the committed log (start-up): host every
+        partition ``image`` assigns here, and set aside logs it does not know."""
+        self.caught_up = True
+        self.apply_delta(between(MetadataImage(), image), image, topic_config)
+        for (topic_name, index), log in list(self.log_manager.logs.items()):
+            key = (topic_name, index)
+            if key in self.partitions or key in self.not_created:
+                continue
+            # A log on disk the metadata does not know: maybe a topic deleted while
+            # we were down, maybe metadata that lost records. Never delete on that
+            # evidence alone: set it aside, keep the data, say where it went.
+            target = self.log_manager.set_aside_stray_log(topic_name, index)
+            logger.warning(
+                "log %s-%d (%d bytes, offsets %d..%d) is not in the metadata: renamed "
+                "to %s and kept, not deleted; remove it if the topic is really gone",
+                topic_name,
+                index,
+                log.size,
+                log.log_start_offset,
+                log.log_end_offset,
+                target,
+            )
+
+    def apply_delta(
+        self,
+        delta: MetadataDelta,
+        image: MetadataImage,
+        topic_config: Callable[[str], LogConfig],
+    ) -> None:
+        """Act on one published change: delete the logs of deleted topics (theirs by
+        topic id, so a re-created namesake is not touched), create or update the
+        partitions whose state changed, retry logs that could not be created."""
+        if not self.caught_up:
+            return  # catch_up() applies the whole image once it is known complete
+        for topic in delta.deleted_topics.values():
+            for index in topic.partitions:
+                self._remove((topic.name, index), str(topic.topic_id))
+                self.not_created.pop((topic.name, index), None)
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionImage]] = {}
-        for topic in image.topics.values():
-            for partition in topic.partitions.values():
-                if self.node_id in partition.replicas:
-                    wanted[(topic.name, partition.partition)] = (topic, partition)
-        for key in [k for k in self.partitions if k not in wanted]:
-            self._remove(key)
+        for change in delta.partitions.values():
+            key = (change.topic.name, change.new.partition)
+            if self.node_id in change.new.replicas:
+                wanted[key] = (change.topic, change.new)
+            elif change.old is not None and self.node_id in change.old.replicas:
+                self._remove(key, str(change.topic.topic_id))  # moved away from here
+                self.not_created.pop(key, None)
         for key in [k for k in self.not_created if k not in wanted]:
-            del self.not_created[key]
-        for name in {topic.name for topic, _ in wanted.values()}:
+            retry = _assigned(image, key, self.node_id)
+            if retry is None:
+                del self.not_created[key]
+            else:
+                wanted[key] = retry
+        configured = {topic.name for topic, _ in wanted.values()}
+        if delta.broker_configs_changed:  # topic defaults: every hosted topic
+            configured.update(name for name, _ in self.partitions)
+        else:
+            hosted = {name for name, _ in self.partitions}
+            configured.update(delta.topic_configs_changed() & hosted)
+        for name in configured:
             self.log_manager.set_topic_config(name, topic_config(name))
         for key, (topic, state) in wanted.items():
             try:
@@ -100,22 +156,6 @@ class ReplicaManager:
                 reason = f"{key[0]}-{key[1]}: cannot create its log: {_reason(error)}"
                 self.not_created[key] = reason
                 logger.error("%s", reason)
-        for (topic_name, index), log in list(self.log_manager.logs.items()):
-            if (topic_name, index) not in wanted:
-                # A log on disk the metadata does not know: maybe a topic deleted while
-                # we were down, maybe metadata that lost records. Never delete on that
-                # evidence alone: set it aside, keep the data, say where it went.
-                target = self.log_manager.set_aside_stray_log(topic_name, index)
-                logger.warning(
-                    "log %s-%d (%d bytes, offsets %d..%d) is not in the metadata: renamed "
-                    "to %s and kept, not deleted; remove it if the topic is really gone",
-                    topic_name,
-                    index,
-                    log.size,
-                    log.log_start_offset,
-                    log.log_end_offset,
-                    target,
-                )
 
     def check_loaded_logs(self, image: MetadataImage) -> None:
         """Start-up, before anything is committed: every log found on disk whose topic the
@@ -153,11 +193,13 @@ class ReplicaManager:
             partition.update_high_watermark()
         self.not_created.pop(key, None)
 
-    def _remove(self, key: tuple[str, int]) -> None:
-        self.offline.pop(key, None)
-        partition = self.partitions.pop(key, None)
-        if partition is None:
+    def _remove(self, key: tuple[str, int], topic_id: str | None = None) -> None:
+        """Drop a hosted partition and delete its log (only if it is ``topic_id``'s)."""
+        partition = self.partitions.get(key)
+        if partition is None or (topic_id is not None and partition.topic_id != topic_id):
             return
+        del self.partitions[key]
+        self.offline.pop(key, None)
         partition.wake_waiters()
         self.log_manager.delete_log(*key)
 
@@ -235,6 +277,16 @@ class ReplicaManager:
         finally:
             for partition in watched:
                 partition.waiters.discard(waiter)
+
+
+def _assigned(
+    image: MetadataImage, key: tuple[str, int], node_id: int
+) -> tuple[TopicImage, PartitionImage] | None:
+    topic = image.topics.get(key[0])
+    state = topic.partitions.get(key[1]) if topic is not None else None
+    if topic is None or state is None or node_id not in state.replicas:
+        return None
+    return topic, state
 
 
 def _reason(error: BaseException) -> str:

@@ -2,12 +2,13 @@
 
 How this works and why: start-up follows the order in which each part needs the one
 before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
-from its checkpointed recovery point and replay it into an image (Controller; damage
-to its flushed part stops the broker with one line rather than starting an empty
-cluster whose partition data would look stray), bind the listeners (so port 0
-becomes a real port), register this broker with those endpoints, create the
-partitions the image assigns here (ReplicaManager), and only then accept connections
-and print the ready line.
+from its checkpointed recovery point and replay it through the MetadataLoader into
+an image (LocalMetadataWriter; damage to its flushed part stops the broker with one
+line rather than starting an empty cluster whose partition data would look stray),
+bind the listeners (so port 0 becomes a real port), register this broker with those
+endpoints, create the partitions the image assigns here (ReplicaManager.catch_up),
+subscribe to the loader's deltas, and only then accept connections and print the
+ready line.
 Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
 checkpoint every log, write the clean-shutdown marker.
 """
@@ -26,7 +27,10 @@ from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.metadata.controller import METADATA_TOPIC, Controller, ControllerError, NewTopic
+from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.writer import LocalMetadataWriter
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
@@ -115,6 +119,7 @@ class Broker:
             reserved_dirs=frozenset({METADATA_LOG_DIR}),
         )
         self.metadata_log: Log | None = None
+        self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
         self.dispatcher = Dispatcher(self)
@@ -161,9 +166,12 @@ class Broker:
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
         await self.controller.register_broker(endpoints, self.config["broker.rack"])
-        self.replica_manager.apply_image(self.controller.image, self.topic_config)
-        self.controller.add_listener(self._on_metadata)
-        self.group_coordinator.on_metadata(self.controller.image)
+        # Combined mode: the local log is the whole committed log, so replaying it is
+        # catching up; a broker-only node calls catch_up once its loader reached the
+        # quorum's high watermark.
+        self.replica_manager.catch_up(self.image, self.topic_config)
+        self.metadata_loader.subscribe(self._on_metadata)
+        self.group_coordinator.on_metadata(self.image)
         self.group_coordinator.start()
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self.server.quotas.update(self.connection_limits())
@@ -225,7 +233,7 @@ class Broker:
         opened: Log | None = None
         try:
             log = opened = self._open_metadata_log(recovery_point, clean)
-            self.controller = Controller(log, self.node_id, self.dynamic_defaults)
+            self.controller = self._local_controller(log)
             self.controller.replay()
         except CommittedDataCorruptError as error:
             if not self.truncate_damaged_metadata:
@@ -236,7 +244,7 @@ class Broker:
             if opened is not None:
                 opened.close()
             log = self._open_metadata_log(0, False)  # full recovery: cut at the first bad batch
-            self.controller = Controller(log, self.node_id, self.dynamic_defaults)
+            self.controller = self._local_controller(log)
             self.controller.replay()
         if log.log_end_offset == 0 and partitions:
             if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
@@ -247,6 +255,12 @@ class Broker:
             )
         self.metadata_log = log
         self.log_manager.attach_reserved_log(METADATA_LOG_DIR, first_dir, log)
+
+    def _local_controller(self, log: Log) -> Controller:
+        """The single voter: its writer fsyncs ``log`` and feeds a fresh loader."""
+        self.metadata_loader = MetadataLoader()
+        writer = LocalMetadataWriter(log, self.metadata_loader)
+        return Controller(writer, self.metadata_loader, self.node_id, self.dynamic_defaults)
 
     async def stop(self) -> None:
         self.replica_manager.stop_waiting()
@@ -279,13 +293,16 @@ class Broker:
     # -- metadata --------------------------------------------------------------------
     @property
     def image(self) -> MetadataImage:
-        return self.controller.image
+        """The loader's image: the controller's too in combined mode, and all a
+        broker-only node (fed from a replicated metadata log) has."""
+        return self.metadata_loader.image
 
-    def _on_metadata(self, previous: MetadataImage, image: MetadataImage) -> None:
-        self.replica_manager.apply_image(image, self.topic_config)
+    def _on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        self.replica_manager.apply_delta(delta, image, self.topic_config)
         self.group_coordinator.on_metadata(image)
-        self.server.quotas.update(self.connection_limits())
-        if image.topics is not previous.topics:
+        if delta.broker_configs_changed:
+            self.server.quotas.update(self.connection_limits())
+        if delta.topics_changed:
             self.server.reserve_files()  # new partitions hold files: keep them a reserve
 
     def brokers_for_listener(self, image: MetadataImage, listener: str) -> list[Endpoint]:
@@ -299,7 +316,7 @@ class Broker:
 
     def dynamic_broker_configs(self) -> Mapping[str, str]:
         """Cluster-wide ("") then per-node dynamic broker configs from the image."""
-        image = self.controller.image if self.controller else MetadataImage()
+        image = self.metadata_loader.image
         merged = dict(image.configs.get((BROKER_RESOURCE, ""), {}))
         merged.update(image.configs.get((BROKER_RESOURCE, str(self.node_id)), {}))
         return merged

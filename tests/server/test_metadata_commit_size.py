@@ -13,6 +13,8 @@ from pathlib import Path
 
 from odradek.metadata.controller import MAX_PARTITIONS_PER_REQUEST, Controller, NewTopic
 from odradek.metadata.image import MetadataImage
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.writer import LocalMetadataWriter
 from odradek.server.broker import METADATA_LOG_CONFIG
 from odradek.storage.log_loader import open_log
 
@@ -22,8 +24,12 @@ def test_create_topics_at_the_partition_limit_commits_and_replays(tmp_path: Path
 
     async def create() -> object:
         log, _ = open_log(directory, METADATA_LOG_CONFIG)
+        loader = MetadataLoader()
         controller = Controller(
-            log, 0, lambda: {"num.partitions": 1, "default.replication.factor": 1}
+            LocalMetadataWriter(log, loader),
+            loader,
+            0,
+            lambda: {"num.partitions": 1, "default.replication.factor": 1},
         )
         await controller.register_broker([("PLAINTEXT", "localhost", 9092)], None)
         (result,) = await controller.create_topics(
@@ -36,6 +42,7 @@ def test_create_topics_at_the_partition_limit_commits_and_replays(tmp_path: Path
     assert isinstance(result, MetadataImage), result
     assert len(result.topics["wide"].partitions) == MAX_PARTITIONS_PER_REQUEST
     log, _ = open_log(directory, METADATA_LOG_CONFIG, strict=True)
-    replayed = Controller(log, 0, dict).replay()
+    loader = MetadataLoader()
+    replayed = LocalMetadataWriter(log, loader).replay()
     assert len(replayed.topics["wide"].partitions) == MAX_PARTITIONS_PER_REQUEST
     log.close()

@@ -27,7 +27,10 @@ from typing import Any
 import pytest
 
 from odradek.metadata.controller import Controller, ControllerError, NewTopic
+from odradek.metadata.delta import between
 from odradek.metadata.image import MetadataImage
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.writer import LocalMetadataWriter
 from odradek.replica.replica_manager import PartitionError, ReplicaManager
 from odradek.storage.errors import StorageError
 from odradek.storage.log import Log
@@ -75,20 +78,30 @@ def open_metadata_log(path: Path) -> Log:
     return log
 
 
+def local_controller(log: Log) -> Controller:
+    loader = MetadataLoader()
+    return Controller(LocalMetadataWriter(log, loader), loader, 1, lambda: DEFAULTS)
+
+
 @pytest.fixture
 def controller(tmp_path: Path) -> Iterator[Controller]:
     log = open_metadata_log(tmp_path / "__cluster_metadata-0")
-    controller = Controller(log, 1, lambda: DEFAULTS)
+    controller = local_controller(log)
     controller.replay()
     asyncio.run(controller.register_broker([("PLAINTEXT", "localhost", 9092)], None))
     yield controller
     log.close()
 
 
+def metadata_log(controller: Controller) -> Log:
+    assert isinstance(controller.writer, LocalMetadataWriter)
+    return controller.writer.log
+
+
 def replayed(path: Path) -> MetadataImage:
     log = open_metadata_log(path)
     try:
-        return Controller(log, 1, lambda: DEFAULTS).replay()
+        return local_controller(log).replay()
     finally:
         log.close()
 
@@ -103,7 +116,8 @@ def test_failed_metadata_commit_is_a_storage_error_and_is_not_applied(
 ) -> None:
     (created,) = create(controller, "before")
     assert isinstance(created, MetadataImage)
-    image, end = controller.image, controller.log.log_end_offset
+    log = metadata_log(controller)
+    image, end = controller.image, log.log_end_offset
     listened: list[MetadataImage] = []
     controller.add_listener(lambda _old, new: listened.append(new))
 
@@ -122,14 +136,14 @@ def test_failed_metadata_commit_is_a_storage_error_and_is_not_applied(
     (deleted,) = asyncio.run(controller.delete_topics(["before"]))
     assert isinstance(deleted, ControllerError) and deleted.code == "KAFKA_STORAGE_ERROR"
     assert controller.image is image and not listened  # nothing applied, nobody told
-    assert controller.log.log_end_offset == end  # cut back
+    assert log.log_end_offset == end  # cut back
 
     disk.writes = False
-    replay = replayed(controller.log.directory)
+    replay = replayed(log.directory)
     assert set(replay.topics) == {"before"}  # a restart sees what the clients saw
     (again,) = create(controller, "after")  # room again: the controller carries on
     assert isinstance(again, MetadataImage) and set(again.topics) == {"before", "after"}
-    assert set(replayed(controller.log.directory).topics) == {"before", "after"}
+    assert set(replayed(log.directory).topics) == {"before", "after"}
 
 
 def test_commit_that_cannot_be_cut_back_fences_the_controller(
@@ -156,7 +170,10 @@ def replicas(tmp_path: Path, clock: FakeClock, controller: Controller) -> Iterat
     lm = manager(tmp_path / "logs", clock)
     lm.startup()
     replicas = ReplicaManager(1, lm)
-    controller.add_listener(lambda _old, new: replicas.apply_image(new, lambda _t: LogConfig()))
+    replicas.catch_up(controller.image, lambda _t: LogConfig())
+    controller.add_listener(
+        lambda old, new: replicas.apply_delta(between(old, new), new, lambda _t: LogConfig())
+    )
     yield replicas
     for log in lm.logs.values():
         log.close()
