@@ -18,6 +18,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from odradek.network.connection import CloseConnection, ConnectionContext, Response
+from odradek.network.server import SocketServer
 from odradek.protocol.build import make
 from odradek.protocol.messages import API_VERSIONS_KEY
 from odradek.server.dispatcher import Dispatcher
@@ -139,3 +140,49 @@ def test_a_handler_registered_on_the_controller_plane_is_served_only_there() -> 
     finally:
         del REGISTRY[Plane.CONTROLLER][key]
     assert key not in supported_versions(Plane.CONTROLLER)
+
+
+def test_one_socket_server_serves_each_listener_with_its_plane_s_dispatcher() -> None:
+    """What the KRaft work needs: bind the controller listener with its dispatcher."""
+    services: Any = SimpleNamespace()
+
+    async def exchange(port: int, data: bytes) -> bytes:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(len(data).to_bytes(4, "big") + data)
+        await writer.drain()
+        try:
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            return await reader.readexactly(size)
+        except asyncio.IncompleteReadError:
+            return b""  # closed without an answer
+        finally:
+            writer.close()
+
+    async def run() -> tuple[bytes, bytes, bytes]:
+        broker = Dispatcher(services, Plane.BROKER)
+        server = SocketServer(broker, max_frame_bytes=1 << 20, idle_timeout_ms=10_000)
+        server.bind("PLAINTEXT", "127.0.0.1", 0)
+        controller = server.bind(
+            "CONTROLLER", "127.0.0.1", 0, Dispatcher(services, Plane.CONTROLLER)
+        )
+        plain = server.bound[0]
+        server.start()
+        try:
+            on_broker = await exchange(plain.port, api_versions_v3())
+            on_controller = await exchange(controller.port, api_versions_v3())
+            metadata = frame(
+                METADATA_KEY,
+                12,
+                topics=None,
+                allow_auto_topic_creation=False,
+                include_topic_authorized_operations=False,
+            )
+            refused = await exchange(controller.port, metadata)
+        finally:
+            await server.stop()
+        return on_broker, on_controller, refused
+
+    on_broker, on_controller, refused = asyncio.run(run())
+    assert api_versions_keys(Response([on_broker]), 3) == supported_versions(Plane.BROKER)
+    assert api_versions_keys(Response([on_controller]), 3) == supported_versions(Plane.CONTROLLER)
+    assert refused == b""
