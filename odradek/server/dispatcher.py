@@ -32,7 +32,7 @@ from odradek.protocol.messages import (
     decode_request,
     encode_response,
 )
-from odradek.server.handlers import Plane, handlers
+from odradek.server.handlers import Plane, plane_handlers
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -44,7 +44,7 @@ class Dispatcher:
     def __init__(self, services: BrokerServices, plane: Plane = Plane.BROKER) -> None:
         self.services = services
         self.plane = plane
-        self.handlers = dict(handlers(plane))
+        self.handlers = dict(plane_handlers(plane))
         self.supported = {k: (s.min_version, s.max_version) for k, s in self.handlers.items()}
         # Two kinds, limited apart: a flood of one does not hide the first of the other.
         self.malformed = PeerWarnings(logger, "malformed-request lines")

@@ -68,14 +68,15 @@ def handles(
     return register
 
 
-def handlers(plane: Plane = Plane.BROKER) -> Mapping[int, HandlerSpec]:
+def plane_handlers(plane: Plane = Plane.BROKER) -> Mapping[int, HandlerSpec]:
     """The handlers of one plane, by API key (every module loaded)."""
     load_all()
     return REGISTRY[plane]
 
 
 def supported_versions(plane: Plane = Plane.BROKER) -> dict[int, tuple[int, int]]:
-    return {key: (spec.min_version, spec.max_version) for key, spec in handlers(plane).items()}
+    specs = plane_handlers(plane)
+    return {key: (spec.min_version, spec.max_version) for key, spec in specs.items()}
 
 
 def load_all() -> None:
