@@ -3,8 +3,11 @@
 How this works and why: each listener is a plain non-blocking socket served by an
 accept loop on the event loop (uvloop when available). Binding port 0 picks a free
 port; ``bound`` reports the real one so ``odradek serve --listen 127.0.0.1:0`` can
-print it. Shutdown stops accepting first, then lets every connection finish the
-request it is handling before closing it.
+print it. A listener may have its own request handler (``bind(..., handler=)``): the
+broker binds its client listeners with the broker plane's dispatcher and its controller
+listeners with the controller plane's, so one server serves both planes and each
+connection only ever sees its listener's. Shutdown stops accepting first, then lets
+every connection finish the request it is handling before closing it.
 
 Limits (``limits.py``): before each accept the acceptor reserves a slot under
 ``max.connections`` and waits while there is none (clients queue in the listen
@@ -48,6 +51,7 @@ class BoundListener:
     host: str
     port: int
     sock: socket.socket
+    handler: Handler  # what answers this listener's requests (its plane's dispatcher)
 
     def url(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
@@ -74,14 +78,24 @@ class SocketServer:
         self._connections: dict[int, tuple[Connection, asyncio.Task[None]]] = {}
         self._ids = itertools.count(1)
 
-    def bind(self, name: str, host: str, port: int) -> BoundListener:
+    def bind(
+        self, name: str, host: str, port: int, handler: Handler | None = None
+    ) -> BoundListener:
+        """Listen on ``host:port``; ``handler`` answers its requests (default: the
+        server's)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
         sock.listen(LISTEN_BACKLOG)
         sock.setblocking(False)
-        listener = BoundListener(name, host, sock.getsockname()[1], sock)
+        listener = BoundListener(
+            name,
+            host,
+            sock.getsockname()[1],
+            sock,
+            handler if handler is not None else self.handler,
+        )
         self.bound.append(listener)
         return listener
 
@@ -127,7 +141,7 @@ class SocketServer:
             connection = Connection(
                 client,
                 context,
-                self.handler,
+                listener.handler,
                 max_frame_bytes=self.max_frame_bytes,
                 idle_timeout_ms=self.idle_timeout_ms,
                 pool=self.pool,

@@ -11,6 +11,13 @@ subscribe to the loader's deltas, and only then accept connections and print the
 ready line.
 Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
 checkpoint every log, write the clean-shutdown marker.
+
+This module is the composition root: it builds the parts and hands each only the
+narrow interfaces it needs — handlers get ``Services`` (services.py), the group
+coordinator a metadata view, a partition writer and a topic creator
+(coordinator_io.py), and every metadata change goes through the
+``LocalControllerChannel`` (combined mode). Nothing imports this module but the
+``serve`` command and tests.
 """
 
 from __future__ import annotations
@@ -18,24 +25,30 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
 from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
-from odradek.metadata.controller import METADATA_TOPIC, Controller, ControllerError, NewTopic
+from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
+from odradek.metadata.controller import METADATA_TOPIC, Controller
+from odradek.metadata.controller_channel import LocalControllerChannel
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.view import Endpoint, endpoints_for_listener
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig, ConfigError
+from odradek.server.config_alter import BrokerConfigRules
+from odradek.server.coordinator_io import ChannelTopicCreator, ReplicaPartitionWriter
 from odradek.server.dispatcher import Dispatcher
+from odradek.server.handlers import Plane
+from odradek.server.services import Services
 from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
@@ -58,14 +71,6 @@ METADATA_LOG_DIR: Final = f"{METADATA_TOPIC}-0"
 METADATA_LOG_CONFIG: Final = LogConfig(
     retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
 )
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    node_id: int
-    host: str
-    port: int
-    rack: str | None
 
 
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
@@ -122,7 +127,30 @@ class Broker:
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
-        self.dispatcher = Dispatcher(self)
+        self.default_listener_name = config.listeners[0].name
+        metadata = BrokerMetadata(self)
+        configs = BrokerConfigs(self)
+        self.controller_channel = LocalControllerChannel(
+            lambda: self.controller, BrokerConfigRules(metadata, configs)
+        )
+        self.group_coordinator = GroupCoordinator(
+            metadata,
+            ReplicaPartitionWriter(self.replica_manager),
+            ChannelTopicCreator(self.controller_channel),
+            coordinator_settings(config),
+            wall_clock_ms,
+        )
+        self.services = Services(
+            metadata=metadata,
+            config=configs,
+            replicas=self.replica_manager,
+            controller=self.controller_channel,
+            groups=self.group_coordinator,
+            producer_ids=ProducerIdManager(self.node_id, self.controller_channel),
+            log_dirs=self.log_manager,
+        )
+        self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
+        self.dispatcher = self.dispatchers[Plane.BROKER]
         self.server = SocketServer(
             self.dispatcher,
             max_frame_bytes=config["socket.request.max.bytes"],
@@ -130,11 +158,8 @@ class Broker:
             limits=self.connection_limits(),
             queued_max_request_bytes=config["queued.max.request.bytes"],
         )
-        self.default_listener_name = config.listeners[0].name
         self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
-        self.group_coordinator = GroupCoordinator(self, coordinator_settings(config), wall_clock_ms)
         self._housekeeping: asyncio.Task[None] | None = None
-        self._producer_ids: tuple[int, int] = (0, 0)  # next id, end of the reserved block
         self.stopped = asyncio.Event()
 
     # -- lifecycle -----------------------------------------------------------------
@@ -158,14 +183,19 @@ class Broker:
         await loop.run_in_executor(None, self.log_manager.load_logs)
         await loop.run_in_executor(None, self._load_metadata)
         self.replica_manager.check_loaded_logs(self.controller.image)
-        bound = [self.server.bind(li.name, li.host, li.port) for li in self.config.listeners]
+        bound = [
+            self.server.bind(li.name, li.host, li.port, self.dispatchers[self.plane_of(li.name)])
+            for li in self.config.listeners
+        ]
         ports = {b.name: b.port for b in bound}
         endpoints = []
         for listener in self.config.advertised_listeners:
             port = listener.port or ports.get(listener.name, listener.port)
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
-        await self.controller.register_broker(endpoints, self.config["broker.rack"])
+        await self.controller_channel.register_broker(
+            self.node_id, endpoints, self.config["broker.rack"]
+        )
         # Combined mode: the local log is the whole committed log, so replaying it is
         # catching up; a broker-only node calls catch_up once its loader reached the
         # quorum's high watermark.
@@ -266,8 +296,9 @@ class Broker:
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
-        self.dispatcher.malformed.close()  # the counts the last interval suppressed
-        self.dispatcher.unsupported.close()
+        for dispatcher in self.dispatchers.values():
+            dispatcher.malformed.close()  # the counts the last interval suppressed
+            dispatcher.unsupported.close()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -305,14 +336,10 @@ class Broker:
         if delta.topics_changed:
             self.server.reserve_files()  # new partitions hold files: keep them a reserve
 
-    def brokers_for_listener(self, image: MetadataImage, listener: str) -> list[Endpoint]:
-        endpoints = []
-        for broker in sorted(image.brokers.values(), key=lambda b: b.broker_id):
-            for name, host, port in broker.endpoints:
-                if name == listener:
-                    endpoints.append(Endpoint(broker.broker_id, host, port, broker.rack))
-                    break
-        return endpoints
+    def plane_of(self, listener: str) -> Plane:
+        """A listener named in controller.listener.names serves the controller plane."""
+        controller_listeners = self.config["controller.listener.names"] or ()
+        return Plane.CONTROLLER if listener in controller_listeners else Plane.BROKER
 
     def dynamic_broker_configs(self) -> Mapping[str, str]:
         """Cluster-wide ("") then per-node dynamic broker configs from the image."""
@@ -378,18 +405,57 @@ class Broker:
             dict(self.image.topic_configs(topic)), self.topic_defaults()
         )
 
-    async def auto_create_topics(self, names: Sequence[str]) -> list[ControllerError | None]:
-        outcomes = await self.controller.create_topics([NewTopic(name) for name in names], False)
-        return [o if isinstance(o, ControllerError) else None for o in outcomes]
 
-    # -- producer ids ------------------------------------------------------------------
-    async def next_producer_id(self) -> int:
-        next_id, end = self._producer_ids
-        if next_id >= end:
-            first, count = await self.controller.allocate_producer_ids()
-            next_id, end = first, first + count
-        self._producer_ids = (next_id + 1, end)
-        return next_id
+class BrokerMetadata:
+    """The broker's ``MetadataView``: the controller's image, this node's identity."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @property
+    def image(self) -> MetadataImage:
+        return self._broker.image
+
+    @property
+    def node_id(self) -> int:
+        return self._broker.node_id
+
+    @property
+    def cluster_id(self) -> str:
+        return self._broker.cluster_id
+
+    @property
+    def controller_id(self) -> int:
+        return self._broker.node_id  # combined mode: this node is the controller
+
+    @property
+    def default_listener(self) -> str:
+        return self._broker.default_listener_name
+
+    def endpoints(self, image: MetadataImage, listener: str) -> list[Endpoint]:
+        return endpoints_for_listener(image, listener)
+
+
+class BrokerConfigs:
+    """The broker's ``ConfigView``: static properties, with the image's dynamic ones."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+
+    @property
+    def static(self) -> BrokerConfig:
+        return self._broker.config
+
+    def dynamic_defaults(self) -> dict[str, int]:
+        return self._broker.dynamic_defaults()
+
+    def topic_defaults(self) -> LogConfig:
+        return self._broker.topic_defaults()
+
+    def effective_topic_config(
+        self, topic: str, explicit: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        return self._broker.effective_topic_config(topic, explicit)
 
 
 def _missing_message(directory: Path, partitions: list[str]) -> str:

@@ -1,17 +1,18 @@
 """AlterConfigs and IncrementalAlterConfigs: turning a request into a checked config change.
 
-How this works and why: the controller owns the commit (``Controller.alter_configs``),
-reading a resource's current dynamic configs under its lock. This module supplies
-what only the broker knows: which resource a request names (a topic, this node, the
-cluster-wide broker defaults "", or a group: ``config_groups.py``), how
-SET/DELETE/APPEND/SUBTRACT combine with the current configs (``incremental_changes``,
-called by the controller with the current set), and whether a set of broker
-properties may be applied at runtime (``broker_validator``: any Kafka broker
-property — odradek's ``BROKER_CONFIGS`` or the rest of Kafka's catalogue,
-``config_catalogue.py`` — that is dynamic, each parsed by its own parser, and the
-merged result must still make valid topic defaults). As in Kafka, per-broker
-properties cannot be set as the cluster-wide default, and the reconfigurable SSL
-stores only with a listener prefix.
+How this works and why: the controller owns the commit (``Controller.alter_configs``,
+reached through the ControllerChannel with plain ``ConfigOp``s), reading a resource's
+current dynamic configs under its lock. This module supplies what only the broker knows,
+to the channel as ``BrokerConfigRules`` and to the handler as checks: which resource a
+request names (a topic, this node, the cluster-wide broker defaults "", or a group:
+``config_groups.py``), how SET/DELETE/APPEND/SUBTRACT combine with the current configs
+(``incremental_changes``, called by the controller with the current set), and whether a
+set of broker properties may be applied at runtime (``broker_validator``: any Kafka
+broker property — odradek's ``BROKER_CONFIGS`` or the rest of Kafka's catalogue,
+``config_catalogue.py`` — that is dynamic, each parsed by its own parser, and the merged
+result must still make valid topic defaults). As in Kafka, per-broker properties cannot
+be set as the cluster-wide default, and the reconfigurable SSL stores only with a
+listener prefix.
 
 Error codes follow Kafka: a bad topic or group config is INVALID_CONFIG; a bad or
 non-dynamic broker property is INVALID_REQUEST ("Cannot update these configs
@@ -24,6 +25,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
 from odradek.metadata.controller import ControllerError, validate_topic_name
+from odradek.metadata.controller_channel import (
+    APPEND,
+    DELETE,
+    SET,
+    SUBTRACT,
+    Changes,
+    ConfigOp,
+    Validator,
+)
 from odradek.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
 from odradek.server import config_catalogue as catalogue
 from odradek.server import config_groups
@@ -39,34 +49,48 @@ from odradek.server.config_describe import (
 from odradek.storage.log_config import CONFIGS_BY_NAME as TOPIC_CONFIGS_BY_NAME
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.metadata.view import MetadataView
+    from odradek.server.services import ConfigContext, ConfigView
 
-# IncrementalAlterConfigs config_operation.
-SET: Final = 0
-DELETE: Final = 1
-APPEND: Final = 2
-SUBTRACT: Final = 3
 _OP_NAMES: Final = {SET: "SET", DELETE: "DELETE", APPEND: "APPEND", SUBTRACT: "SUBTRACT"}
 
-Validator = Callable[[Mapping[str, str]], None]
-Changes = dict[str, str | None]
+
+class BrokerConfigRules:
+    """The ``ConfigRules`` the controller channel applies config ops with (see
+    metadata/controller_channel.py): this module's combination and validators."""
+
+    def __init__(self, metadata: MetadataView, config: ConfigView) -> None:
+        self.metadata = metadata
+        self.config = config
+
+    def changes(
+        self, resource_type: str, resource_name: str, ops: Sequence[ConfigOp]
+    ) -> Callable[[Mapping[str, str]], Changes]:
+        return incremental_changes(self, resource_type, resource_name, ops)
+
+    def validator(self, resource_type: str, resource_name: str) -> Validator | None:
+        if resource_type == BROKER_RESOURCE:
+            return broker_validator(self, resource_name)
+        if resource_type == GROUP_RESOURCE:
+            return config_groups.validator(self)
+        return None
 
 
-def resolve(broker: Broker, resource_type: int, name: str) -> tuple[str, Validator | None]:
-    """(metadata resource type, validator of the resulting configs) for a request resource."""
+def resolve(context: ConfigContext, resource_type: int, name: str) -> str:
+    """The metadata resource type of a request resource, once its name is checked."""
     if resource_type == TOPIC_TYPE:
         validate_topic_name(name)
-        return TOPIC_RESOURCE, None
+        return TOPIC_RESOURCE
     if resource_type == BROKER_TYPE:
-        check_broker_name(name, broker.node_id)
-        return BROKER_RESOURCE, broker_validator(broker, name)
+        check_broker_name(name, context.metadata.node_id)
+        return BROKER_RESOURCE
     if resource_type == config_groups.GROUP_TYPE:
         config_groups.check_group_name(name)
-        return GROUP_RESOURCE, config_groups.validator(broker)
+        return GROUP_RESOURCE
     raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")
 
 
-def broker_validator(broker: Broker, resource_name: str) -> Validator:
+def broker_validator(context: ConfigContext, resource_name: str) -> Validator:
     def validate(merged: Mapping[str, str]) -> None:
         definitions = {k: catalogue.definition(k) for k in merged}
         unknown = sorted(k for k, d in definitions.items() if d is None)
@@ -92,7 +116,7 @@ def broker_validator(broker: Broker, resource_name: str) -> Validator:
                 "Cannot update these configs at default cluster level, broker id must be "
                 f"specified: {per_broker}",
             )
-        layers = BrokerLayers.of(broker)
+        layers = BrokerLayers.of(context)
         cluster = merged if resource_name == "" else layers.cluster
         node = merged if resource_name != "" else layers.node
         properties = {**layers.static.original, **cluster, **node}
@@ -112,25 +136,25 @@ def check_unique(names: Sequence[str]) -> None:
         raise ControllerError("INVALID_REQUEST", f"duplicate config keys: {duplicated}")
 
 
-def replacement(configs: Sequence[tuple[str, str | None]]) -> Changes:
+def replacement(configs: Sequence[tuple[str, str | None]]) -> list[ConfigOp]:
     """Legacy AlterConfigs: the new complete set of the resource's dynamic configs."""
     check_unique([name for name, _ in configs])
     missing = [name for name, value in configs if value is None]
     if missing:
         raise ControllerError("INVALID_REQUEST", f"null value not supported for: {missing}")
-    return {name: value for name, value in configs}
+    return [ConfigOp(name, SET, value) for name, value in configs]
 
 
 def incremental_changes(
-    broker: Broker,
+    context: ConfigContext,
     resource_type: str,
     resource_name: str,
-    ops: Sequence[tuple[str, int, str | None]],
+    ops: Sequence[ConfigOp],
 ) -> Callable[[Mapping[str, str]], Changes]:
     """Check the ops now; combine them with the current configs when the controller asks."""
-    check_unique([name for name, _, _ in ops])
+    check_unique([o.name for o in ops])
     is_broker = resource_type == BROKER_RESOURCE
-    for name, op, value in ops:
+    for name, op, value in ((o.name, o.op, o.value) for o in ops):
         if op not in _OP_NAMES:
             raise ControllerError("INVALID_REQUEST", f"{name}: unknown config operation {op}")
         if resource_type == GROUP_RESOURCE:
@@ -146,7 +170,7 @@ def incremental_changes(
 
     def combine(current: Mapping[str, str]) -> Changes:
         changes: Changes = {}
-        for name, op, value in ops:
+        for name, op, value in ((o.name, o.op, o.value) for o in ops):
             if op == SET:
                 changes[name] = value
             elif op == DELETE:
@@ -154,7 +178,7 @@ def incremental_changes(
             else:
                 base = current.get(name)
                 if base is None:
-                    base = _effective_value(broker, resource_type, resource_name, name)
+                    base = _effective_value(context, resource_type, resource_name, name)
                 items = _split(base)
                 given = _split(value)
                 if op == APPEND:
@@ -171,11 +195,13 @@ def _split(value: str | None) -> list[str]:
     return [part.strip() for part in (value or "").split(",") if part.strip()]
 
 
-def _effective_value(broker: Broker, resource_type: str, resource_name: str, name: str) -> str:
+def _effective_value(
+    context: ConfigContext, resource_type: str, resource_name: str, name: str
+) -> str:
     """The value a list config has now when the resource does not set it itself."""
     if resource_type == TOPIC_RESOURCE:
-        return render(broker.effective_topic_config(resource_name)[name])
-    layers = BrokerLayers.of(broker)
+        return render(context.config.effective_topic_config(resource_name)[name])
+    layers = BrokerLayers.of(context)
     if resource_name == "":
         value = layers.cluster.get(name, layers.static.original.get(name))
         definition = catalogue.definition(name)

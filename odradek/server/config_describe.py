@@ -32,7 +32,7 @@ from odradek.storage.log_config import CONFIGS_BY_NAME as TOPIC_CONFIGS_BY_NAME
 from odradek.storage.log_config import INT_MAX, TOPIC_CONFIGS, ConfigDef, LogConfig
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import ConfigContext
 
 # ConfigResource types (DescribeConfigs / AlterConfigs resource_type).
 TOPIC_TYPE: Final = 2
@@ -183,12 +183,12 @@ class BrokerLayers:
     node: Mapping[str, str]  # dynamic, resource ("broker", "<node id>")
 
     @classmethod
-    def of(cls, broker: Broker, image: MetadataImage | None = None) -> BrokerLayers:
-        image = image or broker.image
+    def of(cls, context: ConfigContext, image: MetadataImage | None = None) -> BrokerLayers:
+        image = image or context.metadata.image
         return cls(
-            broker.config,
+            context.config.static,
             image.configs.get((BROKER_RESOURCE, ""), {}),
-            image.configs.get((BROKER_RESOURCE, str(broker.node_id)), {}),
+            image.configs.get((BROKER_RESOURCE, str(context.metadata.node_id)), {}),
         )
 
     def synonyms(self, names: list[str], per_node: bool = True) -> list[Synonym]:
@@ -312,11 +312,11 @@ def check_broker_name(name: str, node_id: int) -> None:
 
 
 def describe(
-    broker: Broker, resource_type: int, resource_name: str, keys: Collection[str] | None
+    context: ConfigContext, resource_type: int, resource_name: str, keys: Collection[str] | None
 ) -> list[ConfigEntry]:
     """The configs of one resource; ControllerError carries the Kafka error for it."""
-    image = broker.image
-    layers = BrokerLayers.of(broker, image)
+    image = context.metadata.image
+    layers = BrokerLayers.of(context, image)
     if resource_type == TOPIC_TYPE:
         validate_topic_name(resource_name)
         if resource_name not in image.topics:
@@ -324,15 +324,15 @@ def describe(
                 "UNKNOWN_TOPIC_OR_PARTITION", f"topic {resource_name!r} does not exist"
             )
         overrides = image.topic_configs(resource_name)
-        effective = LogConfig.from_properties(dict(overrides), broker.topic_defaults())
+        effective = LogConfig.from_properties(dict(overrides), context.config.topic_defaults())
         return describe_topic(layers, overrides, effective, keys)
     if resource_type == BROKER_TYPE:
-        check_broker_name(resource_name, broker.node_id)
+        check_broker_name(resource_name, context.metadata.node_id)
         if resource_name == "":
             return describe_cluster_defaults(layers, keys)
         return describe_broker(layers, keys)
     from odradek.server import config_groups  # it builds on this module
 
     if resource_type == config_groups.GROUP_TYPE:
-        return config_groups.describe_group(broker, resource_name, keys)
+        return config_groups.describe_group(context, resource_name, keys)
     raise ControllerError("INVALID_REQUEST", f"unsupported resource type {resource_type}")

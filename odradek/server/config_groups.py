@@ -35,7 +35,7 @@ from odradek.server.config_describe import (
 )
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import ConfigContext
 
 GROUP_TYPE: Final = 32  # ConfigResource.Type.GROUP on the wire
 GROUP_CONFIG: Final = 8  # ConfigSource.GROUP_CONFIG
@@ -163,11 +163,11 @@ def effective(
     return definition.default or ""
 
 
-def validator(broker: Broker) -> Callable[[Mapping[str, str]], None]:
+def validator(context: ConfigContext) -> Callable[[Mapping[str, str]], None]:
     """Checks the complete set of a group's configs before the controller commits it."""
 
     def validate(merged: Mapping[str, str]) -> None:
-        layers = BrokerLayers.of(broker)
+        layers = BrokerLayers.of(context)
         numbers: dict[str, int] = {}
         for name in merged:
             check_name(name)
@@ -198,11 +198,11 @@ def validator(broker: Broker) -> Callable[[Mapping[str, str]], None]:
 
 
 def describe_group(
-    broker: Broker, group_id: str, keys: Collection[str] | None
+    context: ConfigContext, group_id: str, keys: Collection[str] | None
 ) -> list[ConfigEntry]:
     check_group_name(group_id)
-    layers = BrokerLayers.of(broker)
-    overrides = broker.image.configs.get((GROUP_RESOURCE, group_id), {})
+    layers = BrokerLayers.of(context)
+    overrides = context.metadata.image.configs.get((GROUP_RESOURCE, group_id), {})
     entries = []
     for definition in GROUP_CONFIGS:
         name = definition.name

@@ -1,4 +1,9 @@
-"""Dispatcher: frame → decoded request → handler → encoded response.
+"""Dispatcher: frame → decoded request → handler → encoded response, for one plane.
+
+There is one Dispatcher per listener plane (handlers/__init__.py): it knows only its
+plane's handlers, so an API of the other plane is refused exactly like an unknown key
+(closed connection; ApiVersions there does not list it). Handlers get the narrow
+``BrokerServices`` (services.py), not the Broker.
 
 How this works and why: this is the API layer of seeds/002. It owns the three ways a
 request can fail before a handler runs: an unsupported ApiVersions version is
@@ -27,18 +32,20 @@ from odradek.protocol.messages import (
     decode_request,
     encode_response,
 )
-from odradek.server.handlers import REGISTRY, supported_versions
+from odradek.server.handlers import Plane, plane_handlers
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 logger = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
-        self.supported = supported_versions()
+    def __init__(self, services: BrokerServices, plane: Plane = Plane.BROKER) -> None:
+        self.services = services
+        self.plane = plane
+        self.handlers = dict(plane_handlers(plane))
+        self.supported = {k: (s.min_version, s.max_version) for k, s in self.handlers.items()}
         # Two kinds, limited apart: a flood of one does not hide the first of the other.
         self.malformed = PeerWarnings(logger, "malformed-request lines")
         self.unsupported = PeerWarnings(logger, "unsupported-request lines")
@@ -68,9 +75,9 @@ class Dispatcher:
             )
             raise CloseConnection() from None
         header = request.header
-        spec = REGISTRY[header.api_key]
+        spec = self.handlers[header.api_key]
         try:
-            result = await spec.function(self.broker, request)
+            result = await spec.function(self.services, request)
         except CloseConnection:
             raise
         except Exception:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterator
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,32 +20,34 @@ from odradek.coordinator.group.coordinator import (
 )
 
 
-class FlakyLog:
-    """A log whose segments cannot be listed the first ``failures`` times."""
+class FlakyWriter:
+    """A partition writer whose partition cannot be read the first ``failures`` times."""
 
     def __init__(self, failures: int) -> None:
         self.failures = failures
-        self.log_start_offset = 0
-        self.high_watermark = 0
 
-    @property
-    def segments(self) -> list[Any]:
+    async def append(self, tp: tuple[str, int], records: bytes) -> int:
+        raise AssertionError("a load does not append")
+
+    def read(self, tp: tuple[str, int], start: int, end: int | None = None) -> Iterator[Any]:
         if self.failures:
             self.failures -= 1
             raise OSError(5, "Input/output error")
-        return []
+        return iter(())
+
+    def leader_epoch(self, tp: tuple[str, int]) -> int:
+        return 0
 
 
 def test_failed_load_answers_not_available_then_retries(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
     monkeypatch.setattr(coordinator_module, "LOAD_RETRY_MAX_S", 0)
-    log = FlakyLog(failures=2)
-    partition = SimpleNamespace(log=log)
-    broker: Any = SimpleNamespace(
-        replica_manager=SimpleNamespace(leader_partition=lambda topic, p: partition)
+    metadata: Any = SimpleNamespace(node_id=1)
+    topics: Any = None  # the topic exists: never created here
+    coordinator = GroupCoordinator(
+        metadata, FlakyWriter(failures=2), topics, CoordinatorSettings(partitions=1), lambda: 0
     )
-    coordinator = GroupCoordinator(broker, CoordinatorSettings(partitions=1), clock=lambda: 0)
 
     async def run() -> list[str]:
         seen = []

@@ -76,8 +76,10 @@ def test_lone_static_member_expires_at_its_session_and_empties_the_group() -> No
 
 
 def coordinator_at(now: list[int]) -> GroupCoordinator:
-    broker: Any = SimpleNamespace()
-    return GroupCoordinator(broker, CoordinatorSettings(partitions=1), clock=lambda: now[0])
+    unused: Any = SimpleNamespace()  # timers need neither metadata nor the partitions
+    return GroupCoordinator(
+        unused, unused, unused, CoordinatorSettings(partitions=1), clock=lambda: now[0]
+    )
 
 
 def test_ticker_wakes_at_the_earliest_deadline() -> None:

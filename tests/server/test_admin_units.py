@@ -65,7 +65,7 @@ def test_offset_for_leader_epoch_checks_the_current_leader_epoch(
 ) -> None:
     replicas = ReplicaManager(1, None)  # type: ignore[arg-type]
     replicas.partitions[("t", 0)] = partition
-    broker = SimpleNamespace(replica_manager=replicas)
+    services = SimpleNamespace(replicas=replicas)
     module = nested(23, version)
 
     def ask(current: int, epoch: int) -> Any:
@@ -88,7 +88,7 @@ def test_offset_for_leader_epoch_checks_the_current_leader_epoch(
             ),
         )
         request = Request(RequestHeader(23, version, 1, "tests"), body, 0)
-        response = asyncio.run(offset_for_leader_epoch(broker, request))  # type: ignore[arg-type]
+        response = asyncio.run(offset_for_leader_epoch(services, request))  # type: ignore[arg-type]
         return response.topics[0].partitions[0]
 
     fenced = ask(2, 2)

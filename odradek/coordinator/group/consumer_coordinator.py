@@ -38,13 +38,13 @@ from odradek.metadata.image import GROUP_RESOURCE
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import CoordinatorSettings
-    from odradek.server.broker import Broker
+    from odradek.metadata.view import MetadataView
 
 logger = logging.getLogger(__name__)
 
 
 class ConsumerGroupCoordination:
-    broker: Broker
+    metadata: MetadataView
     clock: Callable[[], int]
     groups: dict[str, ClassicGroup]
     consumer_groups: dict[str, ConsumerGroup]
@@ -89,10 +89,10 @@ class ConsumerGroupCoordination:
             self.consumer_groups[group_id] = group
         else:
             group.settings = self._settings_of(group_id)
-        return group.heartbeat(request, self.broker.image, require_member_id=require_member_id)
+        return group.heartbeat(request, self.metadata.image, require_member_id=require_member_id)
 
     def _settings_of(self, group_id: str) -> ConsumerGroupSettings:
-        configs = self.broker.image.configs.get((GROUP_RESOURCE, group_id), {})
+        configs = self.metadata.image.configs.get((GROUP_RESOURCE, group_id), {})
         return self.settings.consumer.for_group(configs)
 
     def describe_consumer_group(self, group_id: str) -> ConsumerGroup | ClassicGroup | None:

@@ -39,7 +39,7 @@ from odradek.coordinator.group.classic import (
 from odradek.coordinator.group.consumer import ConsumerGroup
 from odradek.coordinator.group.consumer_coordinator import ConsumerGroupCoordination
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
-from odradek.coordinator.group.loader import Damage, scan
+from odradek.coordinator.group.loader import Damage
 from odradek.coordinator.group.offset_coordinator import (
     CoordinatorError,
     OffsetCoordination,
@@ -59,13 +59,16 @@ from odradek.coordinator.group.records import (
     encode_offset_key,
     partition_for_group,
 )
-from odradek.metadata.controller import ControllerError, NewTopic
+from odradek.coordinator.partition_writer import (
+    PartitionWriteError,
+    PartitionWriter,
+    TopicCreator,
+)
 from odradek.metadata.image import MetadataImage
 from odradek.records.codec import Record, encode_batch
-from odradek.replica.replica_manager import PartitionError
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.metadata.view import MetadataView
 
 logger = logging.getLogger(__name__)
 
@@ -88,8 +91,24 @@ class CoordinatorSettings:
 
 
 class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
-    def __init__(self, broker: Broker, settings: CoordinatorSettings, clock: Callable[[], int]):
-        self.broker = broker
+    """Groups of the partitions of ``__consumer_offsets`` this node leads.
+
+    It sees the cluster through ``metadata`` (the image and this node's id), writes and
+    replays its partitions through ``writer`` and creates the topic through
+    ``topics`` (partition_writer.py) — never through the broker.
+    """
+
+    def __init__(
+        self,
+        metadata: MetadataView,
+        writer: PartitionWriter,
+        topics: TopicCreator,
+        settings: CoordinatorSettings,
+        clock: Callable[[], int],
+    ):
+        self.metadata = metadata
+        self.writer = writer
+        self.topics = topics
         self.settings = settings
         self.clock = clock
         self.groups: dict[str, ClassicGroup] = {}
@@ -131,7 +150,7 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         led = set()
         if topic is not None:
             led = {
-                p for p, state in topic.partitions.items() if state.leader == self.broker.node_id
+                p for p, state in topic.partitions.items() if state.leader == self.metadata.node_id
             }
         for partition in sorted(led - self._owned):
             self._owned.add(partition)
@@ -187,14 +206,14 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
     async def _load_once(self, partition: int) -> None:
         started = self.clock()
         try:
-            log = self.broker.replica_manager.leader_partition(OFFSETS_TOPIC, partition).log
-        except PartitionError:
+            batches = self.writer.read((OFFSETS_TOPIC, partition), 0)
+        except PartitionWriteError:
             self._loading.discard(partition)
             return
         groups: dict[str, GroupValue | None] = {}
         offsets: dict[str, dict[tuple[str, int], OffsetValue]] = {}
         count = 0
-        for item in scan(log, log.log_start_offset, log.high_watermark):
+        for item in batches:
             if isinstance(item, Damage):
                 logger.error(
                     "%s-%d: %s: what it held is not replayed (those groups' offsets and "
@@ -279,25 +298,24 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
 
     async def ensure_offsets_topic(self) -> bool:
         """Create __consumer_offsets on first use; True once it exists."""
-        if OFFSETS_TOPIC in self.broker.image.topics:
+        if OFFSETS_TOPIC in self.metadata.image.topics:
             return True
         async with self._create_lock:
-            if OFFSETS_TOPIC in self.broker.image.topics:
+            if OFFSETS_TOPIC in self.metadata.image.topics:
                 return True
-            brokers = max(1, len(self.broker.image.brokers))
-            topic = NewTopic(
+            brokers = max(1, len(self.metadata.image.brokers))
+            error = await self.topics.create_topic(
                 OFFSETS_TOPIC,
                 self.settings.partitions,
                 min(self.settings.replication_factor, brokers),
-                configs={
+                {
                     "cleanup.policy": "compact",
                     "compression.type": "producer",
                     "segment.bytes": str(self.settings.segment_bytes),
                 },
             )
-            (outcome,) = await self.broker.controller.create_topics([topic], False)
-            if isinstance(outcome, ControllerError) and outcome.code != "TOPIC_ALREADY_EXISTS":
-                logger.warning("cannot create %s: %s", OFFSETS_TOPIC, outcome)
+            if error is not None and error != "TOPIC_ALREADY_EXISTS":
+                logger.warning("cannot create %s: %s", OFFSETS_TOPIC, error)
                 return False
             return True
 
@@ -472,8 +490,8 @@ class GroupCoordinator(ConsumerGroupCoordination, OffsetCoordination):
         if not encoded:
             return
         try:
-            self.broker.replica_manager.append(OFFSETS_TOPIC, partition, encode_batch(encoded), -1)
-        except PartitionError as error:
+            await self.writer.append((OFFSETS_TOPIC, partition), encode_batch(encoded))
+        except PartitionWriteError as error:
             raise CoordinatorError(
                 "NOT_COORDINATOR"
                 if error.code == "NOT_LEADER_OR_FOLLOWER"

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
 
     from odradek.coordinator.group.coordinator import CoordinatorSettings
-    from odradek.server.broker import Broker
+    from odradek.metadata.view import MetadataView
 
 logger = logging.getLogger(__name__)
 
@@ -60,7 +60,7 @@ class OffsetCommit:
 
 
 class OffsetCoordination:
-    broker: Broker
+    metadata: MetadataView
     clock: Callable[[], int]
     settings: CoordinatorSettings
     groups: dict[str, ClassicGroup]
@@ -114,7 +114,7 @@ class OffsetCoordination:
             return {(c.topic, c.partition): error for c in commits}
         results: dict[tuple[str, int], str] = {}
         accepted: list[OffsetCommit] = []
-        image = self.broker.image
+        image = self.metadata.image
         for commit in commits:
             topic = image.topics.get(commit.topic)
             if topic is None or commit.partition not in topic.partitions:

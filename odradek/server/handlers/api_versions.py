@@ -1,4 +1,8 @@
-"""ApiVersions (key 18): the versions this broker implements, from the registry."""
+"""ApiVersions (key 18): the versions this listener's plane implements, from the registry.
+
+Registered once per plane (``_answer_for``), so a controller listener lists only the
+controller plane's APIs and a broker listener only the client APIs.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import API_VERSIONS_KEY, Request, encode_response
-from odradek.server.handlers import handles, supported_versions
+from odradek.server.handlers import Plane, handles, supported_versions
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.handlers import HandlerFunction
+    from odradek.server.services import BrokerServices
 
 _NO_THROTTLE = datetime.timedelta(0)
 
@@ -42,6 +47,13 @@ def unsupported_version_response(
     )
 
 
-@handles(API_VERSIONS_KEY, 0, 4)
-async def api_versions(broker: Broker, request: Request) -> Any:
-    return _body(request.header.api_version, supported_versions(), "NONE")
+def _answer_for(plane: Plane) -> HandlerFunction:
+    async def api_versions(services: BrokerServices, request: Request) -> Any:
+        return _body(request.header.api_version, supported_versions(plane), "NONE")
+
+    api_versions.__name__ = f"api_versions_{plane.value}"
+    return api_versions
+
+
+for _plane in Plane:
+    handles(API_VERSIONS_KEY, 0, 4, plane=_plane)(_answer_for(_plane))

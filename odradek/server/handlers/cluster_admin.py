@@ -22,7 +22,7 @@ from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
     from odradek.storage.log import Log
 
 DESCRIBE_LOG_DIRS_KEY = 35
@@ -31,14 +31,14 @@ BROKERS_ENDPOINT: Final = 1
 
 
 @handles(DESCRIBE_CLUSTER_KEY, 0, 1)
-async def describe_cluster(broker: Broker, request: Request) -> Any:
+async def describe_cluster(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_CLUSTER_KEY, request.header.api_version)
     body = request.body
     endpoint_type = getattr(body, "endpoint_type", BROKERS_ENDPOINT)
     common = {
         "throttle_time": datetime.timedelta(0),
         "endpoint_type": endpoint_type,
-        "cluster_id": broker.cluster_id,
+        "cluster_id": services.metadata.cluster_id,
     }
     if endpoint_type != BROKERS_ENDPOINT:
         return make(
@@ -54,14 +54,16 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
         make(
             module.DescribeClusterBroker, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack
         )
-        for e in broker.brokers_for_listener(broker.image, request_listener(broker, request))
+        for e in services.metadata.endpoints(
+            services.metadata.image, request_listener(services, request)
+        )
     )
     return make(
         module.DescribeClusterResponse,
         **common,
         error_code=error_code("NONE"),
         error_message=None,
-        controller_id=broker.node_id,
+        controller_id=services.metadata.controller_id,
         brokers=brokers,
         cluster_authorized_operations=requested(
             body.include_cluster_authorized_operations, ResourceType.CLUSTER
@@ -70,17 +72,17 @@ async def describe_cluster(broker: Broker, request: Request) -> Any:
 
 
 @handles(DESCRIBE_LOG_DIRS_KEY, 1, 4)
-async def describe_log_dirs(broker: Broker, request: Request) -> Any:
+async def describe_log_dirs(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_LOG_DIRS_KEY, request.header.api_version)
     wanted = _wanted(request.body.topics)
     by_dir: dict[Path, dict[str, list[tuple[int, Log]]]] = {}
-    for (topic, index), log in sorted(broker.log_manager.logs.items()):
+    for (topic, index), log in sorted(services.log_dirs.logs.items()):
         if wanted is None or index in wanted.get(topic, ()):
             by_dir.setdefault(log.directory.parent.resolve(), {}).setdefault(topic, []).append(
                 (index, log)
             )
     results = []
-    for log_dir in broker.log_manager.log_dirs:
+    for log_dir in services.log_dirs.log_dirs:
         path = log_dir.resolve()
         total, usable = _disk_space(path)
         topics = tuple(

@@ -3,17 +3,19 @@
 Topic and broker resources (the broker resource is this node's id, or "" for the
 cluster-wide defaults). Values, sources and synonyms come from
 ``server/config_describe.py``; changes are checked by ``server/config_alter.py`` and
-committed by the controller, after which the broker's metadata listener hands every
-affected log its new LogConfig. AlterConfigs replaces a resource's whole set of
-dynamic configs; IncrementalAlterConfigs applies SET/DELETE/APPEND/SUBTRACT.
+committed by the controller (through the controller channel), after which the broker's
+metadata listener hands every affected log its new LogConfig. AlterConfigs replaces a
+resource's whole set of dynamic configs; IncrementalAlterConfigs applies
+SET/DELETE/APPEND/SUBTRACT.
 """
 
 from __future__ import annotations
 
 import datetime
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import ControllerError
+from odradek.metadata.controller_channel import ConfigOp, ControllerError
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server import config_alter
@@ -21,7 +23,7 @@ from odradek.server.config_describe import ConfigEntry, describe
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
@@ -29,7 +31,7 @@ INCREMENTAL_ALTER_CONFIGS_KEY = 44
 
 
 @handles(DESCRIBE_CONFIGS_KEY, 1, 4)
-async def describe_configs(broker: Broker, request: Request) -> Any:
+async def describe_configs(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_CONFIGS_KEY, request.header.api_version)
     body = request.body
     synonyms = body.include_synonyms
@@ -38,7 +40,7 @@ async def describe_configs(broker: Broker, request: Request) -> Any:
     for resource in body.resources:
         keys = resource.configuration_keys or None  # null or empty: every config
         try:
-            entries = describe(broker, resource.resource_type, resource.resource_name, keys)
+            entries = describe(services, resource.resource_type, resource.resource_name, keys)
             error = None
         except ControllerError as failure:
             entries, error = [], failure
@@ -79,36 +81,29 @@ def _entry(module: Any, entry: ConfigEntry, synonyms: bool, documentation: bool)
 
 
 @handles(ALTER_CONFIGS_KEY, 0, 2)
-async def alter_configs(broker: Broker, request: Request) -> Any:
-    async def apply(resource: Any, resource_type: str, validator: Any, validate_only: bool) -> None:
-        changes = config_alter.replacement([(c.name, c.value) for c in resource.configs])
-        await broker.controller.alter_configs(
-            resource_type,
-            resource.resource_name,
-            changes,
-            validate_only,
-            replace=True,
-            validator=validator,
-        )
+async def alter_configs(services: BrokerServices, request: Request) -> Any:
+    def ops(resource: Any) -> list[ConfigOp]:
+        return config_alter.replacement([(c.name, c.value) for c in resource.configs])
 
-    return await _alter(broker, request, ALTER_CONFIGS_KEY, apply)
+    return await _alter(services, request, ALTER_CONFIGS_KEY, ops, replace=True)
 
 
 @handles(INCREMENTAL_ALTER_CONFIGS_KEY, 0, 1)
-async def incremental_alter_configs(broker: Broker, request: Request) -> Any:
-    async def apply(resource: Any, resource_type: str, validator: Any, validate_only: bool) -> None:
-        ops = [(c.name, c.config_operation, c.value) for c in resource.configs]
-        changes = config_alter.incremental_changes(
-            broker, resource_type, resource.resource_name, ops
-        )
-        await broker.controller.alter_configs(
-            resource_type, resource.resource_name, changes, validate_only, validator=validator
-        )
+async def incremental_alter_configs(services: BrokerServices, request: Request) -> Any:
+    def ops(resource: Any) -> list[ConfigOp]:
+        return [ConfigOp(c.name, c.config_operation, c.value) for c in resource.configs]
 
-    return await _alter(broker, request, INCREMENTAL_ALTER_CONFIGS_KEY, apply)
+    return await _alter(services, request, INCREMENTAL_ALTER_CONFIGS_KEY, ops, replace=False)
 
 
-async def _alter(broker: Broker, request: Request, api_key: int, apply: Any) -> Any:
+async def _alter(
+    services: BrokerServices,
+    request: Request,
+    api_key: int,
+    ops: Callable[[Any], list[ConfigOp]],
+    *,
+    replace: bool,
+) -> Any:
     module = response_module(api_key, request.header.api_version)
     body = request.body
     resources = [(r.resource_type, r.resource_name) for r in body.resources]
@@ -117,10 +112,16 @@ async def _alter(broker: Broker, request: Request, api_key: int, apply: Any) -> 
         try:
             if resources.count((resource.resource_type, resource.resource_name)) > 1:
                 raise ControllerError("INVALID_REQUEST", "resource listed more than once")
-            resource_type, validator = config_alter.resolve(
-                broker, resource.resource_type, resource.resource_name
+            resource_type = config_alter.resolve(
+                services, resource.resource_type, resource.resource_name
             )
-            await apply(resource, resource_type, validator, body.validate_only)
+            await services.controller.alter_configs(
+                resource_type,
+                resource.resource_name,
+                ops(resource),
+                replace=replace,
+                validate_only=body.validate_only,
+            )
             error = None
         except ControllerError as failure:
             error = failure

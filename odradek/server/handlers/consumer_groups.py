@@ -23,7 +23,7 @@ from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, re
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 CONSUMER_GROUP_HEARTBEAT_KEY = 68
 CONSUMER_GROUP_DESCRIBE_KEY = 69
@@ -33,7 +33,7 @@ CONSUMER_MEMBER_TYPE = 1  # ConsumerGroupDescribe v1 MemberType: uses the consum
 
 
 @handles(CONSUMER_GROUP_HEARTBEAT_KEY, 0, 1)
-async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
+async def consumer_group_heartbeat(services: BrokerServices, request: Request) -> Any:
     version = request.header.api_version
     module = response_module(CONSUMER_GROUP_HEARTBEAT_KEY, version)
     body = request.body
@@ -57,7 +57,7 @@ async def consumer_group_heartbeat(broker: Broker, request: Request) -> Any:
         client_host="/" + request.peer.rsplit(":", 1)[0] if request.peer else "",
     )
     try:
-        result = await broker.group_coordinator.consumer_heartbeat(
+        result = await services.groups.consumer_heartbeat(
             body.group_id, heartbeat, require_member_id=version >= 1
         )
     except CoordinatorError as failure:
@@ -97,7 +97,7 @@ def _topic_partitions(
 
 
 @handles(CONSUMER_GROUP_DESCRIBE_KEY, 0, 1)
-async def consumer_group_describe(broker: Broker, request: Request) -> Any:
+async def consumer_group_describe(services: BrokerServices, request: Request) -> Any:
     module = response_module(CONSUMER_GROUP_DESCRIBE_KEY, request.header.api_version)
     described = []
     for group_id in request.body.group_ids:
@@ -105,7 +105,7 @@ async def consumer_group_describe(broker: Broker, request: Request) -> Any:
             described.append(_failed(module, group_id, "INVALID_GROUP_ID", None))
             continue
         try:
-            group = broker.group_coordinator.describe_consumer_group(group_id)
+            group = services.groups.describe_consumer_group(group_id)
         except CoordinatorError as failure:
             described.append(_failed(module, group_id, failure.code, None))
             continue
@@ -118,7 +118,7 @@ async def consumer_group_describe(broker: Broker, request: Request) -> Any:
             described.append(_failed(module, group_id, "GROUP_ID_NOT_FOUND", message))
         else:
             include = request.body.include_authorized_operations
-            described.append(_described(module, group, broker.image, include))
+            described.append(_described(module, group, services.metadata.image, include))
     return make(module.ConsumerGroupDescribeResponse, throttle_time=_ZERO, groups=tuple(described))
 
 

@@ -29,14 +29,14 @@ from odradek.server.handlers import handles
 from odradek.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 FETCH_KEY = 1
 FINAL_EPOCH = -1
 
 
 @handles(FETCH_KEY, MIN_VERSION, MAX_VERSION)
-async def fetch(broker: Broker, request: Request) -> Response:
+async def fetch(services: BrokerServices, request: Request) -> Response:
     body = request.body
     header = request.header
     session_id = getattr(body, "session_id", 0)
@@ -51,18 +51,18 @@ async def fetch(broker: Broker, request: Request) -> Response:
         return Response(parts)
     deadline = time.monotonic() + body.max_wait.total_seconds()
     while True:
-        results, partitions, total, failed = _read_all(broker, request)
+        results, partitions, total, failed = _read_all(services, request)
         remaining = deadline - time.monotonic()
         if failed or total >= body.min_bytes or remaining <= 0 or not partitions:
             break
-        if broker.replica_manager.closing:  # shutting down: answer with what there is
+        if services.replicas.closing:  # shutting down: answer with what there is
             break
-        await broker.replica_manager.wait_for_data(partitions, remaining)
+        await services.replicas.wait_for_data(partitions, remaining)
     return Response(encode_fetch_response(header.api_version, header.correlation_id, results))
 
 
 def _read_all(
-    broker: Broker, request: Request
+    services: BrokerServices, request: Request
 ) -> tuple[list[TopicResult], list[Partition], int, bool]:
     body = request.body
     is_follower = body.replica_id >= 0
@@ -73,7 +73,7 @@ def _read_all(
         for wanted in topic.partitions:
             result = PartitionResult(wanted.partition, 0)
             try:
-                partition = broker.replica_manager.leader_partition(topic.topic, wanted.partition)
+                partition = services.replicas.leader_partition(topic.topic, wanted.partition)
                 _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
                 log = partition.log
                 # Both isolation levels read below the HW: the LSO equals the HW

@@ -16,7 +16,7 @@ from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 OFFSET_COMMIT_KEY = 8
 OFFSET_FETCH_KEY = 9
@@ -25,7 +25,7 @@ _ZERO = datetime.timedelta(0)
 
 
 @handles(OFFSET_COMMIT_KEY, 2, 9)
-async def offset_commit(broker: Broker, request: Request) -> Any:
+async def offset_commit(services: BrokerServices, request: Request) -> Any:
     module = response_module(OFFSET_COMMIT_KEY, request.header.api_version)
     body = request.body
     generation = getattr(body, "generation_id_or_member_epoch", None)
@@ -43,7 +43,7 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
         for p in topic.partitions
     ]
     try:
-        results = await broker.group_coordinator.commit_offsets(
+        results = await services.groups.commit_offsets(
             body.group_id,
             generation,
             body.member_id,
@@ -72,13 +72,13 @@ async def offset_commit(broker: Broker, request: Request) -> Any:
 
 
 @handles(OFFSET_FETCH_KEY, 1, 9)
-async def offset_fetch(broker: Broker, request: Request) -> Any:
+async def offset_fetch(services: BrokerServices, request: Request) -> Any:
     module = response_module(OFFSET_FETCH_KEY, request.header.api_version)
     body = request.body
     if hasattr(body, "groups"):  # v8+: several groups per request
         groups = tuple(
             _fetch_group(
-                broker,
+                services,
                 module,
                 g.group_id,
                 g.topics,
@@ -89,14 +89,14 @@ async def offset_fetch(broker: Broker, request: Request) -> Any:
             for g in body.groups
         )
         return make(module.OffsetFetchResponse, throttle_time=_ZERO, groups=groups)
-    topics, error = _fetch_group(broker, module, body.group_id, body.topics, grouped=False)
+    topics, error = _fetch_group(services, module, body.group_id, body.topics, grouped=False)
     return make(
         module.OffsetFetchResponse, throttle_time=_ZERO, topics=topics, error_code=error_code(error)
     )
 
 
 def _fetch_group(
-    broker: Broker,
+    services: BrokerServices,
     module: Any,
     group_id: str,
     wanted: Any,
@@ -109,9 +109,7 @@ def _fetch_group(
         partitions = [(t.name, p) for t in wanted for p in t.partition_indexes]
     error = "NONE"
     try:
-        found = broker.group_coordinator.fetch_offsets(
-            group_id, partitions, member_id, member_epoch
-        )
+        found = services.groups.fetch_offsets(group_id, partitions, member_id, member_epoch)
     except CoordinatorError as failure:
         error, found = failure.code, {}
         if partitions is not None:
@@ -144,15 +142,15 @@ def _fetch_group(
 
 
 @handles(OFFSET_DELETE_KEY, 0, 0)
-async def offset_delete(broker: Broker, request: Request) -> Any:
+async def offset_delete(services: BrokerServices, request: Request) -> Any:
     module = response_module(OFFSET_DELETE_KEY, request.header.api_version)
     body = request.body
     wanted = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
     # As Kafka's KafkaApis: partitions the cluster does not have are answered here.
-    image = broker.image
+    image = services.metadata.image
     known = [(t, p) for t, p in wanted if t in image.topics and p in image.topics[t].partitions]
     try:
-        results = await broker.group_coordinator.delete_offsets(body.group_id, known)
+        results = await services.groups.delete_offsets(body.group_id, known)
         results.update({tp: "UNKNOWN_TOPIC_OR_PARTITION" for tp in wanted if tp not in results})
         top = "NONE"
     except CoordinatorError as failure:

@@ -21,7 +21,7 @@ from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 FIND_COORDINATOR_KEY = 10
 JOIN_GROUP_KEY = 11
@@ -42,13 +42,13 @@ def _ms(value: datetime.timedelta | int) -> int:
 
 # -- FindCoordinator ----------------------------------------------------------------------
 @handles(FIND_COORDINATOR_KEY, 0, 6)
-async def find_coordinator(broker: Broker, request: Request) -> Any:
+async def find_coordinator(services: BrokerServices, request: Request) -> Any:
     module = response_module(FIND_COORDINATOR_KEY, request.header.api_version)
     body = request.body
     key_type = getattr(body, "key_type", GROUP_KEY_TYPE)
     batched = hasattr(body, "coordinator_keys")
     keys = list(body.coordinator_keys) if batched else [body.key]
-    found = [await _locate(broker, request, key_type, key) for key in keys]
+    found = [await _locate(services, request, key_type, key) for key in keys]
     if batched:
         coordinators = tuple(
             make(
@@ -76,7 +76,7 @@ async def find_coordinator(broker: Broker, request: Request) -> Any:
 
 
 async def _locate(
-    broker: Broker, request: Request, key_type: int, key: str
+    services: BrokerServices, request: Request, key_type: int, key: str
 ) -> tuple[str, int, str, int]:
     missing = ("COORDINATOR_NOT_AVAILABLE", -1, "", -1)
     if key_type == TRANSACTION_KEY_TYPE:
@@ -85,14 +85,16 @@ async def _locate(
         return ("INVALID_REQUEST", -1, "", -1)
     if not key:
         return ("INVALID_REQUEST", -1, "", -1)
-    coordinator = broker.group_coordinator
+    coordinator = services.groups
     if not await coordinator.ensure_offsets_topic():
         return missing
-    topic = broker.image.topics.get(OFFSETS_TOPIC)
+    topic = services.metadata.image.topics.get(OFFSETS_TOPIC)
     partition = topic.partitions.get(coordinator.partition_for(key)) if topic else None
     if partition is None:
         return missing
-    for endpoint in broker.brokers_for_listener(broker.image, request_listener(broker, request)):
+    for endpoint in services.metadata.endpoints(
+        services.metadata.image, request_listener(services, request)
+    ):
         if endpoint.node_id == partition.leader:
             return ("NONE", endpoint.node_id, endpoint.host, endpoint.port)
     return missing
@@ -100,7 +102,7 @@ async def _locate(
 
 # -- JoinGroup / SyncGroup / Heartbeat / LeaveGroup ---------------------------------------
 @handles(JOIN_GROUP_KEY, 0, 9)
-async def join_group(broker: Broker, request: Request) -> Any:
+async def join_group(services: BrokerServices, request: Request) -> Any:
     version = request.header.api_version
     module = response_module(JOIN_GROUP_KEY, version)
     body = request.body
@@ -119,7 +121,7 @@ async def join_group(broker: Broker, request: Request) -> Any:
         reason=getattr(body, "reason", None),
     )
     try:
-        result = await broker.group_coordinator.join(body.group_id, join)
+        result = await services.groups.join(body.group_id, join)
     except CoordinatorError as error:
         result = JoinResult(error.code, member_id=body.member_id)
     return make(
@@ -145,12 +147,12 @@ async def join_group(broker: Broker, request: Request) -> Any:
 
 
 @handles(SYNC_GROUP_KEY, 0, 5)
-async def sync_group(broker: Broker, request: Request) -> Any:
+async def sync_group(services: BrokerServices, request: Request) -> Any:
     module = response_module(SYNC_GROUP_KEY, request.header.api_version)
     body = request.body
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
     try:
-        result = await broker.group_coordinator.sync(
+        result = await services.groups.sync(
             body.group_id,
             body.generation_id,
             body.member_id,
@@ -174,11 +176,11 @@ async def sync_group(broker: Broker, request: Request) -> Any:
 
 
 @handles(HEARTBEAT_KEY, 0, 4)
-async def heartbeat(broker: Broker, request: Request) -> Any:
+async def heartbeat(services: BrokerServices, request: Request) -> Any:
     module = response_module(HEARTBEAT_KEY, request.header.api_version)
     body = request.body
     try:
-        error = await broker.group_coordinator.heartbeat(
+        error = await services.groups.heartbeat(
             body.group_id,
             body.generation_id,
             body.member_id,
@@ -190,7 +192,7 @@ async def heartbeat(broker: Broker, request: Request) -> Any:
 
 
 @handles(LEAVE_GROUP_KEY, 0, 5)
-async def leave_group(broker: Broker, request: Request) -> Any:
+async def leave_group(services: BrokerServices, request: Request) -> Any:
     module = response_module(LEAVE_GROUP_KEY, request.header.api_version)
     body = request.body
     batched = hasattr(body, "members")
@@ -200,7 +202,7 @@ async def leave_group(broker: Broker, request: Request) -> Any:
         else [(body.member_id, None)]
     )
     try:
-        errors = await broker.group_coordinator.leave(body.group_id, leaving)
+        errors = await services.groups.leave(body.group_id, leaving)
         top = "NONE" if batched else errors[0]
     except CoordinatorError as failure:
         errors, top = [], failure.code
@@ -219,13 +221,13 @@ async def leave_group(broker: Broker, request: Request) -> Any:
 
 # -- ListGroups / DescribeGroups / DeleteGroups ------------------------------------------
 @handles(LIST_GROUPS_KEY, 0, 5)
-async def list_groups(broker: Broker, request: Request) -> Any:
+async def list_groups(services: BrokerServices, request: Request) -> Any:
     module = response_module(LIST_GROUPS_KEY, request.header.api_version)
     body = request.body
     states = {s.lower() for s in getattr(body, "states_filter", ())}
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     listed = []
-    for group in broker.group_coordinator.list_groups():
+    for group in services.groups.list_groups():
         state = group.state.value
         if states and state.lower() not in states:
             continue
@@ -240,7 +242,7 @@ async def list_groups(broker: Broker, request: Request) -> Any:
                 group_type="classic",
             )
         )
-    for consumer_group in broker.group_coordinator.list_consumer_groups():  # KIP-848
+    for consumer_group in services.groups.list_consumer_groups():  # KIP-848
         state = consumer_group.state.value
         if (states and state.lower() not in states) or (types and "consumer" not in types):
             continue
@@ -262,14 +264,14 @@ async def list_groups(broker: Broker, request: Request) -> Any:
 
 
 @handles(DESCRIBE_GROUPS_KEY, 0, 5)
-async def describe_groups(broker: Broker, request: Request) -> Any:
+async def describe_groups(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_GROUPS_KEY, request.header.api_version)
     # v3+: a group described without error reports what the client may do with it.
     include = getattr(request.body, "include_authorized_operations", False)
     described = []
     for group_id in request.body.groups:
         try:
-            group = broker.group_coordinator.describe(group_id)
+            group = services.groups.describe(group_id)
         except CoordinatorError as failure:
             described.append(_described(module, group_id, failure.code, "Dead", "", "", ()))
             continue
@@ -331,9 +333,9 @@ def _described(
 
 
 @handles(DELETE_GROUPS_KEY, 0, 2)
-async def delete_groups(broker: Broker, request: Request) -> Any:
+async def delete_groups(services: BrokerServices, request: Request) -> Any:
     module = response_module(DELETE_GROUPS_KEY, request.header.api_version)
-    results = await broker.group_coordinator.delete_groups(list(request.body.groups_names))
+    results = await services.groups.delete_groups(list(request.body.groups_names))
     return make(
         module.DeleteGroupsResponse,
         throttle_time=_ZERO,

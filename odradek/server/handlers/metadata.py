@@ -16,7 +16,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import INTERNAL_TOPICS, ControllerError, validate_topic_name
+from odradek.metadata.controller import INTERNAL_TOPICS, validate_topic_name
+from odradek.metadata.controller_channel import ControllerError, NewTopic
 from odradek.metadata.image import MetadataImage, TopicImage
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
@@ -24,18 +25,18 @@ from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, re
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 METADATA_KEY = 3
 LAST_VERSION_WITH_CLUSTER_OPERATIONS = 10  # KIP-700 moved them to DescribeCluster
 
 
 @handles(METADATA_KEY, 0, 12)
-async def metadata(broker: Broker, request: Request) -> Any:
+async def metadata(services: BrokerServices, request: Request) -> Any:
     version = request.header.api_version
     module = response_module(METADATA_KEY, version)
     body = request.body
-    image = broker.image
+    image = services.metadata.image
     wanted = body.topics
     unknown_ids: list[Any] = []  # v12 topic ids that name no topic
     if wanted is None or (version == 0 and not wanted):
@@ -55,8 +56,8 @@ async def metadata(broker: Broker, request: Request) -> Any:
         allow_create = getattr(body, "allow_auto_topic_creation", True)
         missing = [n for n in names if n not in image.topics]
         if missing:
-            errors.update(await _auto_create(broker, missing, allow_create))
-            image = broker.image
+            errors.update(await _auto_create(services, missing, allow_create))
+            image = services.metadata.image
     include_topic_ops = getattr(body, "include_topic_authorized_operations", False)
     topics = []
     for name in names:
@@ -79,19 +80,19 @@ async def metadata(broker: Broker, request: Request) -> Any:
                 topic_authorized_operations=NOT_REQUESTED,
             )
         )
-    listener = request_listener(broker, request)
+    listener = request_listener(services, request)
     brokers = tuple(
         make(
             module.MetadataResponseBroker, node_id=b.node_id, host=b.host, port=b.port, rack=b.rack
         )
-        for b in broker.brokers_for_listener(image, listener)
+        for b in services.metadata.endpoints(image, listener)
     )
     return make(
         module.MetadataResponse,
         throttle_time=datetime.timedelta(0),
         brokers=brokers,
-        cluster_id=broker.cluster_id,
-        controller_id=broker.node_id,
+        cluster_id=services.metadata.cluster_id,
+        controller_id=services.metadata.controller_id,
         topics=tuple(topics),
         cluster_authorized_operations=requested(
             version <= LAST_VERSION_WITH_CLUSTER_OPERATIONS
@@ -102,11 +103,11 @@ async def metadata(broker: Broker, request: Request) -> Any:
     )
 
 
-def request_listener(broker: Broker, request: Request) -> str:
-    return getattr(request, "listener", None) or broker.default_listener_name
+def request_listener(services: BrokerServices, request: Request) -> str:
+    return getattr(request, "listener", None) or services.metadata.default_listener
 
 
-async def _auto_create(broker: Broker, names: list[str], allowed: bool) -> dict[str, str]:
+async def _auto_create(services: BrokerServices, names: list[str], allowed: bool) -> dict[str, str]:
     errors: dict[str, str] = {}
     creatable = []
     for name in names:
@@ -116,8 +117,10 @@ async def _auto_create(broker: Broker, names: list[str], allowed: bool) -> dict[
             errors[name] = "INVALID_TOPIC_EXCEPTION"
             continue
         creatable.append(name)
-    if creatable and allowed and broker.config["auto.create.topics.enable"]:
-        for name, error in zip(creatable, await broker.auto_create_topics(creatable), strict=True):
+    if creatable and allowed and services.config.static["auto.create.topics.enable"]:
+        wanted = [NewTopic(name) for name in creatable]
+        created = await services.controller.create_topics(wanted, validate_only=False)
+        for name, error in zip(creatable, created, strict=True):
             if error is not None and error.code != "TOPIC_ALREADY_EXISTS":
                 errors[name] = error.code
     return errors

@@ -11,7 +11,7 @@ from odradek.replica.replica_manager import Partition, PartitionError
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 LIST_OFFSETS_KEY = 2
 LATEST = -1
@@ -22,7 +22,7 @@ LATEST_TIERED = -5
 
 
 @handles(LIST_OFFSETS_KEY, 1, 8)
-async def list_offsets(broker: Broker, request: Request) -> Any:
+async def list_offsets(services: BrokerServices, request: Request) -> Any:
     module = response_module(LIST_OFFSETS_KEY, request.header.api_version)
     body = request.body
     topics = []
@@ -30,9 +30,7 @@ async def list_offsets(broker: Broker, request: Request) -> Any:
         partitions = []
         for wanted in topic.partitions:
             try:
-                partition = broker.replica_manager.leader_partition(
-                    topic.name, wanted.partition_index
-                )
+                partition = services.replicas.leader_partition(topic.name, wanted.partition_index)
                 timestamp, offset, epoch = _lookup(partition, wanted.timestamp)
                 error = "NONE"
             except PartitionError as failure:

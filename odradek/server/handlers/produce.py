@@ -27,7 +27,7 @@ from odradek.server.handlers import handles
 from odradek.storage.errors import StorageError
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 PRODUCE_KEY = 0
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
@@ -42,7 +42,7 @@ LEGACY_PRODUCE_VERSIONS = range(0, 3)
 
 
 @handles(PRODUCE_KEY, 0, 11)
-async def produce(broker: Broker, request: Request) -> Any:
+async def produce(services: BrokerServices, request: Request) -> Any:
     body = request.body
     module = response_module(PRODUCE_KEY, request.header.api_version)
     acks = body.acks
@@ -72,7 +72,7 @@ async def produce(broker: Broker, request: Request) -> Any:
                 result = _check(module, data.index, data.records)
                 if result is None:
                     result = await _append(
-                        broker, module, topic.name, data.index, data.records, acks
+                        services, module, topic.name, data.index, data.records, acks
                     )
             partitions.append(result)
         topics.append(
@@ -108,9 +108,9 @@ def _check(module: Any, index: int, records: bytes | None) -> Any:
 
 
 async def _append(
-    broker: Broker, module: Any, topic: str, index: int, records: bytes, acks: int
+    services: BrokerServices, module: Any, topic: str, index: int, records: bytes, acks: int
 ) -> Any:
-    manager = broker.replica_manager
+    manager = services.replicas
     try:
         convert = manager.conversion(topic, index, records)
         if convert is not None:

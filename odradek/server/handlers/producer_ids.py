@@ -13,19 +13,19 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import ControllerError
+from odradek.metadata.controller_channel import ControllerError
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 INIT_PRODUCER_ID_KEY = 22
 
 
 @handles(INIT_PRODUCER_ID_KEY, 0, 5)
-async def init_producer_id(broker: Broker, request: Request) -> Any:
+async def init_producer_id(services: BrokerServices, request: Request) -> Any:
     module = response_module(INIT_PRODUCER_ID_KEY, request.header.api_version)
     body = request.body
 
@@ -41,6 +41,6 @@ async def init_producer_id(broker: Broker, request: Request) -> Any:
     if body.transactional_id is not None:
         return respond("COORDINATOR_NOT_AVAILABLE")
     try:
-        return respond("NONE", await broker.next_producer_id(), 0)
+        return respond("NONE", await services.producer_ids.next_producer_id(), 0)
     except ControllerError as error:  # the id block could not be committed (disk full)
         return respond(error.code)

@@ -24,7 +24,7 @@ from odradek.server.handlers.fetch import _check_epoch
 from odradek.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 DELETE_RECORDS_KEY = 21
 OFFSET_FOR_LEADER_EPOCH_KEY = 23
@@ -33,7 +33,7 @@ UNDEFINED: Final = (-1, -1)
 
 
 @handles(DELETE_RECORDS_KEY, 0, 2)
-async def delete_records(broker: Broker, request: Request) -> Any:
+async def delete_records(services: BrokerServices, request: Request) -> Any:
     module = response_module(DELETE_RECORDS_KEY, request.header.api_version)
     topics = []
     for topic in request.body.topics:
@@ -41,9 +41,7 @@ async def delete_records(broker: Broker, request: Request) -> Any:
         for wanted in topic.partitions:
             low_watermark, code = -1, "NONE"
             try:
-                partition = broker.replica_manager.leader_partition(
-                    topic.name, wanted.partition_index
-                )
+                partition = services.replicas.leader_partition(topic.name, wanted.partition_index)
                 low_watermark = _delete_before(partition, wanted.offset)
             except PartitionError as error:
                 code = error.code
@@ -83,7 +81,7 @@ def _delete_before(partition: Partition, offset: int) -> int:
 
 
 @handles(OFFSET_FOR_LEADER_EPOCH_KEY, 2, 4)
-async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
+async def offset_for_leader_epoch(services: BrokerServices, request: Request) -> Any:
     module = response_module(OFFSET_FOR_LEADER_EPOCH_KEY, request.header.api_version)
     topics = []
     for topic in request.body.topics:
@@ -92,7 +90,7 @@ async def offset_for_leader_epoch(broker: Broker, request: Request) -> Any:
             code = "NONE"
             epoch, end_offset = UNDEFINED
             try:
-                partition = broker.replica_manager.leader_partition(topic.topic, wanted.partition)
+                partition = services.replicas.leader_partition(topic.topic, wanted.partition)
                 _check_epoch(partition, wanted.current_leader_epoch)
                 epoch, end_offset = end_offset_for(partition, wanted.leader_epoch)
             except PartitionError as error:

@@ -1,18 +1,22 @@
-"""CreateTopics (key 19): validated by the controller, committed to the metadata log."""
+"""CreateTopics (key 19): validated by the controller, committed to the metadata log.
+
+The controller channel answers with an error or None per topic; a created topic's
+id, partition count and replication factor are then read from this node's image,
+which the channel guarantees already holds it.
+"""
 
 from __future__ import annotations
 
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import ControllerError, NewTopic
-from odradek.metadata.image import MetadataImage
+from odradek.metadata.controller_channel import ControllerError, NewTopic
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 CREATE_TOPICS_KEY = 19
 DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs ConfigSource.DEFAULT_CONFIG
@@ -20,7 +24,7 @@ TOPIC_CONFIG_SOURCE = 1  # ConfigSource.TOPIC_CONFIG
 
 
 @handles(CREATE_TOPICS_KEY, 2, 7)
-async def create_topics(broker: Broker, request: Request) -> Any:
+async def create_topics(services: BrokerServices, request: Request) -> Any:
     module = response_module(CREATE_TOPICS_KEY, request.header.api_version)
     body = request.body
     wanted = [
@@ -33,13 +37,13 @@ async def create_topics(broker: Broker, request: Request) -> Any:
         )
         for topic in body.topics
     ]
-    outcomes = await broker.controller.create_topics(wanted, body.validate_only)
+    errors = await services.controller.create_topics(wanted, body.validate_only)
     results = []
-    for topic, outcome in zip(wanted, outcomes, strict=True):
-        if isinstance(outcome, ControllerError):
-            results.append(_failed(module, topic.name, outcome))
+    for topic, error in zip(wanted, errors, strict=True):
+        if error is not None:
+            results.append(_failed(module, topic.name, error))
         else:
-            results.append(_created(broker, module, topic, outcome, body.validate_only))
+            results.append(_created(services, module, topic, body.validate_only))
     return make(
         module.CreateTopicsResponse, throttle_time=datetime.timedelta(0), topics=tuple(results)
     )
@@ -59,16 +63,14 @@ def _failed(module: Any, name: str, error: ControllerError) -> Any:
     )
 
 
-def _created(
-    broker: Broker, module: Any, topic: NewTopic, image: MetadataImage, validate_only: bool
-) -> Any:
-    created = image.topics.get(topic.name)
+def _created(services: BrokerServices, module: Any, topic: NewTopic, validate_only: bool) -> Any:
+    created = services.metadata.image.topics.get(topic.name)
     if created is not None and not validate_only:
         partitions = len(created.partitions)
         factor = len(next(iter(created.partitions.values())).replicas)
         topic_id = created.topic_id
     else:  # validate_only: report what would have been created
-        defaults = broker.dynamic_defaults()
+        defaults = services.config.dynamic_defaults()
         partitions = (
             topic.num_partitions
             if topic.num_partitions > 0
@@ -88,7 +90,7 @@ def _created(
     if not hasattr(module, "CreatableTopicConfigs"):  # configs are reported from v5
         configs = None
     else:
-        configs = _configs(broker, module, topic.name, explicit)
+        configs = _configs(services, module, topic.name, explicit)
     return make(
         module.CreatableTopicResult,
         name=topic.name,
@@ -102,7 +104,9 @@ def _created(
     )
 
 
-def _configs(broker: Broker, module: Any, name: str, explicit: dict[str, Any]) -> tuple[Any, ...]:
+def _configs(
+    services: BrokerServices, module: Any, name: str, explicit: dict[str, Any]
+) -> tuple[Any, ...]:
     return tuple(
         make(
             module.CreatableTopicConfigs,
@@ -112,5 +116,5 @@ def _configs(broker: Broker, module: Any, name: str, explicit: dict[str, Any]) -
             config_source=TOPIC_CONFIG_SOURCE if key in explicit else DEFAULT_CONFIG_SOURCE,
             is_sensitive=False,
         )
-        for key, value in sorted(broker.effective_topic_config(name, explicit).items())
+        for key, value in sorted(services.config.effective_topic_config(name, explicit).items())
     )

@@ -12,13 +12,13 @@ import datetime
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import ControllerError
+from odradek.metadata.controller_channel import ControllerError
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
-    from odradek.server.broker import Broker
+    from odradek.server.services import BrokerServices
 
 DELETE_TOPICS_KEY = 20
 CREATE_PARTITIONS_KEY = 37
@@ -28,7 +28,7 @@ Target = str | uuid.UUID
 
 
 @handles(DELETE_TOPICS_KEY, 1, 6)
-async def delete_topics(broker: Broker, request: Request) -> Any:
+async def delete_topics(services: BrokerServices, request: Request) -> Any:
     version = request.header.api_version
     module = response_module(DELETE_TOPICS_KEY, version)
     body = request.body
@@ -36,8 +36,8 @@ async def delete_topics(broker: Broker, request: Request) -> Any:
         wanted = [(t.name, t.topic_id) for t in body.topics]
     else:
         wanted = [(name, None) for name in body.topic_names]
-    if broker.config["delete.topic.enable"]:
-        outcomes = await _delete(broker, wanted)
+    if services.config.static["delete.topic.enable"]:
+        outcomes = await _delete(services, wanted)
     else:
         code = (
             "TOPIC_DELETION_DISABLED" if version >= DELETION_DISABLED_VERSION else "INVALID_REQUEST"
@@ -61,10 +61,10 @@ Outcome = tuple[str | None, uuid.UUID | None, ControllerError | None]
 
 
 async def _delete(
-    broker: Broker, wanted: list[tuple[str | None, uuid.UUID | None]]
+    services: BrokerServices, wanted: list[tuple[str | None, uuid.UUID | None]]
 ) -> list[Outcome]:
     """(name, topic id, error) per entry; a topic named twice (by name or id) is an error."""
-    image = broker.image
+    image = services.metadata.image
     targets = [_target(name, topic_id) for name, topic_id in wanted]
     resolved = [_resolve(image, t) for t in targets]
     keys = [r for r in resolved if r is not None]
@@ -78,7 +78,7 @@ async def _delete(
         else:
             outcomes.append((key or _name(target), _id(image, target), None))
             to_delete.append((index, target))
-    errors = await broker.controller.delete_topics([t for _, t in to_delete])
+    errors = await services.controller.delete_topics([t for _, t in to_delete])
     for (index, _), failure in zip(to_delete, errors, strict=True):
         if failure is not None:
             outcomes[index] = (*wanted[index], failure)
@@ -117,7 +117,7 @@ def _duplicate(target: Target) -> ControllerError:
 
 
 @handles(CREATE_PARTITIONS_KEY, 0, 3)
-async def create_partitions(broker: Broker, request: Request) -> Any:
+async def create_partitions(services: BrokerServices, request: Request) -> Any:
     module = response_module(CREATE_PARTITIONS_KEY, request.header.api_version)
     body = request.body
     names = [topic.name for topic in body.topics]
@@ -129,7 +129,7 @@ async def create_partitions(broker: Broker, request: Request) -> Any:
                     "INVALID_REQUEST", f"topic {topic.name!r} is listed more than once"
                 )
             assignments = [tuple(a.broker_ids) for a in topic.assignments or ()] or None
-            await broker.controller.create_partitions(
+            await services.controller.create_partitions(
                 topic.name, topic.count, assignments, body.validate_only
             )
             error = None

@@ -1,0 +1,1 @@
+"""The transaction coordinator (to come) and the producer ids it hands out."""

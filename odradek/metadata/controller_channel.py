@@ -1,0 +1,210 @@
+"""ControllerChannel: how a broker asks the active controller for a metadata change.
+
+How this works and why: every change a handler or coordinator makes to the cluster —
+create/delete topics, add partitions, alter configs (AlterConfigs and
+IncrementalAlterConfigs), auto-create, producer-id blocks, broker registration — goes
+through this Protocol, never to ``Controller`` directly. Today there is one
+implementation, ``LocalControllerChannel``: combined mode, the controller is in this
+process. A broker-only node will get an RPC implementation that forwards over the
+controller listener (Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/
+AlterConfigs/IncrementalAlterConfigs as an envelope and has AllocateProducerIds and
+BrokerRegistration RPCs), so the signatures follow what a request can carry:
+
+- plain data in (names, counts, ``NewTopic``, ``ConfigOp``), never callables or images;
+- results out as Kafka error codes: a call about many items returns one
+  ``ControllerError`` or None per item, in order; a call about one item raises
+  ``ControllerError`` (code and message: exactly what an RPC response carries);
+- no ``MetadataImage`` crosses: the caller reads the image of its own
+  ``MetadataView``. Contract: when a call returns success, the caller's image already
+  shows the change. The local channel commits and applies before returning, so that
+  holds at once; an RPC channel gets the committed offset back and waits until the
+  local metadata loader has applied it.
+
+It lives in ``metadata/`` (not ``server/``) because it is the metadata layer's write
+interface: the coordinators use it too and must not import ``server``, and its RPC
+implementation will sit next to the raft client.
+
+Config changes need rules that only the broker's config tables know: how APPEND/
+SUBTRACT combine with the current value (a list config not set on the resource starts
+from the broker's effective value) and whether the resulting set of broker or group
+configs is valid. ``ConfigRules`` supplies them to the local channel, which applies
+them under the controller's lock; on a dedicated controller the same tables will
+run there, and the forwarding broker checks what only it knows (its static
+properties) before it sends.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from odradek.metadata.controller import Controller, ControllerError, NewTopic
+
+# IncrementalAlterConfigs config_operation values.
+SET: Final = 0
+DELETE: Final = 1
+APPEND: Final = 2
+SUBTRACT: Final = 3
+
+Changes = dict[str, str | None]
+Validator = Callable[[Mapping[str, str]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigOp:
+    """One config change: SET/APPEND/SUBTRACT ``value`` to ``name``, or DELETE it."""
+
+    name: str
+    op: int
+    value: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerIdBlock:
+    first_id: int
+    count: int
+
+
+class ControllerChannel(Protocol):
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[ControllerError | None]:
+        """Per topic: None (created, or would be with ``validate_only``) or the error."""
+        ...
+
+    async def delete_topics(
+        self, targets: Sequence[str | uuid.UUID]
+    ) -> list[ControllerError | None]:
+        """Topics by name or id (DeleteTopics v6); per target: None or the error."""
+        ...
+
+    async def create_partitions(
+        self,
+        topic: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> None:
+        """Grow ``topic`` to ``count`` partitions; raises ControllerError."""
+        ...
+
+    async def alter_configs(
+        self,
+        resource_type: str,
+        resource_name: str,
+        ops: Sequence[ConfigOp],
+        *,
+        replace: bool,
+        validate_only: bool,
+    ) -> None:
+        """Apply ``ops`` to one resource's dynamic configs; ``replace`` (legacy
+        AlterConfigs, SET ops only) drops every key the ops do not set. Raises
+        ControllerError."""
+        ...
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
+        """Reserve a block of producer ids for ``broker_id``; raises ControllerError."""
+        ...
+
+    async def register_broker(
+        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
+    ) -> None:
+        """Register (or update) a broker's endpoints; raises ControllerError."""
+        ...
+
+
+class ConfigRules(Protocol):
+    """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
+
+    def changes(
+        self, resource_type: str, resource_name: str, ops: Sequence[ConfigOp]
+    ) -> Callable[[Mapping[str, str]], Changes]:
+        """Check ``ops``; return how they change a resource's current configs."""
+        ...
+
+    def validator(self, resource_type: str, resource_name: str) -> Validator | None:
+        """What checks the resulting set (raises ControllerError), if anything."""
+        ...
+
+
+class LocalControllerChannel:
+    """Combined mode: calls the ``Controller`` of this process.
+
+    ``controller`` is a getter because the broker opens the metadata log (and so
+    builds the Controller) in ``start()``, after it has wired its services.
+    """
+
+    def __init__(self, controller: Callable[[], Controller], rules: ConfigRules) -> None:
+        self._controller = controller
+        self._rules = rules
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[ControllerError | None]:
+        outcomes = await self._controller().create_topics(topics, validate_only)
+        return [o if isinstance(o, ControllerError) else None for o in outcomes]
+
+    async def delete_topics(
+        self, targets: Sequence[str | uuid.UUID]
+    ) -> list[ControllerError | None]:
+        return await self._controller().delete_topics(targets)
+
+    async def create_partitions(
+        self,
+        topic: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> None:
+        await self._controller().create_partitions(topic, count, assignments, validate_only)
+
+    async def alter_configs(
+        self,
+        resource_type: str,
+        resource_name: str,
+        ops: Sequence[ConfigOp],
+        *,
+        replace: bool,
+        validate_only: bool,
+    ) -> None:
+        if replace and any(op.op != SET for op in ops):
+            raise ControllerError("INVALID_REQUEST", "a replacing config change only sets keys")
+        changes = self._rules.changes(resource_type, resource_name, ops)
+        await self._controller().alter_configs(
+            resource_type,
+            resource_name,
+            changes,
+            validate_only,
+            replace=replace,
+            validator=self._rules.validator(resource_type, resource_name),
+        )
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
+        controller = self._controller()
+        assert broker_id == controller.node_id, "combined mode: blocks for this node only"
+        first, count = await controller.allocate_producer_ids()
+        return ProducerIdBlock(first, count)
+
+    async def register_broker(
+        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
+    ) -> None:
+        controller = self._controller()
+        assert broker_id == controller.node_id, "combined mode: registers this node only"
+        await controller.register_broker(endpoints, rack)
+
+
+__all__ = [
+    "APPEND",
+    "DELETE",
+    "SET",
+    "SUBTRACT",
+    "ConfigOp",
+    "ConfigRules",
+    "ControllerChannel",
+    "ControllerError",
+    "LocalControllerChannel",
+    "NewTopic",
+    "ProducerIdBlock",
+]

@@ -1,0 +1,61 @@
+"""MetadataView: what a broker-side component may know about the cluster.
+
+How this works and why: handlers and coordinators read the cluster through this
+Protocol — the current image, who this node is, the cluster id, the brokers'
+endpoints on a listener and the active controller — instead of reaching into the
+Broker. The image is immutable, so a caller reads ``image`` once and works on that
+snapshot. The view is read-only: changes go through the ``ControllerChannel``
+(controller_channel.py), and a change is in ``image`` once the channel returns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+from odradek.metadata.image import MetadataImage
+
+
+@dataclass(frozen=True, slots=True)
+class Endpoint:
+    node_id: int
+    host: str
+    port: int
+    rack: str | None
+
+
+class MetadataView(Protocol):
+    @property
+    def image(self) -> MetadataImage:
+        """The newest image this node has applied."""
+        ...
+
+    @property
+    def node_id(self) -> int: ...
+
+    @property
+    def cluster_id(self) -> str: ...
+
+    @property
+    def controller_id(self) -> int:
+        """The active controller (this node in combined mode; the quorum leader later)."""
+        ...
+
+    @property
+    def default_listener(self) -> str:
+        """The listener a request without one is answered for (the first configured)."""
+        ...
+
+    def endpoints(self, image: MetadataImage, listener: str) -> list[Endpoint]:
+        """Each broker of ``image`` with an endpoint on ``listener``, by node id."""
+        ...
+
+
+def endpoints_for_listener(image: MetadataImage, listener: str) -> list[Endpoint]:
+    endpoints = []
+    for broker in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        for name, host, port in broker.endpoints:
+            if name == listener:
+                endpoints.append(Endpoint(broker.broker_id, host, port, broker.rack))
+                break
+    return endpoints

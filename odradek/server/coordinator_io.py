@@ -1,0 +1,66 @@
+"""The coordinators' partition writer and topic creator, over this node's replicas.
+
+How this works and why: ``coordinator/partition_writer.py`` says what a coordinator
+needs from below; this module provides it from the server's parts, so the coordinator
+package imports neither the replica manager nor the controller. An append is a
+leader append with acks=all; today it is written, and so at the high watermark, when
+``ReplicaManager.append`` returns (one replica). The replication work makes
+``append`` await the delayed-produce future of the batch's last offset here, and the
+coordinators are unchanged.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING
+
+from odradek.coordinator.group.loader import Damage, scan
+from odradek.coordinator.partition_writer import PartitionWriteError, TopicPartition
+from odradek.metadata.controller_channel import ControllerChannel, NewTopic
+from odradek.records.codec import Record
+from odradek.replica.replica_manager import PartitionError, ReplicaManager
+
+if TYPE_CHECKING:
+    from odradek.replica.replica_manager import Partition
+
+ACKS_ALL = -1
+
+
+class ReplicaPartitionWriter:
+    def __init__(self, replicas: ReplicaManager) -> None:
+        self.replicas = replicas
+
+    def _leader(self, tp: TopicPartition) -> Partition:
+        try:
+            return self.replicas.leader_partition(*tp)
+        except PartitionError as error:
+            raise PartitionWriteError(error.code, str(error)) from None
+
+    async def append(self, tp: TopicPartition, records: bytes) -> int:
+        try:
+            info = self.replicas.append(tp[0], tp[1], records, ACKS_ALL)
+        except PartitionError as error:
+            raise PartitionWriteError(error.code, str(error)) from None
+        return info.last_offset
+
+    def read(
+        self, tp: TopicPartition, start: int, end: int | None = None
+    ) -> Iterator[list[Record] | Damage]:
+        log = self._leader(tp).log
+        first = max(start, log.log_start_offset)
+        return scan(log, first, log.high_watermark if end is None else end)
+
+    def leader_epoch(self, tp: TopicPartition) -> int:
+        return self._leader(tp).leader_epoch
+
+
+class ChannelTopicCreator:
+    def __init__(self, channel: ControllerChannel) -> None:
+        self.channel = channel
+
+    async def create_topic(
+        self, name: str, partitions: int, replication_factor: int, configs: Mapping[str, str]
+    ) -> str | None:
+        topic = NewTopic(name, partitions, replication_factor, configs=dict(configs))
+        (error,) = await self.channel.create_topics([topic], validate_only=False)
+        return None if error is None else error.code

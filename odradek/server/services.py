@@ -1,0 +1,133 @@
+"""The narrow interfaces handlers see, in place of the Broker object.
+
+How this works and why: a handler gets a ``BrokerServices`` and from it only what it
+needs — a read-only view of the metadata, the replica manager, the controller
+channel, the group coordinator, config lookups, producer ids, the log dirs. Each part
+is a small Protocol, so a test fakes just the part a handler uses, and the cluster
+work can swap one (an RPC ``ControllerChannel`` on a broker-only node, a transaction
+coordinator) without touching handlers. ``broker.py`` is the composition root: it
+builds a ``Services`` from its parts and nothing imports it.
+
+Where the parts live: ``MetadataView`` in ``metadata/view.py`` and
+``ControllerChannel`` in ``metadata/controller_channel.py``, because coordinators use
+them too and must not import ``server``; the coordinator's own write path is
+``coordinator/partition_writer.py``. What is here is what only handlers use.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+from odradek.metadata.controller_channel import ControllerChannel
+from odradek.metadata.view import Endpoint, MetadataView
+
+if TYPE_CHECKING:
+    from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.replica.replica_manager import ReplicaManager
+    from odradek.server.config import BrokerConfig
+    from odradek.storage.log import Log
+    from odradek.storage.log_config import LogConfig
+
+
+class ConfigView(Protocol):
+    """Broker properties as this node sees them: static, and with dynamic overrides."""
+
+    @property
+    def static(self) -> BrokerConfig:
+        """The properties the process started with (server.properties, flags)."""
+        ...
+
+    def dynamic_defaults(self) -> dict[str, int]:
+        """num.partitions and default.replication.factor, dynamic over static."""
+        ...
+
+    def topic_defaults(self) -> LogConfig:
+        """The log.* broker defaults of every topic config, dynamic over static."""
+        ...
+
+    def effective_topic_config(
+        self, topic: str, explicit: Mapping[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """A topic's every config: its overrides (``explicit``, else the image's) over
+        the defaults."""
+        ...
+
+
+class ConfigContext(Protocol):
+    """What config describe/alter/validate needs: the image and the broker properties."""
+
+    @property
+    def metadata(self) -> MetadataView: ...
+
+    @property
+    def config(self) -> ConfigView: ...
+
+
+class ProducerIdSource(Protocol):
+    async def next_producer_id(self) -> int:
+        """A producer id no other producer got; raises ControllerError if no block."""
+        ...
+
+
+class LogDirsView(Protocol):
+    """The partitions on this node's disks (DescribeLogDirs). Reading ``Log`` sizes
+    here is a storage detail in a handler, to move under ``replicas`` with step 3."""
+
+    @property
+    def logs(self) -> Mapping[tuple[str, int], Log]: ...
+
+    @property
+    def log_dirs(self) -> Sequence[Path]: ...
+
+
+class BrokerServices(ConfigContext, Protocol):
+    @property
+    def replicas(self) -> ReplicaManager: ...
+
+    @property
+    def controller(self) -> ControllerChannel: ...
+
+    @property
+    def groups(self) -> GroupCoordinator: ...
+
+    @property
+    def txns(self) -> None:
+        """The transaction coordinator: a placeholder until transactions arrive (None
+        means FindCoordinator/InitProducerId with a transactional id are refused)."""
+        ...
+
+    @property
+    def producer_ids(self) -> ProducerIdSource: ...
+
+    @property
+    def log_dirs(self) -> LogDirsView: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Services:
+    """The plain holder ``broker.py`` fills; tests fill it with fakes."""
+
+    metadata: MetadataView
+    config: ConfigView
+    replicas: ReplicaManager
+    controller: ControllerChannel
+    groups: GroupCoordinator
+    producer_ids: ProducerIdSource
+    log_dirs: LogDirsView
+    txns: None = None
+
+
+__all__ = [
+    "BrokerServices",
+    "ConfigContext",
+    "ConfigView",
+    "ControllerChannel",
+    "Endpoint",
+    "LogDirsView",
+    "MetadataView",
+    "ProducerIdSource",
+    "Services",
+]
