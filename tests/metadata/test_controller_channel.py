@@ -30,6 +30,8 @@ from odradek.metadata.controller_channel import (
     Validator,
 )
 from odradek.metadata.image import BROKER_RESOURCE, PRODUCER_ID_BLOCK_SIZE, TOPIC_RESOURCE
+from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.writer import LocalMetadataWriter
 from odradek.server.broker import METADATA_LOG_CONFIG
 from odradek.storage.log_loader import open_log
 
@@ -70,7 +72,8 @@ class Rules:
 @asynccontextmanager
 async def channel_over(tmp_path: Path) -> AsyncIterator[tuple[LocalControllerChannel, Controller]]:
     log, _ = open_log(tmp_path / "__cluster_metadata-0", METADATA_LOG_CONFIG)
-    controller = Controller(log, 1, lambda: DEFAULTS)
+    loader = MetadataLoader()
+    controller = Controller(LocalMetadataWriter(log, loader), loader, 1, lambda: DEFAULTS)
     channel = LocalControllerChannel(lambda: controller, Rules())
     await channel.register_broker(1, [("PLAINTEXT", "localhost", 9092)], None)
     try:
