@@ -300,8 +300,13 @@ def _general(
     free = [tp for tp in partitions if tp not in previous]
     # Partitions with the fewest possible owners first: they constrain the most.
     free.sort(key=lambda tp: (len(eligible[tp.topic]), *_tp_key(tp)))
+    # Among the least loaded, the member that could take the fewest partitions: a member
+    # with a wider subscription can still even out later with partitions of its other
+    # topics, and a wrong choice here would have to be undone by moving (in cooperative
+    # rebalancing: revoking) a partition somebody kept.
+    reach = {m: sum(1 for tp in partitions if tp.topic in subscribed[m]) for m in order}
     for tp in free:
-        taker = min(eligible[tp.topic], key=lambda m: (len(owned[m]), rank[m]))
+        taker = min(eligible[tp.topic], key=lambda m: (len(owned[m]), reach[m], rank[m]))
         owned[taker].add(tp)
     # While a partition can go to a subscribed member with two fewer, move it: each move
     # lowers the sum of squared loads, so this ends, with every member within one of
