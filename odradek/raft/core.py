@@ -153,8 +153,17 @@ class NodeCore:
         return False
 
     def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
-        self.quorum.to_follower(epoch, leader_id, now_ms + self.config.fetch_timeout_ms)
+        role = self.quorum.to_follower(epoch, leader_id, now_ms + self.config.fetch_timeout_ms)
+        # We just heard from (or about) the leader: count it as contact, so a pre-vote
+        # arriving before our first fetch does not unseat a leader that was just elected.
+        role.last_fetch_success_ms = now_ms
         self._failed_elections = 0
+
+    def _leader_is_live(self, role: FollowerState, now_ms: int) -> bool:
+        """KIP-996: a follower refuses pre-votes while its leader answers its fetches."""
+        if role.leader_resigned_election_ms is not None or role.last_fetch_success_ms is None:
+            return False
+        return now_ms - role.last_fetch_success_ms < self.config.fetch_timeout_ms
 
     def _become_unattached(self, epoch: int, now_ms: int) -> None:
         self.quorum.to_unattached(epoch, now_ms + self._election_timeout_ms())

@@ -177,7 +177,7 @@ class ElectionHandlers(NodeCore):
         else:
             error = ErrorCode.none
             if request.pre_vote:
-                granted = self._can_grant_pre_vote(request)
+                granted = self._can_grant_pre_vote(request, now_ms)
             else:
                 if request.replica_epoch > self.epoch:
                     self._become_unattached(request.replica_epoch, now_ms)
@@ -203,12 +203,12 @@ class ElectionHandlers(NodeCore):
             return election.voted_id == request.replica_id
         return self._log_is_up_to_date(request.last_offset_epoch, request.last_offset)
 
-    def _can_grant_pre_vote(self, request: VoteRequest) -> bool:
+    def _can_grant_pre_vote(self, request: VoteRequest, now_ms: int) -> bool:
         role = self.quorum.role
         if isinstance(role, LeaderState):
             return False
-        if isinstance(role, FollowerState) and role.leader_resigned_election_ms is None:
-            return False  # our leader is alive as far as we know: no election needed
+        if isinstance(role, FollowerState) and self._leader_is_live(role, now_ms):
+            return False  # no election needed while we hear from our leader
         if request.replica_epoch == self.epoch:
             election = role.election
             if election.leader_id is not None:

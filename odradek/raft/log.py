@@ -195,13 +195,14 @@ class MemoryRaftLog:
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         end = snapshot_id.end_offset
-        assert self._start_offset <= end <= self._flushed_offset, (end, self._flushed_offset)
+        assert self._start_offset <= end <= self.end_offset, (end, self.end_offset)
         assert self.epoch_at(end - 1) == snapshot_id.epoch, snapshot_id
         del self._entries[: end - self._start_offset]
         self._start_offset = end
         self._start_epoch = snapshot_id.epoch
         later = [(epoch, start) for epoch, start in self._epoch_starts[1:] if start >= end]
         self._epoch_starts = [(snapshot_id.epoch, end), *later]
+        self._flushed_offset = max(self._flushed_offset, end)  # the snapshot holds them
 
     def reset_to(self, snapshot_id: SnapshotId) -> None:
         self._entries = []

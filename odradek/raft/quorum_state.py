@@ -61,7 +61,7 @@ LEGAL_TRANSITIONS: dict[type, frozenset[type]] = {
     _R: frozenset({_U, _P, _F}),
 }
 # Transitions that must go to a strictly higher epoch.
-_EPOCH_BUMPING = frozenset({(_U, _U), (_F, _F), (_P, _C), (_C, _L)})
+_EPOCH_BUMPING = frozenset({(_U, _U), (_F, _F), (_P, _C)})
 
 
 class QuorumState:

@@ -96,7 +96,7 @@ class ReplicationHandlers(NodeCore):
         before = leader.high_watermark
         leader.update_high_watermark(self.log.flushed_offset)
         assert leader.high_watermark >= before, "leader high watermark went back"
-        assert leader.high_watermark <= self.log.flushed_offset
+        assert leader.high_watermark <= self.log.end_offset
         self.high_watermark = leader.high_watermark
 
     def _on_fetch_snapshot_request(
@@ -192,6 +192,13 @@ class ReplicationHandlers(NodeCore):
             return
         if response.error_code != ErrorCode.none:
             role.next_fetch_ms = now_ms + self.config.retry_backoff_ms
+            if (
+                response.error_code == ErrorCode.not_leader_or_follower
+                and role.leader_resigned_election_ms is None
+            ):
+                # Our leader of this epoch says it no longer leads (it resigned or
+                # restarted): elect a successor now rather than after the fetch timeout.
+                role.leader_resigned_election_ms = now_ms
             return
         role.last_fetch_success_ms = now_ms
         role.fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms

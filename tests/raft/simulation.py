@@ -1,0 +1,568 @@
+"""A deterministic, seeded simulation of a KRaft quorum, checking safety after every step.
+
+How this works and why: a real cluster's bugs hide in interleavings that tests written
+by hand never reach. Here every source of nondeterminism — message delays, drops,
+duplicates and reordering, partitions, crashes and restarts, skewed node clocks, client
+appends, snapshots — comes from one ``random.Random(seed)``, so any failure replays
+exactly from its seed (``make simulate SEED=... VOTERS=...``). Time is a global event
+queue; each node sees it through its own clock (an offset and a rate within ±3%).
+
+Crashes are honest about durability: the in-memory log keeps only its flushed prefix,
+partial snapshots vanish, the election store survives (it is written synchronously), and
+messages in flight to or from the old incarnation are dropped (as TCP would).
+
+A run has a chaotic phase, then a calm one (partitions healed, crashed nodes restarted,
+no more drops) in which the quorum must elect a leader and commit new entries.
+
+Checked after every step (``check_invariants``):
+* at most one leader per epoch, over the whole run;
+* a node's epoch never decreases, across restarts too;
+* a committed entry (below any node's high watermark) never changes: every node's
+  committed prefix agrees with the global record, a node never holds a high watermark
+  above its log end, and every new leader's log contains everything committed so far;
+* each node's state machine sees the same sequence (a digest chain, also carried in
+  snapshots);
+* a leader's high watermark never goes back;
+* the highest high watermark is on a majority of voters' flushed logs (or snapshots).
+"""
+
+from __future__ import annotations
+
+import collections
+import hashlib
+import heapq
+import random
+from dataclasses import dataclass, field
+
+from odradek.raft import (
+    CommittedEntries,
+    Inbound,
+    MemoryElectionStore,
+    MemoryRaftLog,
+    MemorySnapshotStore,
+    NotLeaderError,
+    RaftConfig,
+    RaftNode,
+    SnapshotLoaded,
+)
+from odradek.raft.node import BackPressureError
+
+# Events remembered for the failure report.
+TRACE_EVENTS = 60
+# A run that needs more events than this is looping, not simulating.
+MAX_EVENTS = 2_000_000
+INITIAL_DIGEST = b"\x00" * 8
+
+SIM_CONFIG = RaftConfig(
+    election_timeout_ms=1000,
+    fetch_timeout_ms=2000,
+    election_backoff_max_ms=1000,
+    retry_backoff_ms=20,
+    request_timeout_ms=400,
+    append_linger_ms=25,
+    fetch_idle_interval_ms=100,
+    fetch_max_bytes=4096,
+    snapshot_chunk_bytes=64,
+)
+
+
+class SimulationFailure(AssertionError):
+    pass
+
+
+@dataclass
+class Scenario:
+    seed: int
+    voters: int = 3
+    observer: bool = True
+    chaos_ms: int = 12_000
+    calm_ms: int = 12_000
+    drop_probability: float = 0.03
+    duplicate_probability: float = 0.02
+    reorder_probability: float = 0.05
+    crash_interval_ms: tuple[int, int] = (800, 3000)
+    client_interval_ms: tuple[int, int] = (20, 150)
+    snapshot_interval_ms: tuple[int, int] = (500, 2500)
+
+
+def entry_digest(previous: bytes, epoch: int, payload: bytes) -> bytes:
+    hasher = hashlib.blake2b(previous, digest_size=8)
+    hasher.update(epoch.to_bytes(8, "big"))
+    hasher.update(payload)
+    return hasher.digest()
+
+
+@dataclass
+class SimNode:
+    node_id: int
+    clock_offset_ms: float
+    clock_rate: float
+    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
+    store: MemoryElectionStore = field(default_factory=MemoryElectionStore)
+    snapshots: MemorySnapshotStore = field(default_factory=MemorySnapshotStore)
+    raft: RaftNode | None = None
+    incarnation: int = 0
+    tick_generation: int = 0
+    tick_at: float = float("inf")
+    # The state machine: next offset to apply and the digest of everything before it.
+    applied_offset: int = 0
+    digest: bytes = INITIAL_DIGEST
+    max_epoch: int = 0
+    verified_offset: int = 0  # committed entries below this were checked
+
+    def local_ms(self, now: float) -> int:
+        return int(self.clock_offset_ms + now * self.clock_rate)
+
+    def global_time_of(self, local_ms: int) -> float:
+        return (local_ms - self.clock_offset_ms) / self.clock_rate + 1e-6
+
+
+class Simulation:
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(scenario.seed)
+        self.voter_ids = list(range(1, scenario.voters + 1))
+        ids = list(self.voter_ids)
+        if scenario.observer:
+            ids.append(scenario.voters + 1)
+        self.nodes = {
+            node_id: SimNode(
+                node_id,
+                clock_offset_ms=self.rng.uniform(0, 1_000_000),
+                clock_rate=self.rng.uniform(0.97, 1.03),
+            )
+            for node_id in ids
+        }
+        self.now = 0.0
+        self.queue: list[tuple[float, int, tuple[object, ...]]] = []
+        self.sequence = 0
+        self.trace: collections.deque[str] = collections.deque(maxlen=TRACE_EVENTS)
+        self.partitioned: set[frozenset[int]] = set()
+        self.calm = False
+        # Global truth.
+        self.leaders: dict[int, int] = {}  # epoch -> leader id
+        self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, payload)
+        self.committed_end = 0
+        self.digests: dict[int, bytes] = {0: INITIAL_DIGEST}  # offset -> digest before it
+        self.leader_high_watermarks: dict[tuple[int, int], int] = {}
+        self.leaders_checked: set[tuple[int, int]] = set()
+        self.appended = 0
+        self.calm_payloads: set[bytes] = set()
+        self.events = 0
+        self.elections = 0
+        self.crashes = 0
+        self.snapshots_taken = 0
+
+    # --- scheduling ---------------------------------------------------------------------
+
+    def schedule(self, at: float, event: tuple[object, ...]) -> None:
+        self.sequence += 1
+        heapq.heappush(self.queue, (at, self.sequence, event))
+
+    def schedule_tick(self, node: SimNode) -> None:
+        if node.raft is None:
+            return
+        at = max(node.global_time_of(node.raft.next_deadline_ms()), self.now)
+        if node.local_ms(at) < node.raft.next_deadline_ms():
+            at += 1.0 / node.clock_rate
+        if at < node.tick_at:
+            node.tick_generation += 1
+            node.tick_at = at
+            self.schedule(at, ("tick", node.node_id, node.tick_generation))
+
+    def fail(self, reason: str) -> SimulationFailure:
+        scenario = self.scenario
+        lines = [
+            f"seed {scenario.seed}, {scenario.voters} voters: {reason}",
+            f"at t={self.now:.3f} ms after {self.events} events",
+            f"replay: make simulate SEED={scenario.seed} VOTERS={scenario.voters}"
+            f"  (or python -m tests.raft.simulate --seed {scenario.seed}"
+            f" --voters {scenario.voters})",
+            "last events:",
+            *("  " + line for line in self.trace),
+        ]
+        return SimulationFailure("\n".join(lines))
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(self) -> Simulation:
+        scenario = self.scenario
+        for node in self.nodes.values():
+            self.start_node(node)
+        self.schedule(self.rng.uniform(*scenario.crash_interval_ms), ("fault",))
+        self.schedule(self.rng.uniform(*scenario.client_interval_ms), ("client",))
+        for node_id in self.nodes:
+            self.schedule(self.rng.uniform(*scenario.snapshot_interval_ms), ("snapshot", node_id))
+        self.schedule(scenario.chaos_ms, ("calm",))
+        end = scenario.chaos_ms + scenario.calm_ms
+        while self.queue:
+            at, _, event = heapq.heappop(self.queue)
+            if at > end:
+                break
+            self.now = at
+            self.events += 1
+            if self.events > MAX_EVENTS:
+                raise self.fail("too many events (a timer loop?)")
+            try:
+                self.dispatch(event)
+            except SimulationFailure:
+                raise
+            except AssertionError as error:
+                raise self.fail(f"assertion in the node: {error}") from error
+            self.check_invariants()
+        self.now = end
+        self.check_liveness()
+        return self
+
+    def dispatch(self, event: tuple[object, ...]) -> None:
+        kind = event[0]
+        if kind == "tick":
+            _, node_id, generation = event
+            node = self.nodes[node_id]  # type: ignore[index]
+            if node.raft is None or generation != node.tick_generation:
+                return
+            node.tick_at = float("inf")
+            self.trace.append(f"{self.now:10.3f} tick {node_id} ({node.raft.role_name})")
+            self.send(node, node.raft.tick(node.local_ms(self.now)))
+            self.after_step(node)
+        elif kind == "deliver":
+            self.deliver(event)
+        elif kind == "fault":
+            self.inject_fault()
+        elif kind == "restart":
+            node = self.nodes[event[1]]  # type: ignore[index]
+            if node.raft is None:
+                self.start_node(node)
+        elif kind == "heal":
+            self.trace.append(f"{self.now:10.3f} heal partitions")
+            self.partitioned.clear()
+        elif kind == "client":
+            self.client_append()
+        elif kind == "snapshot":
+            self.take_snapshot(self.nodes[event[1]])  # type: ignore[index]
+        elif kind == "calm":
+            self.begin_calm()
+
+    def start_node(self, node: SimNode) -> None:
+        node.incarnation += 1
+        node.tick_at = float("inf")
+        node.applied_offset = 0
+        node.digest = INITIAL_DIGEST
+        node.raft = RaftNode(
+            node.node_id,
+            self.voter_ids,
+            node.log,
+            node.store,
+            node.snapshots,
+            SIM_CONFIG,
+            random.Random(self.rng.random()),
+            node.local_ms(self.now),
+        )
+        if node.raft.epoch < node.max_epoch:
+            raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")
+        node.verified_offset = node.raft.high_watermark
+        self.trace.append(
+            f"{self.now:10.3f} start {node.node_id} #{node.incarnation} as "
+            f"{node.raft.role_name} epoch {node.raft.epoch} log "
+            f"[{node.log.start_offset}, {node.log.end_offset}) flushed {node.log.flushed_offset}"
+        )
+        self.after_step(node)
+
+    def crash(self, node: SimNode) -> None:
+        assert node.raft is not None
+        self.trace.append(
+            f"{self.now:10.3f} crash {node.node_id} ({node.raft.role_name} epoch "
+            f"{node.raft.epoch}, log end {node.log.end_offset} flushed {node.log.flushed_offset})"
+        )
+        node.raft = None
+        node.log.crash()
+        node.snapshots.crash()
+        self.crashes += 1
+
+    # --- the network ----------------------------------------------------------------------
+
+    def send(self, source: SimNode, outbound: list[object]) -> None:
+        scenario = self.scenario
+        for message in outbound:
+            destination = self.nodes.get(message.destination_id)  # type: ignore[attr-defined]
+            if destination is None or destination.raft is None:
+                continue
+            if frozenset((source.node_id, destination.node_id)) in self.partitioned:
+                continue
+            if not self.calm and self.rng.random() < scenario.drop_probability:
+                continue
+            copies = 1
+            if not self.calm and self.rng.random() < scenario.duplicate_probability:
+                copies = 2
+            for _ in range(copies):
+                delay = self.rng.uniform(0.5, 8.0)
+                if self.rng.random() < scenario.reorder_probability:
+                    delay += self.rng.uniform(0, 150)
+                inbound = Inbound(
+                    source.node_id,
+                    message.correlation_id,  # type: ignore[attr-defined]
+                    message.message,  # type: ignore[attr-defined]
+                )
+                event = (
+                    "deliver",
+                    source.node_id,
+                    source.incarnation,
+                    destination.node_id,
+                    destination.incarnation,
+                    inbound,
+                )
+                self.schedule(self.now + delay, event)
+
+    def deliver(self, event: tuple[object, ...]) -> None:
+        _, source_id, source_incarnation, destination_id, destination_incarnation, inbound = event
+        source = self.nodes[source_id]  # type: ignore[index]
+        destination = self.nodes[destination_id]  # type: ignore[index]
+        if destination.raft is None or destination.incarnation != destination_incarnation:
+            return
+        if source.incarnation != source_incarnation or source.raft is None:
+            return  # the connection died with the sender
+        if frozenset((source.node_id, destination.node_id)) in self.partitioned:
+            return
+        assert isinstance(inbound, Inbound)
+        self.trace.append(
+            f"{self.now:10.3f} {source_id}->{destination_id} #{inbound.correlation_id} "
+            f"{_brief(inbound.message)}"
+        )
+        outbound = destination.raft.handle(inbound, destination.local_ms(self.now))
+        self.send(destination, outbound)  # type: ignore[arg-type]
+        self.after_step(destination)
+
+    # --- faults, clients, snapshots -------------------------------------------------------
+
+    def inject_fault(self) -> None:
+        if self.calm:
+            return
+        scenario = self.scenario
+        self.schedule(self.now + self.rng.uniform(*scenario.crash_interval_ms), ("fault",))
+        choice = self.rng.random()
+        alive = [node for node in self.nodes.values() if node.raft is not None]
+        if choice < 0.45 and alive:
+            node = self.rng.choice(alive)
+            # Prefer crashing the leader sometimes: that is where the interesting cases are.
+            leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
+            if leaders and self.rng.random() < 0.5:
+                node = self.rng.choice(leaders)
+            self.crash(node)
+            downtime = self.rng.uniform(50, 4000)
+            self.schedule(self.now + downtime, ("restart", node.node_id))
+        elif choice < 0.75:
+            ids = list(self.nodes)
+            self.rng.shuffle(ids)
+            cut = self.rng.randint(1, len(ids) - 1)
+            side_a, side_b = ids[:cut], ids[cut:]
+            self.partitioned = {frozenset((a, b)) for a in side_a for b in side_b}
+            self.trace.append(f"{self.now:10.3f} partition {sorted(side_a)} | {sorted(side_b)}")
+            self.schedule(self.now + self.rng.uniform(300, 5000), ("heal",))
+        elif choice < 0.85:
+            leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
+            if leaders:
+                node = self.rng.choice(leaders)
+                assert node.raft is not None
+                self.trace.append(f"{self.now:10.3f} resign {node.node_id}")
+                self.send(node, node.raft.resign(node.local_ms(self.now)))  # type: ignore[arg-type]
+                self.after_step(node)
+        else:
+            # A one-way-ish glitch: isolate one node briefly.
+            node_id = self.rng.choice(list(self.nodes))
+            self.partitioned = {
+                frozenset((node_id, other)) for other in self.nodes if other != node_id
+            }
+            self.trace.append(f"{self.now:10.3f} isolate {node_id}")
+            self.schedule(self.now + self.rng.uniform(100, 3000), ("heal",))
+
+    def begin_calm(self) -> None:
+        self.calm = True
+        self.partitioned.clear()
+        self.trace.append(f"{self.now:10.3f} calm: heal, restart everything, no more faults")
+        for node in self.nodes.values():
+            if node.raft is None:
+                self.start_node(node)
+
+    def client_append(self) -> None:
+        self.schedule(self.now + self.rng.uniform(*self.scenario.client_interval_ms), ("client",))
+        leaders = [n for n in self.nodes.values() if n.raft is not None and n.raft.is_leader]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        assert node.raft is not None
+        payload = f"s{self.scenario.seed}-e{self.appended}".encode()
+        self.appended += 1
+        try:
+            offset = node.raft.append(payload, node.local_ms(self.now))
+        except (NotLeaderError, BackPressureError):
+            return
+        if self.calm:
+            self.calm_payloads.add(payload)
+        self.trace.append(f"{self.now:10.3f} append {payload!r} to {node.node_id} at {offset}")
+        self.schedule_tick(node)
+
+    def take_snapshot(self, node: SimNode) -> None:
+        self.schedule(
+            self.now + self.rng.uniform(*self.scenario.snapshot_interval_ms),
+            ("snapshot", node.node_id),
+        )
+        if node.raft is None or node.applied_offset - node.log.start_offset < 8:
+            return
+        payload = f"{node.applied_offset}:{node.digest.hex()}".encode()
+        snapshot_id = node.raft.create_snapshot(node.applied_offset, payload)
+        self.snapshots_taken += 1
+        self.trace.append(f"{self.now:10.3f} snapshot {node.node_id} {snapshot_id}")
+
+    # --- state machine and invariants -----------------------------------------------------
+
+    def after_step(self, node: SimNode) -> None:
+        raft = node.raft
+        if raft is None:
+            return
+        for event in raft.poll_committed():
+            if isinstance(event, SnapshotLoaded):
+                end_text, digest_hex = event.payload.decode().split(":")
+                end = int(end_text)
+                digest = bytes.fromhex(digest_hex)
+                if end != event.snapshot_id.end_offset:
+                    raise self.fail(f"snapshot {event.snapshot_id} holds state at {end}")
+                if self.digests.get(end, digest) != digest:
+                    raise self.fail(f"node {node.node_id} loaded a snapshot that disagrees at {end}")
+                node.applied_offset, node.digest = end, digest
+                continue
+            assert isinstance(event, CommittedEntries)
+            for entry in event.entries:
+                if entry.offset != node.applied_offset:
+                    raise self.fail(f"node {node.node_id} applied {entry.offset}, expected "
+                                    f"{node.applied_offset}")
+                node.digest = entry_digest(node.digest, entry.epoch, entry.payload)
+                node.applied_offset += 1
+                known = self.digests.setdefault(node.applied_offset, node.digest)
+                if known != node.digest:
+                    raise self.fail(f"node {node.node_id} state diverged at {entry.offset}")
+        self.schedule_tick(node)
+
+    def check_invariants(self) -> None:
+        for node in self.nodes.values():
+            raft = node.raft
+            if raft is None:
+                continue
+            epoch = raft.epoch
+            if epoch < node.max_epoch:
+                raise self.fail(f"node {node.node_id} epoch went back {node.max_epoch} -> {epoch}")
+            node.max_epoch = epoch
+            if raft.is_leader:
+                self.check_leader(node)
+            self.check_committed(node)
+        self.check_majority_holds_committed()
+
+    def check_leader(self, node: SimNode) -> None:
+        raft = node.raft
+        assert raft is not None
+        epoch = raft.epoch
+        known = self.leaders.setdefault(epoch, node.node_id)
+        if known != node.node_id:
+            raise self.fail(f"two leaders in epoch {epoch}: {known} and {node.node_id}")
+        key = (epoch, node.node_id)
+        if key not in self.leaders_checked:
+            self.leaders_checked.add(key)
+            self.elections += 1
+            self.trace.append(f"{self.now:10.3f} leader {node.node_id} epoch {epoch}")
+            log = node.log
+            for offset in range(log.start_offset, self.committed_end):
+                entry = log.entry_at(offset) if offset < log.end_offset else None
+                if entry is None or (entry.epoch, entry.payload) != self.committed[offset]:
+                    raise self.fail(
+                        f"new leader {node.node_id} (epoch {epoch}) lacks committed offset {offset}"
+                    )
+        previous = self.leader_high_watermarks.get(key, 0)
+        if raft.high_watermark < previous:
+            raise self.fail(f"leader {node.node_id} HW went back {previous} -> {raft.high_watermark}")
+        self.leader_high_watermarks[key] = raft.high_watermark
+
+    def check_committed(self, node: SimNode) -> None:
+        raft = node.raft
+        assert raft is not None
+        log = node.log
+        high_watermark = raft.high_watermark
+        if high_watermark > log.end_offset:
+            raise self.fail(f"node {node.node_id} HW {high_watermark} > log end {log.end_offset}")
+        if high_watermark < node.verified_offset:
+            node.verified_offset = high_watermark
+        for offset in range(max(node.verified_offset, log.start_offset), high_watermark):
+            entry = log.entry_at(offset)
+            value = (entry.epoch, entry.payload)
+            known = self.committed.setdefault(offset, value)
+            if known != value:
+                raise self.fail(
+                    f"node {node.node_id} committed {value} at {offset}, others committed {known}"
+                )
+        self.committed_end = max(self.committed_end, high_watermark)
+        node.verified_offset = high_watermark
+        last = high_watermark - 1
+        if last >= log.start_offset:
+            entry = log.entry_at(last)
+            if (entry.epoch, entry.payload) != self.committed.get(last):
+                raise self.fail(f"node {node.node_id} changed committed offset {last}")
+
+    def check_majority_holds_committed(self) -> None:
+        end = self.committed_end
+        if end == 0:
+            return
+        last = end - 1
+        epoch = self.committed[last][0] if last in self.committed else None
+        holders = 0
+        for voter_id in self.voter_ids:
+            log = self.nodes[voter_id].log
+            if last < log.start_offset:
+                holders += 1
+            elif log.flushed_offset >= end and log.entry_at(last).epoch == epoch:
+                holders += 1
+        if holders <= len(self.voter_ids) // 2:
+            raise self.fail(f"committed offset {last} is on only {holders} voters' flushed logs")
+
+    def check_liveness(self) -> None:
+        alive = [n for n in self.nodes.values() if n.raft is not None]
+        leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
+        if len(leaders) != 1:
+            raise self.fail(f"no single leader after {self.scenario.calm_ms} ms of calm: "
+                            f"{[n.node_id for n in leaders]}")
+        leader = leaders[0]
+        assert leader.raft is not None
+        for node in alive:
+            assert node.raft is not None
+            if node.raft.epoch != leader.raft.epoch or (
+                node is not leader and node.raft.leader_id != leader.node_id
+            ):
+                raise self.fail(
+                    f"node {node.node_id} ({node.raft.role_name}, epoch {node.raft.epoch}) "
+                    f"does not follow leader {leader.node_id} (epoch {leader.raft.epoch})"
+                )
+        committed_calm = [
+            offset for offset, (_, payload) in self.committed.items() if payload in self.calm_payloads
+        ]
+        if not committed_calm:
+            raise self.fail("nothing appended in the calm phase was committed")
+        first = min(committed_calm)
+        for node in alive:
+            assert node.raft is not None
+            if node.raft.high_watermark <= first:
+                raise self.fail(f"node {node.node_id} did not learn the calm commits")
+
+
+def _brief(message: object) -> str:
+    name = type(message).__name__
+    fields = getattr(message, "__dataclass_fields__", {})
+    parts = []
+    for key in fields:
+        if key in ("cluster_id", "records", "unaligned_records"):
+            continue
+        parts.append(f"{key}={getattr(message, key)}")
+    records = getattr(message, "records", None)
+    if records:
+        parts.append(f"records=[{records[0].offset}..{records[-1].offset}]")
+    return f"{name}({', '.join(parts)})"
+
+
+def run_seed(seed: int, voters: int) -> Simulation:
+    return Simulation(Scenario(seed=seed, voters=voters, observer=seed % 2 == 0)).run()
