@@ -43,6 +43,7 @@ from odradek.raft import (
     NotLeaderError,
     RaftConfig,
     RaftNode,
+    SnapshotId,
     SnapshotLoaded,
 )
 from odradek.raft.node import BackPressureError
@@ -75,7 +76,7 @@ class Scenario:
     seed: int
     voters: int = 3
     observer: bool = True
-    chaos_ms: int = 12_000
+    chaos_ms: int = 25_000
     calm_ms: int = 12_000
     drop_probability: float = 0.03
     duplicate_probability: float = 0.02
@@ -83,6 +84,23 @@ class Scenario:
     crash_interval_ms: tuple[int, int] = (800, 3000)
     client_interval_ms: tuple[int, int] = (20, 150)
     snapshot_interval_ms: tuple[int, int] = (500, 2500)
+
+
+class CountingLog(MemoryRaftLog):
+    """MemoryRaftLog that counts the repairs, to show a run exercised them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.truncated_entries = 0
+        self.snapshot_installs = 0
+
+    def truncate_to(self, offset: int) -> None:
+        self.truncated_entries += self.end_offset - offset
+        super().truncate_to(offset)
+
+    def reset_to(self, snapshot_id: SnapshotId) -> None:
+        self.snapshot_installs += 1
+        super().reset_to(snapshot_id)
 
 
 def entry_digest(previous: bytes, epoch: int, payload: bytes) -> bytes:
@@ -97,7 +115,7 @@ class SimNode:
     node_id: int
     clock_offset_ms: float
     clock_rate: float
-    log: MemoryRaftLog = field(default_factory=MemoryRaftLog)
+    log: CountingLog = field(default_factory=CountingLog)
     store: MemoryElectionStore = field(default_factory=MemoryElectionStore)
     snapshots: MemorySnapshotStore = field(default_factory=MemorySnapshotStore)
     raft: RaftNode | None = None
@@ -268,6 +286,14 @@ class Simulation:
         )
         self.after_step(node)
 
+    @property
+    def truncated_entries(self) -> int:
+        return sum(node.log.truncated_entries for node in self.nodes.values())
+
+    @property
+    def snapshot_installs(self) -> int:
+        return sum(node.log.snapshot_installs for node in self.nodes.values())
+
     def crash(self, node: SimNode) -> None:
         assert node.raft is not None
         self.trace.append(
@@ -275,7 +301,9 @@ class Simulation:
             f"{node.raft.epoch}, log end {node.log.end_offset} flushed {node.log.flushed_offset})"
         )
         node.raft = None
+        unflushed = node.log.end_offset - node.log.flushed_offset
         node.log.crash()
+        node.log.truncated_entries -= unflushed  # lost, not truncated by the protocol
         node.snapshots.crash()
         self.crashes += 1
 
@@ -427,14 +455,18 @@ class Simulation:
                 if end != event.snapshot_id.end_offset:
                     raise self.fail(f"snapshot {event.snapshot_id} holds state at {end}")
                 if self.digests.get(end, digest) != digest:
-                    raise self.fail(f"node {node.node_id} loaded a snapshot that disagrees at {end}")
+                    raise self.fail(
+                        f"node {node.node_id} loaded a snapshot that disagrees at {end}"
+                    )
                 node.applied_offset, node.digest = end, digest
                 continue
             assert isinstance(event, CommittedEntries)
             for entry in event.entries:
                 if entry.offset != node.applied_offset:
-                    raise self.fail(f"node {node.node_id} applied {entry.offset}, expected "
-                                    f"{node.applied_offset}")
+                    raise self.fail(
+                        f"node {node.node_id} applied {entry.offset}, expected "
+                        f"{node.applied_offset}"
+                    )
                 node.digest = entry_digest(node.digest, entry.epoch, entry.payload)
                 node.applied_offset += 1
                 known = self.digests.setdefault(node.applied_offset, node.digest)
@@ -477,7 +509,9 @@ class Simulation:
                     )
         previous = self.leader_high_watermarks.get(key, 0)
         if raft.high_watermark < previous:
-            raise self.fail(f"leader {node.node_id} HW went back {previous} -> {raft.high_watermark}")
+            raise self.fail(
+                f"leader {node.node_id} HW went back {previous} -> {raft.high_watermark}"
+            )
         self.leader_high_watermarks[key] = raft.high_watermark
 
     def check_committed(self, node: SimNode) -> None:
@@ -514,9 +548,9 @@ class Simulation:
         holders = 0
         for voter_id in self.voter_ids:
             log = self.nodes[voter_id].log
-            if last < log.start_offset:
-                holders += 1
-            elif log.flushed_offset >= end and log.entry_at(last).epoch == epoch:
+            if last < log.start_offset or (
+                log.flushed_offset >= end and log.entry_at(last).epoch == epoch
+            ):
                 holders += 1
         if holders <= len(self.voter_ids) // 2:
             raise self.fail(f"committed offset {last} is on only {holders} voters' flushed logs")
@@ -525,8 +559,10 @@ class Simulation:
         alive = [n for n in self.nodes.values() if n.raft is not None]
         leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
         if len(leaders) != 1:
-            raise self.fail(f"no single leader after {self.scenario.calm_ms} ms of calm: "
-                            f"{[n.node_id for n in leaders]}")
+            raise self.fail(
+                f"no single leader after {self.scenario.calm_ms} ms of calm: "
+                f"{[n.node_id for n in leaders]}"
+            )
         leader = leaders[0]
         assert leader.raft is not None
         for node in alive:
@@ -539,7 +575,9 @@ class Simulation:
                     f"does not follow leader {leader.node_id} (epoch {leader.raft.epoch})"
                 )
         committed_calm = [
-            offset for offset, (_, payload) in self.committed.items() if payload in self.calm_payloads
+            offset
+            for offset, (_, payload) in self.committed.items()
+            if payload in self.calm_payloads
         ]
         if not committed_calm:
             raise self.fail("nothing appended in the calm phase was committed")
@@ -564,5 +602,21 @@ def _brief(message: object) -> str:
     return f"{name}({', '.join(parts)})"
 
 
+def scenario_for(seed: int, voters: int) -> Scenario:
+    """Fault intensity varies with the seed: some runs are gentle, some brutal."""
+    knobs = random.Random(seed * 7919 + voters)
+    fault_gap_ms = knobs.choice((300, 800, 1500, 3000))
+    return Scenario(
+        seed=seed,
+        voters=voters,
+        observer=seed % 2 == 0,
+        drop_probability=knobs.choice((0.0, 0.02, 0.08, 0.2)),
+        duplicate_probability=knobs.choice((0.0, 0.02, 0.1)),
+        reorder_probability=knobs.choice((0.0, 0.05, 0.2)),
+        crash_interval_ms=(fault_gap_ms // 2, fault_gap_ms * 2),
+        snapshot_interval_ms=knobs.choice(((200, 800), (500, 2500), (2000, 6000))),
+    )
+
+
 def run_seed(seed: int, voters: int) -> Simulation:
-    return Simulation(Scenario(seed=seed, voters=voters, observer=seed % 2 == 0)).run()
+    return Simulation(scenario_for(seed, voters)).run()
