@@ -41,6 +41,7 @@ from odradek.raft import (
     MemoryRaftLog,
     MemorySnapshotStore,
     NotLeaderError,
+    Outbound,
     RaftConfig,
     RaftNode,
     SnapshotId,
@@ -309,10 +310,10 @@ class Simulation:
 
     # --- the network ----------------------------------------------------------------------
 
-    def send(self, source: SimNode, outbound: list[object]) -> None:
+    def send(self, source: SimNode, outbound: list[Outbound]) -> None:
         scenario = self.scenario
         for message in outbound:
-            destination = self.nodes.get(message.destination_id)  # type: ignore[attr-defined]
+            destination = self.nodes.get(message.destination_id)
             if destination is None or destination.raft is None:
                 continue
             if frozenset((source.node_id, destination.node_id)) in self.partitioned:
@@ -328,8 +329,8 @@ class Simulation:
                     delay += self.rng.uniform(0, 150)
                 inbound = Inbound(
                     source.node_id,
-                    message.correlation_id,  # type: ignore[attr-defined]
-                    message.message,  # type: ignore[attr-defined]
+                    message.correlation_id,
+                    message.message,
                 )
                 event = (
                     "deliver",
@@ -357,7 +358,7 @@ class Simulation:
             f"{_brief(inbound.message)}"
         )
         outbound = destination.raft.handle(inbound, destination.local_ms(self.now))
-        self.send(destination, outbound)  # type: ignore[arg-type]
+        self.send(destination, outbound)
         self.after_step(destination)
 
     # --- faults, clients, snapshots -------------------------------------------------------
@@ -392,7 +393,7 @@ class Simulation:
                 node = self.rng.choice(leaders)
                 assert node.raft is not None
                 self.trace.append(f"{self.now:10.3f} resign {node.node_id}")
-                self.send(node, node.raft.resign(node.local_ms(self.now)))  # type: ignore[arg-type]
+                self.send(node, node.raft.resign(node.local_ms(self.now)))
                 self.after_step(node)
         else:
             # A one-way-ish glitch: isolate one node briefly.
