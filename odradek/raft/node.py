@@ -224,10 +224,9 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         """When ``tick`` next has something to do (node clock, ms)."""
         role = self.quorum.role
         if isinstance(role, UnattachedState):
-            deadlines = [role.election_deadline_ms] if self.is_voter else []
-            if not self.is_voter or role.election.leader_id is not None:
-                deadlines.append(role.next_discovery_ms)
-            return min(deadlines)
+            if self.is_voter:
+                return role.election_deadline_ms
+            return role.next_discovery_ms
         if isinstance(role, VotedState | ProspectiveState):
             return role.election_deadline_ms
         if isinstance(role, CandidateState):

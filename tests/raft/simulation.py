@@ -128,6 +128,9 @@ class SimNode:
     digest: bytes = INITIAL_DIGEST
     max_epoch: int = 0
     verified_offset: int = 0  # committed entries below this were checked
+    # A stop-the-world pause (GC, VM steal): nothing runs until then, messages queue up,
+    # and the clock keeps going, so the node wakes up with every timer expired.
+    paused_until: float = 0.0
 
     def local_ms(self, now: float) -> int:
         return int(self.clock_offset_ms + now * self.clock_rate)
@@ -171,6 +174,7 @@ class Simulation:
         self.elections = 0
         self.crashes = 0
         self.snapshots_taken = 0
+        self.wipes = 0
 
     # --- scheduling ---------------------------------------------------------------------
 
@@ -240,6 +244,10 @@ class Simulation:
             node = self.nodes[node_id]  # type: ignore[index]
             if node.raft is None or generation != node.tick_generation:
                 return
+            if self.now < node.paused_until:
+                node.tick_at = node.paused_until
+                self.schedule(node.paused_until, event)
+                return
             node.tick_at = float("inf")
             self.trace.append(f"{self.now:10.3f} tick {node_id} ({node.raft.role_name})")
             self.send(node, node.raft.tick(node.local_ms(self.now)))
@@ -294,6 +302,17 @@ class Simulation:
     @property
     def snapshot_installs(self) -> int:
         return sum(node.log.snapshot_installs for node in self.nodes.values())
+
+    def wipe(self, node: SimNode) -> None:
+        """Lose the observer's disk: it comes back empty and catches up from scratch.
+        (Voters are not wiped: without KIP-853 directory ids a wiped voter could vote
+        twice in one epoch, which no Raft survives.)"""
+        self.trace.append(f"{self.now:10.3f} wipe {node.node_id}")
+        node.log = CountingLog()
+        node.store = MemoryElectionStore()
+        node.snapshots = MemorySnapshotStore()
+        node.max_epoch = 0
+        self.wipes += 1
 
     def crash(self, node: SimNode) -> None:
         assert node.raft is not None
@@ -352,6 +371,9 @@ class Simulation:
             return  # the connection died with the sender
         if frozenset((source.node_id, destination.node_id)) in self.partitioned:
             return
+        if self.now < destination.paused_until:
+            self.schedule(destination.paused_until, event)  # waits in the socket buffer
+            return
         assert isinstance(inbound, Inbound)
         self.trace.append(
             f"{self.now:10.3f} {source_id}->{destination_id} #{inbound.correlation_id} "
@@ -377,6 +399,8 @@ class Simulation:
             if leaders and self.rng.random() < 0.5:
                 node = self.rng.choice(leaders)
             self.crash(node)
+            if node.node_id not in self.voter_ids and self.rng.random() < 0.5:
+                self.wipe(node)
             downtime = self.rng.uniform(50, 4000)
             self.schedule(self.now + downtime, ("restart", node.node_id))
         elif choice < 0.75:
@@ -387,8 +411,21 @@ class Simulation:
             self.partitioned = {frozenset((a, b)) for a in side_a for b in side_b}
             self.trace.append(f"{self.now:10.3f} partition {sorted(side_a)} | {sorted(side_b)}")
             self.schedule(self.now + self.rng.uniform(300, 5000), ("heal",))
-        elif choice < 0.85:
+        elif choice < 0.8 and alive:
+            node = self.rng.choice(alive)
             leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
+            if leaders and self.rng.random() < 0.5:
+                node = self.rng.choice(leaders)
+            node.paused_until = self.now + self.rng.uniform(100, 6000)
+            self.trace.append(
+                f"{self.now:10.3f} pause {node.node_id} until {node.paused_until:.3f}"
+            )
+        elif choice < 0.88:
+            leaders = [
+                n
+                for n in alive
+                if n.raft is not None and n.raft.is_leader and self.now >= n.paused_until
+            ]
             if leaders:
                 node = self.rng.choice(leaders)
                 assert node.raft is not None
@@ -406,6 +443,8 @@ class Simulation:
 
     def begin_calm(self) -> None:
         self.calm = True
+        for node in self.nodes.values():
+            node.paused_until = min(node.paused_until, self.now)
         self.partitioned.clear()
         self.trace.append(f"{self.now:10.3f} calm: heal, restart everything, no more faults")
         for node in self.nodes.values():
@@ -414,7 +453,11 @@ class Simulation:
 
     def client_append(self) -> None:
         self.schedule(self.now + self.rng.uniform(*self.scenario.client_interval_ms), ("client",))
-        leaders = [n for n in self.nodes.values() if n.raft is not None and n.raft.is_leader]
+        leaders = [
+            n
+            for n in self.nodes.values()
+            if n.raft is not None and n.raft.is_leader and self.now >= n.paused_until
+        ]
         if not leaders:
             return
         node = self.rng.choice(leaders)
@@ -436,6 +479,8 @@ class Simulation:
             ("snapshot", node.node_id),
         )
         if node.raft is None or node.applied_offset - node.log.start_offset < 8:
+            return
+        if self.now < node.paused_until:
             return
         payload = f"{node.applied_offset}:{node.digest.hex()}".encode()
         snapshot_id = node.raft.create_snapshot(node.applied_offset, payload)
