@@ -172,6 +172,8 @@ class ElectionHandlers(NodeCore):
         granted = False
         if not self.is_voter or request.replica_id not in self.voters:
             error = ErrorCode.inconsistent_voter_set
+        elif request.replica_id == self.node_id or request.last_offset < 0:
+            error = ErrorCode.invalid_request
         elif request.replica_epoch < self.epoch:
             error = ErrorCode.fenced_leader_epoch
         else:

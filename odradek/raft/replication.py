@@ -57,18 +57,28 @@ class ReplicationHandlers(NodeCore):
 
     def _on_fetch_request(self, inbound: Inbound, request: FetchRequest, now_ms: int) -> None:
         error = self._fetch_error(request.current_leader_epoch)
-        if error == ErrorCode.none and (request.fetch_offset < 0 or request.replica_id < 0):
-            error = ErrorCode.invalid_request
+        if error == ErrorCode.none and (
+            request.fetch_offset < 0
+            or request.last_fetched_epoch < 0
+            or request.last_fetched_epoch > self.epoch
+            or request.replica_id < 0
+            or request.replica_id == self.node_id
+        ):
+            error = ErrorCode.invalid_request  # no honest replica sends this
         diverging = EpochEndOffset()
         snapshot_id = SnapshotId()
         records: tuple[LogEntry, ...] = ()
         leader = self.quorum.role
         if error == ErrorCode.none and isinstance(leader, LeaderState):
             known = self.log.end_offset_for_epoch(request.last_fetched_epoch)
-            if request.fetch_offset < self.log.start_offset or known is None:
-                latest = self.snapshots.latest()
-                assert latest is not None, "log start moved without a snapshot"
+            latest = self.snapshots.latest()
+            if latest is not None and (
+                request.fetch_offset < self.log.start_offset or known is None
+            ):
                 snapshot_id = latest
+            elif known is None:
+                # Older than our log and we have no snapshot: only a confused peer.
+                error = ErrorCode.invalid_request
             elif known.epoch != request.last_fetched_epoch or request.fetch_offset > known.offset:
                 diverging = EpochEndOffset(epoch=known.epoch, end_offset=known.offset)
             else:

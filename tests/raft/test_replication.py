@@ -171,3 +171,26 @@ def test_follower_catches_up_from_a_snapshot() -> None:
     events = follower.poll_committed()
     assert events[0].payload == b"S" * 5000  # type: ignore[union-attr]
     assert follower.high_watermark == leader.high_watermark
+
+
+def test_nonsense_fetches_get_invalid_request_not_a_crash() -> None:
+    cluster = seeded([1, 2, 3], {1: (1, 1)}, 1)
+    cluster.advance(300)
+    leader = cluster.node(1)
+    assert leader.is_leader
+    for replica_id, offset, last_epoch in [(2, -1, 0), (2, 0, -1), (2, 0, 99), (1, 0, 0)]:
+        request = FetchRequest(
+            cluster_id=None,
+            replica_id=replica_id,
+            replica_epoch=-1,
+            current_leader_epoch=leader.epoch,
+            fetch_offset=offset,
+            last_fetched_epoch=last_epoch,
+            log_start_offset=0,
+            partition_max_bytes=1000,
+        )
+        replies = leader.handle(Inbound(2, 99, request), cluster.now)
+        response = next(o.message for o in replies if o.correlation_id == 99)
+        assert isinstance(response, FetchResponse)
+        assert response.error_code == ErrorCode.invalid_request
+    assert leader.is_leader
