@@ -100,7 +100,9 @@ class RaftLog(Protocol):
     def truncate_to(self, offset: int) -> None: ...
     def flush(self) -> None: ...
     def delete_before(self, snapshot_id: SnapshotId) -> None:
-        """Drop entries below the snapshot's end (they live in the snapshot now)."""
+        """Drop entries below the snapshot's end (they live in the snapshot now). The end
+        may lie past ``flushed_offset`` on a leader (committed by the majority before its
+        own fsync); the flushed offset then moves up to it, the snapshot being durable."""
         ...
 
     def reset_to(self, snapshot_id: SnapshotId) -> None:

@@ -29,32 +29,34 @@ Checked after every step (``check_invariants``):
 from __future__ import annotations
 
 import collections
-import hashlib
 import heapq
 import random
-from dataclasses import dataclass, field
 
 from odradek.raft import (
-    CommittedEntries,
     Inbound,
     MemoryElectionStore,
-    MemoryRaftLog,
     MemorySnapshotStore,
     NotLeaderError,
     Outbound,
     RaftConfig,
     RaftNode,
-    SnapshotId,
-    SnapshotLoaded,
 )
 from odradek.raft.node import BackPressureError
+from tests.raft.invariants import InvariantChecks
+from tests.raft.model import (
+    INITIAL_DIGEST,
+    CountingLog,
+    Scenario,
+    SimNode,
+    SimulationFailure,
+)
+
+__all__ = ["Scenario", "Simulation", "SimulationFailure", "run_seed", "scenario_for"]
 
 # Events remembered for the failure report.
 TRACE_EVENTS = 60
 # A run that needs more events than this is looping, not simulating.
 MAX_EVENTS = 2_000_000
-INITIAL_DIGEST = b"\x00" * 8
-
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=1000,
     fetch_timeout_ms=2000,
@@ -68,78 +70,7 @@ SIM_CONFIG = RaftConfig(
 )
 
 
-class SimulationFailure(AssertionError):
-    pass
-
-
-@dataclass
-class Scenario:
-    seed: int
-    voters: int = 3
-    observer: bool = True
-    chaos_ms: int = 25_000
-    calm_ms: int = 12_000
-    drop_probability: float = 0.03
-    duplicate_probability: float = 0.02
-    reorder_probability: float = 0.05
-    crash_interval_ms: tuple[int, int] = (800, 3000)
-    client_interval_ms: tuple[int, int] = (20, 150)
-    snapshot_interval_ms: tuple[int, int] = (500, 2500)
-
-
-class CountingLog(MemoryRaftLog):
-    """MemoryRaftLog that counts the repairs, to show a run exercised them."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.truncated_entries = 0
-        self.snapshot_installs = 0
-
-    def truncate_to(self, offset: int) -> None:
-        self.truncated_entries += self.end_offset - offset
-        super().truncate_to(offset)
-
-    def reset_to(self, snapshot_id: SnapshotId) -> None:
-        self.snapshot_installs += 1
-        super().reset_to(snapshot_id)
-
-
-def entry_digest(previous: bytes, epoch: int, payload: bytes) -> bytes:
-    hasher = hashlib.blake2b(previous, digest_size=8)
-    hasher.update(epoch.to_bytes(8, "big"))
-    hasher.update(payload)
-    return hasher.digest()
-
-
-@dataclass
-class SimNode:
-    node_id: int
-    clock_offset_ms: float
-    clock_rate: float
-    log: CountingLog = field(default_factory=CountingLog)
-    store: MemoryElectionStore = field(default_factory=MemoryElectionStore)
-    snapshots: MemorySnapshotStore = field(default_factory=MemorySnapshotStore)
-    raft: RaftNode | None = None
-    incarnation: int = 0
-    tick_generation: int = 0
-    tick_at: float = float("inf")
-    # The state machine: next offset to apply and the digest of everything before it.
-    applied_offset: int = 0
-    digest: bytes = INITIAL_DIGEST
-    max_epoch: int = 0
-    verified_offset: int = 0  # committed entries below this were checked
-    # A stop-the-world pause (GC, VM steal): nothing runs until then, messages queue up,
-    # and the clock keeps going, so the node wakes up with every timer expired.
-    paused_until: float = 0.0
-
-    def local_ms(self, now: float) -> int:
-        return int(self.clock_offset_ms + now * self.clock_rate)
-
-    def global_time_of(self, local_ms: int) -> float:
-        return (local_ms - self.clock_offset_ms) / self.clock_rate + 1e-6
-
-
-class Simulation:
+class Simulation(InvariantChecks):
     def __init__(self, scenario: Scenario) -> None:
         self.scenario = scenario
         self.rng = random.Random(scenario.seed)
@@ -161,17 +92,10 @@ class Simulation:
         self.trace: collections.deque[str] = collections.deque(maxlen=TRACE_EVENTS)
         self.partitioned: set[frozenset[int]] = set()
         self.calm = False
-        # Global truth.
-        self.leaders: dict[int, int] = {}  # epoch -> leader id
-        self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, payload)
-        self.committed_end = 0
-        self.digests: dict[int, bytes] = {0: INITIAL_DIGEST}  # offset -> digest before it
-        self.leader_high_watermarks: dict[tuple[int, int], int] = {}
-        self.leaders_checked: set[tuple[int, int]] = set()
+        self.init_truth()
         self.appended = 0
         self.calm_payloads: set[bytes] = set()
         self.events = 0
-        self.elections = 0
         self.crashes = 0
         self.snapshots_taken = 0
         self.wipes = 0
@@ -487,151 +411,9 @@ class Simulation:
         self.snapshots_taken += 1
         self.trace.append(f"{self.now:10.3f} snapshot {node.node_id} {snapshot_id}")
 
-    # --- state machine and invariants -----------------------------------------------------
-
     def after_step(self, node: SimNode) -> None:
-        raft = node.raft
-        if raft is None:
-            return
-        for event in raft.poll_committed():
-            if isinstance(event, SnapshotLoaded):
-                end_text, digest_hex = event.payload.decode().split(":")
-                end = int(end_text)
-                digest = bytes.fromhex(digest_hex)
-                if end != event.snapshot_id.end_offset:
-                    raise self.fail(f"snapshot {event.snapshot_id} holds state at {end}")
-                if self.digests.get(end, digest) != digest:
-                    raise self.fail(
-                        f"node {node.node_id} loaded a snapshot that disagrees at {end}"
-                    )
-                node.applied_offset, node.digest = end, digest
-                continue
-            assert isinstance(event, CommittedEntries)
-            for entry in event.entries:
-                if entry.offset != node.applied_offset:
-                    raise self.fail(
-                        f"node {node.node_id} applied {entry.offset}, expected "
-                        f"{node.applied_offset}"
-                    )
-                node.digest = entry_digest(node.digest, entry.epoch, entry.payload)
-                node.applied_offset += 1
-                known = self.digests.setdefault(node.applied_offset, node.digest)
-                if known != node.digest:
-                    raise self.fail(f"node {node.node_id} state diverged at {entry.offset}")
+        self.apply_committed(node)
         self.schedule_tick(node)
-
-    def check_invariants(self) -> None:
-        for node in self.nodes.values():
-            raft = node.raft
-            if raft is None:
-                continue
-            epoch = raft.epoch
-            if epoch < node.max_epoch:
-                raise self.fail(f"node {node.node_id} epoch went back {node.max_epoch} -> {epoch}")
-            node.max_epoch = epoch
-            if raft.is_leader:
-                self.check_leader(node)
-            self.check_committed(node)
-        self.check_majority_holds_committed()
-
-    def check_leader(self, node: SimNode) -> None:
-        raft = node.raft
-        assert raft is not None
-        epoch = raft.epoch
-        known = self.leaders.setdefault(epoch, node.node_id)
-        if known != node.node_id:
-            raise self.fail(f"two leaders in epoch {epoch}: {known} and {node.node_id}")
-        key = (epoch, node.node_id)
-        if key not in self.leaders_checked:
-            self.leaders_checked.add(key)
-            self.elections += 1
-            self.trace.append(f"{self.now:10.3f} leader {node.node_id} epoch {epoch}")
-            log = node.log
-            for offset in range(log.start_offset, self.committed_end):
-                entry = log.entry_at(offset) if offset < log.end_offset else None
-                if entry is None or (entry.epoch, entry.payload) != self.committed[offset]:
-                    raise self.fail(
-                        f"new leader {node.node_id} (epoch {epoch}) lacks committed offset {offset}"
-                    )
-        previous = self.leader_high_watermarks.get(key, 0)
-        if raft.high_watermark < previous:
-            raise self.fail(
-                f"leader {node.node_id} HW went back {previous} -> {raft.high_watermark}"
-            )
-        self.leader_high_watermarks[key] = raft.high_watermark
-
-    def check_committed(self, node: SimNode) -> None:
-        raft = node.raft
-        assert raft is not None
-        log = node.log
-        high_watermark = raft.high_watermark
-        if high_watermark > log.end_offset:
-            raise self.fail(f"node {node.node_id} HW {high_watermark} > log end {log.end_offset}")
-        if high_watermark < node.verified_offset:
-            node.verified_offset = high_watermark
-        for offset in range(max(node.verified_offset, log.start_offset), high_watermark):
-            entry = log.entry_at(offset)
-            value = (entry.epoch, entry.payload)
-            known = self.committed.setdefault(offset, value)
-            if known != value:
-                raise self.fail(
-                    f"node {node.node_id} committed {value} at {offset}, others committed {known}"
-                )
-        self.committed_end = max(self.committed_end, high_watermark)
-        node.verified_offset = high_watermark
-        last = high_watermark - 1
-        if last >= log.start_offset:
-            entry = log.entry_at(last)
-            if (entry.epoch, entry.payload) != self.committed.get(last):
-                raise self.fail(f"node {node.node_id} changed committed offset {last}")
-
-    def check_majority_holds_committed(self) -> None:
-        end = self.committed_end
-        if end == 0:
-            return
-        last = end - 1
-        epoch = self.committed[last][0] if last in self.committed else None
-        holders = 0
-        for voter_id in self.voter_ids:
-            log = self.nodes[voter_id].log
-            if last < log.start_offset or (
-                log.flushed_offset >= end and log.entry_at(last).epoch == epoch
-            ):
-                holders += 1
-        if holders <= len(self.voter_ids) // 2:
-            raise self.fail(f"committed offset {last} is on only {holders} voters' flushed logs")
-
-    def check_liveness(self) -> None:
-        alive = [n for n in self.nodes.values() if n.raft is not None]
-        leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
-        if len(leaders) != 1:
-            raise self.fail(
-                f"no single leader after {self.scenario.calm_ms} ms of calm: "
-                f"{[n.node_id for n in leaders]}"
-            )
-        leader = leaders[0]
-        assert leader.raft is not None
-        for node in alive:
-            assert node.raft is not None
-            if node.raft.epoch != leader.raft.epoch or (
-                node is not leader and node.raft.leader_id != leader.node_id
-            ):
-                raise self.fail(
-                    f"node {node.node_id} ({node.raft.role_name}, epoch {node.raft.epoch}) "
-                    f"does not follow leader {leader.node_id} (epoch {leader.raft.epoch})"
-                )
-        committed_calm = [
-            offset
-            for offset, (_, payload) in self.committed.items()
-            if payload in self.calm_payloads
-        ]
-        if not committed_calm:
-            raise self.fail("nothing appended in the calm phase was committed")
-        first = min(committed_calm)
-        for node in alive:
-            assert node.raft is not None
-            if node.raft.high_watermark <= first:
-                raise self.fail(f"node {node.node_id} did not learn the calm commits")
 
 
 def _brief(message: object) -> str:
