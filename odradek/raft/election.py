@@ -8,6 +8,9 @@ How this works and why (KIP-595 with KIP-996 pre-vote):
   disturb a healthy leader when it comes back. A voter grants a pre-vote when it has no
   live leader (a follower that still hears from its leader refuses) and the prospective's
   log is at least as up to date as its own.
+  The pre-vote's epoch is hypothetical, but the prospective's own (one less) is real: a
+  node behind that epoch (a leader whose voter moved on in a failed election) adopts it,
+  as Raft requires of any newer epoch; otherwise that voter could never rejoin.
 * With a majority of pre-votes it becomes **Candidate**: bumps the epoch, votes for
   itself (persisted first) and asks for real votes. A voter grants at most one vote per
   epoch (persisted before answering), and only to a log at least as up to date as its
@@ -179,6 +182,12 @@ class ElectionHandlers(NodeCore):
         else:
             error = ErrorCode.none
             if request.pre_vote:
+                # A pre-vote names the epoch the prospective *would* use; its own epoch
+                # is one less. If even that is newer than ours, we are the stale one
+                # (say, a leader whose voter moved on in an election that failed):
+                # catch up, or that voter could never find its way back to us.
+                if request.replica_epoch - 1 > self.epoch:
+                    self._become_unattached(request.replica_epoch - 1, now_ms)
                 granted = self._can_grant_pre_vote(request, now_ms)
             else:
                 if request.replica_epoch > self.epoch:

@@ -101,7 +101,7 @@ def test_pre_vote_changes_neither_epoch_nor_vote() -> None:
     store = MemoryElectionStore()
     node = make_node(store=store)
     writes = store.writes
-    response = answer(node, vote_request(epoch=5, pre_vote=True))
+    response = answer(node, vote_request(epoch=1, pre_vote=True))
     assert response.vote_granted
     assert node.epoch == 0 and store.writes == writes
     assert node.role_name == "Unattached"
@@ -193,3 +193,24 @@ def test_restarted_leader_comes_back_resigned() -> None:
     restarted = cluster.restart(1)
     assert restarted.role_name == "Resigned"
     assert not restarted.is_leader
+
+
+def test_leader_behind_a_voters_epoch_steps_down_on_its_pre_vote() -> None:
+    # Voter 3 moved to epoch + 1 in an election that failed, while 1 kept leading with 2.
+    # 3's pre-votes are refused (1 leads, 2 hears from it), so unless the leader adopts
+    # 3's real epoch, 3 would never follow anyone again.
+    cluster = Cluster([1, 2, 3], first=1).start()
+    cluster.advance(200)
+    leader = cluster.node(1)
+    epoch = leader.epoch
+    stray = Inbound(2, 7, vote_request(epoch=epoch + 1, candidate=2).message)
+    cluster.node(3).handle(stray, cluster.now)
+    assert cluster.node(3).epoch == epoch + 1
+    pre_vote = Inbound(3, 8, vote_request(epoch=epoch + 2, candidate=3, pre_vote=True).message)
+    cluster.enqueue(1, leader.handle(pre_vote, cluster.now))
+    assert leader.epoch == epoch + 1 and not leader.is_leader
+    cluster.advance(5_000)
+    new_leader = cluster.leader()
+    assert new_leader is not None
+    for node_id in (1, 2, 3):
+        assert cluster.node(node_id).epoch == new_leader.epoch
