@@ -37,16 +37,21 @@ from odradek.raft.election_store import ElectionStore
 from odradek.raft.leader_state import LeaderState, ReplicaProgress
 from odradek.raft.log import LogEntry, RaftLog, SnapshotId
 from odradek.raft.messages import (
+    REQUEST_TYPES,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
     EndQuorumEpochResponse,
+    EpochEndOffset,
     FetchRequest,
     FetchResponse,
     FetchSnapshotRequest,
     FetchSnapshotResponse,
     Inbound,
+    LeaderIdAndEpoch,
     Outbound,
+    Request,
+    Response,
     VoteRequest,
     VoteResponse,
 )
@@ -187,7 +192,9 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
 
     def handle(self, inbound: Inbound, now_ms: int) -> list[Outbound]:
         message = inbound.message
-        if isinstance(message, VoteRequest):
+        if isinstance(message, REQUEST_TYPES) and not self._same_cluster(message.cluster_id):
+            self._respond(inbound, _foreign_cluster_response(message))
+        elif isinstance(message, VoteRequest):
             self._on_vote_request(inbound, message, now_ms)
         elif isinstance(message, VoteResponse):
             self._on_vote_response(inbound, message, now_ms)
@@ -317,6 +324,11 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             observers=tuple(_describe(p) for p in leader.observers.values()),
         )
 
+    def _same_cluster(self, cluster_id: str | None) -> bool:
+        """Kafka answers INCONSISTENT_CLUSTER_ID to a request naming another cluster (a
+        request without one, from an older client, is accepted)."""
+        return cluster_id is None or self.cluster_id is None or cluster_id == self.cluster_id
+
     # --- timers -----------------------------------------------------------------------
 
     def _drive(self, now_ms: int) -> bool:
@@ -423,6 +435,34 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             oldest_needed = fetches[self.majority - 2] if self.majority >= 2 else 0
             deadlines.append(max(leader.elected_ms, oldest_needed) + window_ms + 1)
         return min(deadlines) if deadlines else leader.elected_ms + 3_600_000
+
+
+def _foreign_cluster_response(request: Request) -> Response:
+    error = ErrorCode.inconsistent_cluster_id
+    if isinstance(request, VoteRequest):
+        return VoteResponse(error_code=error, leader_id=-1, leader_epoch=-1, vote_granted=False)
+    if isinstance(request, BeginQuorumEpochRequest):
+        return BeginQuorumEpochResponse(error_code=error, leader_id=-1, leader_epoch=-1)
+    if isinstance(request, EndQuorumEpochRequest):
+        return EndQuorumEpochResponse(error_code=error, leader_id=-1, leader_epoch=-1)
+    if isinstance(request, FetchRequest):
+        return FetchResponse(
+            error_code=error,
+            high_watermark=-1,
+            log_start_offset=-1,
+            diverging_epoch=EpochEndOffset(),
+            current_leader=LeaderIdAndEpoch(),
+            snapshot_id=SnapshotId(),
+            records=(),
+        )
+    return FetchSnapshotResponse(
+        error_code=error,
+        snapshot_id=request.snapshot_id,
+        current_leader=LeaderIdAndEpoch(),
+        size=-1,
+        position=-1,
+        unaligned_records=b"",
+    )
 
 
 def _describe(progress: ReplicaProgress) -> ReplicaDescription:

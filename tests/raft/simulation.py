@@ -57,6 +57,7 @@ __all__ = ["Scenario", "Simulation", "SimulationFailure", "run_seed", "scenario_
 TRACE_EVENTS = 60
 # A run that needs more events than this is looping, not simulating.
 MAX_EVENTS = 2_000_000
+CLUSTER_ID = "simulated-cluster"
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=1000,
     fetch_timeout_ms=2000,
@@ -208,6 +209,7 @@ class Simulation(InvariantChecks):
             SIM_CONFIG,
             random.Random(self.rng.random()),
             node.local_ms(self.now),
+            cluster_id=CLUSTER_ID,
         )
         if node.raft.epoch < node.max_epoch:
             raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")

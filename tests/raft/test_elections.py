@@ -214,3 +214,30 @@ def test_leader_behind_a_voters_epoch_steps_down_on_its_pre_vote() -> None:
     assert new_leader is not None
     for node_id in (1, 2, 3):
         assert cluster.node(node_id).epoch == new_leader.epoch
+
+
+def test_requests_from_another_cluster_are_refused() -> None:
+    node = RaftNode(
+        1,
+        [1, 2, 3],
+        MemoryRaftLog(),
+        MemoryElectionStore(),
+        MemorySnapshotStore(),
+        RaftConfig(),
+        random.Random(0),
+        0,
+        cluster_id="ours",
+    )
+    request = VoteRequest(
+        cluster_id="theirs",
+        voter_id=1,
+        replica_epoch=1,
+        replica_id=2,
+        last_offset_epoch=0,
+        last_offset=0,
+        pre_vote=False,
+    )
+    replies = [o.message for o in node.handle(Inbound(2, 7, request), 1) if o.correlation_id == 7]
+    assert isinstance(replies[0], VoteResponse)
+    assert replies[0].error_code == ErrorCode.inconsistent_cluster_id
+    assert not replies[0].vote_granted and node.epoch == 0
