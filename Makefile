@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench bench-tools lint serve clean kcat demo chaos
+.PHONY: test bench bench-tools lint serve clean kcat demo chaos simulate
 
 # '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
 # the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
@@ -55,6 +55,13 @@ bench: $(STAMP) bench-tools
 CHAOS_ARGS ?= --cycles 60
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
+
+# The seeded KRaft simulation (tests/raft/simulation.py) over many seeds: partitions,
+# drops, duplicates, crashes with honest fsync, skewed clocks and snapshots, with the
+# safety invariants checked after every step. SEED=N VOTERS=V replays one failing run.
+SEEDS ?= 1000
+simulate: $(STAMP)
+	$(BIN)/python -m tests.raft.simulate --seeds $(SEEDS) $(if $(SEED),--seed $(SEED)) $(if $(VOTERS),--voters $(VOTERS))
 
 lint: $(STAMP)
 	$(BIN)/ruff check odradek tests bench

@@ -1,0 +1,452 @@
+"""A deterministic, seeded simulation of a KRaft quorum, checking safety after every step.
+
+How this works and why: a real cluster's bugs hide in interleavings that tests written
+by hand never reach. Here every source of nondeterminism — message delays, drops,
+duplicates and reordering, partitions, crashes and restarts, skewed node clocks, client
+appends, snapshots — comes from one ``random.Random(seed)``, so any failure replays
+exactly from its seed (``make simulate SEED=... VOTERS=...``). Time is a global event
+queue; each node sees it through its own clock (an offset and a rate within ±3%).
+
+Crashes are honest about durability: the in-memory log keeps only its flushed prefix,
+partial snapshots vanish, the election store survives (it is written synchronously), and
+messages in flight to or from the old incarnation are dropped (as TCP would).
+
+A run has a chaotic phase, then a calm one (partitions healed, crashed nodes restarted,
+no more drops) in which the quorum must elect a leader and commit new entries.
+
+Checked after every step (``check_invariants``):
+* at most one leader per epoch, over the whole run;
+* a node's epoch never decreases, across restarts too;
+* a committed entry (below any node's high watermark) never changes: every node's
+  committed prefix agrees with the global record, a node never holds a high watermark
+  above its log end, and every new leader's log contains everything committed so far;
+* each node's state machine sees the same sequence (a digest chain, also carried in
+  snapshots);
+* a leader's high watermark never goes back;
+* the highest high watermark is on a majority of voters' flushed logs (or snapshots).
+"""
+
+from __future__ import annotations
+
+import collections
+import heapq
+import random
+
+from odradek.raft import (
+    Inbound,
+    MemoryElectionStore,
+    MemorySnapshotStore,
+    NotLeaderError,
+    Outbound,
+    RaftConfig,
+    RaftNode,
+)
+from odradek.raft.node import BackPressureError
+from tests.raft.invariants import InvariantChecks
+from tests.raft.model import (
+    INITIAL_DIGEST,
+    CountingLog,
+    Scenario,
+    SimNode,
+    SimulationFailure,
+)
+
+__all__ = ["Scenario", "Simulation", "SimulationFailure", "run_seed", "scenario_for"]
+
+# Events remembered for the failure report.
+TRACE_EVENTS = 60
+# A run that needs more events than this is looping, not simulating.
+MAX_EVENTS = 2_000_000
+CLUSTER_ID = "simulated-cluster"
+SIM_CONFIG = RaftConfig(
+    election_timeout_ms=1000,
+    fetch_timeout_ms=2000,
+    election_backoff_max_ms=1000,
+    retry_backoff_ms=20,
+    request_timeout_ms=400,
+    append_linger_ms=25,
+    fetch_idle_interval_ms=100,
+    fetch_max_bytes=4096,
+    snapshot_chunk_bytes=64,
+)
+
+
+class Simulation(InvariantChecks):
+    def __init__(self, scenario: Scenario) -> None:
+        self.scenario = scenario
+        self.rng = random.Random(scenario.seed)
+        self.voter_ids = list(range(1, scenario.voters + 1))
+        ids = list(self.voter_ids)
+        if scenario.observer:
+            ids.append(scenario.voters + 1)
+        self.nodes = {
+            node_id: SimNode(
+                node_id,
+                clock_offset_ms=self.rng.uniform(0, 1_000_000),
+                clock_rate=self.rng.uniform(0.97, 1.03),
+            )
+            for node_id in ids
+        }
+        self.now = 0.0
+        self.queue: list[tuple[float, int, tuple[object, ...]]] = []
+        self.sequence = 0
+        self.trace: collections.deque[str] = collections.deque(maxlen=TRACE_EVENTS)
+        self.partitioned: set[frozenset[int]] = set()
+        self.calm = False
+        self.init_truth()
+        self.appended = 0
+        self.calm_payloads: set[bytes] = set()
+        self.events = 0
+        self.crashes = 0
+        self.snapshots_taken = 0
+        self.wipes = 0
+
+    # --- scheduling ---------------------------------------------------------------------
+
+    def schedule(self, at: float, event: tuple[object, ...]) -> None:
+        self.sequence += 1
+        heapq.heappush(self.queue, (at, self.sequence, event))
+
+    def schedule_tick(self, node: SimNode) -> None:
+        if node.raft is None:
+            return
+        at = max(node.global_time_of(node.raft.next_deadline_ms()), self.now)
+        if node.local_ms(at) < node.raft.next_deadline_ms():
+            at += 1.0 / node.clock_rate
+        if at < node.tick_at:
+            node.tick_generation += 1
+            node.tick_at = at
+            self.schedule(at, ("tick", node.node_id, node.tick_generation))
+
+    def fail(self, reason: str) -> SimulationFailure:
+        scenario = self.scenario
+        lines = [
+            f"seed {scenario.seed}, {scenario.voters} voters: {reason}",
+            f"at t={self.now:.3f} ms after {self.events} events",
+            f"replay: make simulate SEED={scenario.seed} VOTERS={scenario.voters}"
+            f"  (or python -m tests.raft.simulate --seed {scenario.seed}"
+            f" --voters {scenario.voters})",
+            "last events:",
+            *("  " + line for line in self.trace),
+        ]
+        return SimulationFailure("\n".join(lines))
+
+    # --- running --------------------------------------------------------------------------
+
+    def run(self) -> Simulation:
+        scenario = self.scenario
+        for node in self.nodes.values():
+            self.start_node(node)
+        self.schedule(self.rng.uniform(*scenario.crash_interval_ms), ("fault",))
+        self.schedule(self.rng.uniform(*scenario.client_interval_ms), ("client",))
+        for node_id in self.nodes:
+            self.schedule(self.rng.uniform(*scenario.snapshot_interval_ms), ("snapshot", node_id))
+        self.schedule(scenario.chaos_ms, ("calm",))
+        end = scenario.chaos_ms + scenario.calm_ms
+        while self.queue:
+            at, _, event = heapq.heappop(self.queue)
+            if at > end:
+                break
+            self.now = at
+            self.events += 1
+            if self.events > MAX_EVENTS:
+                raise self.fail("too many events (a timer loop?)")
+            try:
+                self.dispatch(event)
+            except SimulationFailure:
+                raise
+            except AssertionError as error:
+                raise self.fail(f"assertion in the node: {error}") from error
+            self.check_invariants()
+        self.now = end
+        self.check_liveness()
+        return self
+
+    def dispatch(self, event: tuple[object, ...]) -> None:
+        kind = event[0]
+        if kind == "tick":
+            _, node_id, generation = event
+            node = self.nodes[node_id]  # type: ignore[index]
+            if node.raft is None or generation != node.tick_generation:
+                return
+            if self.now < node.paused_until:
+                node.tick_at = node.paused_until
+                self.schedule(node.paused_until, event)
+                return
+            node.tick_at = float("inf")
+            self.trace.append(f"{self.now:10.3f} tick {node_id} ({node.raft.role_name})")
+            self.send(node, node.raft.tick(node.local_ms(self.now)))
+            self.after_step(node)
+        elif kind == "deliver":
+            self.deliver(event)
+        elif kind == "fault":
+            self.inject_fault()
+        elif kind == "restart":
+            node = self.nodes[event[1]]  # type: ignore[index]
+            if node.raft is None:
+                self.start_node(node)
+        elif kind == "heal":
+            self.trace.append(f"{self.now:10.3f} heal partitions")
+            self.partitioned.clear()
+        elif kind == "client":
+            self.client_append()
+        elif kind == "snapshot":
+            self.take_snapshot(self.nodes[event[1]])  # type: ignore[index]
+        elif kind == "calm":
+            self.begin_calm()
+
+    def start_node(self, node: SimNode) -> None:
+        node.incarnation += 1
+        node.tick_at = float("inf")
+        node.applied_offset = 0
+        node.digest = INITIAL_DIGEST
+        node.raft = RaftNode(
+            node.node_id,
+            self.voter_ids,
+            node.log,
+            node.store,
+            node.snapshots,
+            SIM_CONFIG,
+            random.Random(self.rng.random()),
+            node.local_ms(self.now),
+            cluster_id=CLUSTER_ID,
+        )
+        if node.raft.epoch < node.max_epoch:
+            raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")
+        node.verified_offset = node.raft.high_watermark
+        self.trace.append(
+            f"{self.now:10.3f} start {node.node_id} #{node.incarnation} as "
+            f"{node.raft.role_name} epoch {node.raft.epoch} log "
+            f"[{node.log.start_offset}, {node.log.end_offset}) flushed {node.log.flushed_offset}"
+        )
+        self.after_step(node)
+
+    @property
+    def truncated_entries(self) -> int:
+        return sum(node.log.truncated_entries for node in self.nodes.values())
+
+    @property
+    def snapshot_installs(self) -> int:
+        return sum(node.log.snapshot_installs for node in self.nodes.values())
+
+    def wipe(self, node: SimNode) -> None:
+        """Lose the observer's disk: it comes back empty and catches up from scratch.
+        (Voters are not wiped: without KIP-853 directory ids a wiped voter could vote
+        twice in one epoch, which no Raft survives.)"""
+        self.trace.append(f"{self.now:10.3f} wipe {node.node_id}")
+        node.log = CountingLog()
+        node.store = MemoryElectionStore()
+        node.snapshots = MemorySnapshotStore()
+        node.max_epoch = 0
+        self.wipes += 1
+
+    def crash(self, node: SimNode) -> None:
+        assert node.raft is not None
+        self.trace.append(
+            f"{self.now:10.3f} crash {node.node_id} ({node.raft.role_name} epoch "
+            f"{node.raft.epoch}, log end {node.log.end_offset} flushed {node.log.flushed_offset})"
+        )
+        node.raft = None
+        unflushed = node.log.end_offset - node.log.flushed_offset
+        node.log.crash()
+        node.log.truncated_entries -= unflushed  # lost, not truncated by the protocol
+        node.snapshots.crash()
+        self.crashes += 1
+
+    # --- the network ----------------------------------------------------------------------
+
+    def send(self, source: SimNode, outbound: list[Outbound]) -> None:
+        scenario = self.scenario
+        for message in outbound:
+            destination = self.nodes.get(message.destination_id)
+            if destination is None or destination.raft is None:
+                continue
+            if frozenset((source.node_id, destination.node_id)) in self.partitioned:
+                continue
+            if not self.calm and self.rng.random() < scenario.drop_probability:
+                continue
+            copies = 1
+            if not self.calm and self.rng.random() < scenario.duplicate_probability:
+                copies = 2
+            for _ in range(copies):
+                delay = self.rng.uniform(0.5, 8.0)
+                if self.rng.random() < scenario.reorder_probability:
+                    delay += self.rng.uniform(0, 150)
+                inbound = Inbound(
+                    source.node_id,
+                    message.correlation_id,
+                    message.message,
+                )
+                event = (
+                    "deliver",
+                    source.node_id,
+                    source.incarnation,
+                    destination.node_id,
+                    destination.incarnation,
+                    inbound,
+                )
+                self.schedule(self.now + delay, event)
+
+    def deliver(self, event: tuple[object, ...]) -> None:
+        _, source_id, source_incarnation, destination_id, destination_incarnation, inbound = event
+        source = self.nodes[source_id]  # type: ignore[index]
+        destination = self.nodes[destination_id]  # type: ignore[index]
+        if destination.raft is None or destination.incarnation != destination_incarnation:
+            return
+        if source.incarnation != source_incarnation or source.raft is None:
+            return  # the connection died with the sender
+        if frozenset((source.node_id, destination.node_id)) in self.partitioned:
+            return
+        if self.now < destination.paused_until:
+            self.schedule(destination.paused_until, event)  # waits in the socket buffer
+            return
+        assert isinstance(inbound, Inbound)
+        self.trace.append(
+            f"{self.now:10.3f} {source_id}->{destination_id} #{inbound.correlation_id} "
+            f"{_brief(inbound.message)}"
+        )
+        outbound = destination.raft.handle(inbound, destination.local_ms(self.now))
+        self.send(destination, outbound)
+        self.after_step(destination)
+
+    # --- faults, clients, snapshots -------------------------------------------------------
+
+    def inject_fault(self) -> None:
+        if self.calm:
+            return
+        scenario = self.scenario
+        self.schedule(self.now + self.rng.uniform(*scenario.crash_interval_ms), ("fault",))
+        choice = self.rng.random()
+        alive = [node for node in self.nodes.values() if node.raft is not None]
+        if choice < 0.45 and alive:
+            node = self.rng.choice(alive)
+            # Prefer crashing the leader sometimes: that is where the interesting cases are.
+            leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
+            if leaders and self.rng.random() < 0.5:
+                node = self.rng.choice(leaders)
+            self.crash(node)
+            if node.node_id not in self.voter_ids and self.rng.random() < 0.5:
+                self.wipe(node)
+            downtime = self.rng.uniform(50, 4000)
+            self.schedule(self.now + downtime, ("restart", node.node_id))
+        elif choice < 0.75:
+            ids = list(self.nodes)
+            self.rng.shuffle(ids)
+            cut = self.rng.randint(1, len(ids) - 1)
+            side_a, side_b = ids[:cut], ids[cut:]
+            self.partitioned = {frozenset((a, b)) for a in side_a for b in side_b}
+            self.trace.append(f"{self.now:10.3f} partition {sorted(side_a)} | {sorted(side_b)}")
+            self.schedule(self.now + self.rng.uniform(300, 5000), ("heal",))
+        elif choice < 0.8 and alive:
+            node = self.rng.choice(alive)
+            leaders = [n for n in alive if n.raft is not None and n.raft.is_leader]
+            if leaders and self.rng.random() < 0.5:
+                node = self.rng.choice(leaders)
+            node.paused_until = self.now + self.rng.uniform(100, 6000)
+            self.trace.append(
+                f"{self.now:10.3f} pause {node.node_id} until {node.paused_until:.3f}"
+            )
+        elif choice < 0.88:
+            leaders = [
+                n
+                for n in alive
+                if n.raft is not None and n.raft.is_leader and self.now >= n.paused_until
+            ]
+            if leaders:
+                node = self.rng.choice(leaders)
+                assert node.raft is not None
+                self.trace.append(f"{self.now:10.3f} resign {node.node_id}")
+                self.send(node, node.raft.resign(node.local_ms(self.now)))
+                self.after_step(node)
+        else:
+            # A one-way-ish glitch: isolate one node briefly.
+            node_id = self.rng.choice(list(self.nodes))
+            self.partitioned = {
+                frozenset((node_id, other)) for other in self.nodes if other != node_id
+            }
+            self.trace.append(f"{self.now:10.3f} isolate {node_id}")
+            self.schedule(self.now + self.rng.uniform(100, 3000), ("heal",))
+
+    def begin_calm(self) -> None:
+        self.calm = True
+        for node in self.nodes.values():
+            node.paused_until = min(node.paused_until, self.now)
+        self.partitioned.clear()
+        self.trace.append(f"{self.now:10.3f} calm: heal, restart everything, no more faults")
+        for node in self.nodes.values():
+            if node.raft is None:
+                self.start_node(node)
+
+    def client_append(self) -> None:
+        self.schedule(self.now + self.rng.uniform(*self.scenario.client_interval_ms), ("client",))
+        leaders = [
+            n
+            for n in self.nodes.values()
+            if n.raft is not None and n.raft.is_leader and self.now >= n.paused_until
+        ]
+        if not leaders:
+            return
+        node = self.rng.choice(leaders)
+        assert node.raft is not None
+        payload = f"s{self.scenario.seed}-e{self.appended}".encode()
+        self.appended += 1
+        try:
+            offset = node.raft.append(payload, node.local_ms(self.now))
+        except (NotLeaderError, BackPressureError):
+            return
+        if self.calm:
+            self.calm_payloads.add(payload)
+        self.trace.append(f"{self.now:10.3f} append {payload!r} to {node.node_id} at {offset}")
+        self.schedule_tick(node)
+
+    def take_snapshot(self, node: SimNode) -> None:
+        self.schedule(
+            self.now + self.rng.uniform(*self.scenario.snapshot_interval_ms),
+            ("snapshot", node.node_id),
+        )
+        if node.raft is None or node.applied_offset - node.log.start_offset < 8:
+            return
+        if self.now < node.paused_until:
+            return
+        payload = f"{node.applied_offset}:{node.digest.hex()}".encode()
+        snapshot_id = node.raft.create_snapshot(node.applied_offset, payload)
+        self.snapshots_taken += 1
+        self.trace.append(f"{self.now:10.3f} snapshot {node.node_id} {snapshot_id}")
+
+    def after_step(self, node: SimNode) -> None:
+        self.apply_committed(node)
+        self.schedule_tick(node)
+
+
+def _brief(message: object) -> str:
+    name = type(message).__name__
+    fields = getattr(message, "__dataclass_fields__", {})
+    parts = []
+    for key in fields:
+        if key in ("cluster_id", "records", "unaligned_records"):
+            continue
+        parts.append(f"{key}={getattr(message, key)}")
+    records = getattr(message, "records", None)
+    if records:
+        parts.append(f"records=[{records[0].offset}..{records[-1].offset}]")
+    return f"{name}({', '.join(parts)})"
+
+
+def scenario_for(seed: int, voters: int) -> Scenario:
+    """Fault intensity varies with the seed: some runs are gentle, some brutal."""
+    knobs = random.Random(seed * 7919 + voters)
+    fault_gap_ms = knobs.choice((300, 800, 1500, 3000))
+    return Scenario(
+        seed=seed,
+        voters=voters,
+        observer=seed % 2 == 0,
+        drop_probability=knobs.choice((0.0, 0.02, 0.08, 0.2)),
+        duplicate_probability=knobs.choice((0.0, 0.02, 0.1)),
+        reorder_probability=knobs.choice((0.0, 0.05, 0.2)),
+        crash_interval_ms=(fault_gap_ms // 2, fault_gap_ms * 2),
+        snapshot_interval_ms=knobs.choice(((200, 800), (500, 2500), (2000, 6000))),
+    )
+
+
+def run_seed(seed: int, voters: int) -> Simulation:
+    return Simulation(scenario_for(seed, voters)).run()
