@@ -236,6 +236,9 @@ def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
     replaced = state.topic_map().get(name)
     if replaced is not None:  # never written by the controller; replayed as it reads
         state.changed.topic_ids.add(replaced.topic_id)
+        # The old id names nothing now: a later RemoveTopic of it must not remove
+        # the topic that took its name.
+        state.id_map().pop(replaced.topic_id, None)
     state.topic_map()[name] = TopicImage(name, topic_id)
     state.partitions.pop(name, None)  # a new topic starts with no partitions
     state.id_map()[topic_id] = name
@@ -271,6 +274,10 @@ def _remove_topic(state: _Builder, f: Mapping[str, Any]) -> None:
     names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
     name = names.get(topic_id)
     if name is None:
+        return
+    topics = state.image.topics if state.topics is None else state.topics
+    current = topics.get(name)
+    if current is None or current.topic_id != topic_id:
         return
     state.topic_map().pop(name, None)
     state.partitions.pop(name, None)

@@ -280,3 +280,22 @@ def test_the_controller_decides_on_the_image_the_loader_publishes(tmp_path: Path
     delta, image = seen.published[-1]
     assert image is controller.image and set(image.topics["t"].partitions) == {0, 1}
     assert [t.name for t in delta.created_topics.values()] == ["t"]
+
+
+def test_removing_a_replaced_topic_id_keeps_the_topic_that_took_its_name() -> None:
+    """Found by hypothesis: Topic a (id 1), Topic a (id 2), RemoveTopic id 1 removed id 2."""
+    first, second = uuid.UUID(int=1), uuid.UUID(int=2)
+    loader = MetadataLoader()
+    seen = Recorder(loader)
+    loader.handle_commit(
+        1,
+        [
+            MetadataRecord("Topic", {"name": "a", "topic_id": str(first)}),
+            MetadataRecord("Topic", {"name": "a", "topic_id": str(second)}),
+        ],
+    )
+    loader.handle_commit(2, [MetadataRecord("RemoveTopic", {"topic_id": str(first)})])
+    assert loader.image.topics["a"].topic_id == second
+    assert loader.image.topic_by_id(first) is None
+    delta, _ = seen.published[-1]
+    assert not delta.deleted_topics and not delta.created_topics
