@@ -40,7 +40,7 @@ import dataclasses
 import datetime
 import uuid
 from collections.abc import Iterable
-from typing import Any, Final
+from typing import Any, Final, Literal
 
 from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
@@ -122,7 +122,9 @@ class WireError(Exception):
         self.code = code
 
 
-def _module(api_key: int, version: int, kind: EntityType) -> Any:
+def _module(
+    api_key: int, version: int, kind: Literal[EntityType.request, EntityType.response]
+) -> Any:
     low, high = VERSIONS[api_key]
     if not low <= version <= high:
         raise WireError(ErrorCode.unsupported_version, f"API {api_key} v{version}")
