@@ -55,7 +55,7 @@ from odradek.client.connection import (
 from odradek.raft import wire
 from odradek.raft.config import RaftConfig
 from odradek.raft.election_store import ElectionStore
-from odradek.raft.log import RaftLog
+from odradek.raft.log import RaftLog, SnapshotId
 from odradek.raft.messages import (
     REQUEST_TYPES,
     BeginQuorumEpochRequest,
@@ -182,6 +182,7 @@ class RaftDriver:
         self._appends: list[_PendingAppend] = []
         self._inbound_ids = 0
         self._stopping = False
+        self._listener_fault: BaseException | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -234,6 +235,21 @@ class RaftDriver:
     @property
     def high_watermark(self) -> int:
         return self.node.high_watermark
+
+    @property
+    def stopped(self) -> bool:
+        """True once ``shutdown`` began: requests must no longer reach the node."""
+        return self._stopping
+
+    @property
+    def listener_fault(self) -> BaseException | None:
+        """The error the commit listener raised, if it did; nothing was handed over since."""
+        return self._listener_fault
+
+    def create_snapshot(self, end_offset: int, payload: bytes) -> SnapshotId:
+        """Store the state machine's snapshot of every entry below ``end_offset`` (which
+        the listener has been handed) and trim the log below it."""
+        return self.node.create_snapshot(end_offset, payload)
 
     def describe_quorum(self) -> tuple[QuorumDescription, int]:
         """The quorum as the leader sees it, and the offset (ms) from the node's clock to
@@ -309,14 +325,23 @@ class RaftDriver:
         self._settle_appends()
 
     def _deliver_commits(self) -> None:
-        if self._listener is None:
+        listener = self._listener
+        if listener is None or self._listener_fault is not None:
             return
         for _ in range(MAX_COMMIT_POLLS_PER_TURN):
             events = self.node.poll_committed()
             if not events:
                 return
             for event in events:
-                self._listener(event)
+                try:
+                    listener(event)
+                except Exception as error:
+                    # The state machine missed a committed change: handing it later ones
+                    # would build on a wrong state, so delivery stops (Kafka treats this
+                    # as a fatal fault); consensus goes on so the quorum is not hurt.
+                    logger.exception("node %d: commit listener failed", self.node_id)
+                    self._listener_fault = error
+                    return
         self._wake.set()  # more to hand over: next turn
 
     def _settle_appends(self) -> None:

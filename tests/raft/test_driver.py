@@ -32,6 +32,7 @@ from odradek.raft import (
     FileSnapshotStore,
     MemoryRaftLog,
     RaftConfig,
+    SnapshotLoaded,
     wire,
 )
 from odradek.raft.driver import NotControllerError, RaftDriver
@@ -357,5 +358,44 @@ def test_describe_quorum_on_the_leader_lists_the_voters(tmp_path: Path) -> None:
         now_ms = time.time() * 1000
         own = next(v for v in partition.current_voters if v.replica_id == leader.node_id)
         assert abs(own.last_fetch_timestamp - now_ms) < 60_000  # wall clock, not monotonic
+
+    run(scenario, tmp_path)
+
+
+def test_a_node_that_lost_its_log_catches_up_from_a_snapshot(tmp_path: Path) -> None:
+    """FetchSnapshot over the wire: the leader trimmed its log into a snapshot while a
+    follower was down; the follower comes back with an empty log, copies the snapshot,
+    hands it to its listener, then fetches what follows."""
+
+    async def scenario(cluster: Cluster) -> None:
+        leader = await cluster.wait_for_leader(5.0)
+        assert leader.driver is not None
+        lagging = next(n for n in cluster.running() if n is not leader)
+        await cluster.stop_node(lagging, resign=False)
+        last = 0
+        for value in (b"one", b"two", b"three"):
+            last = await leader.driver.append(batch(value))
+        snapshot_payload = b"the state machine's image"
+        snapshot_id = leader.driver.create_snapshot(last + 1, snapshot_payload)
+        assert leader.log.start_offset == last + 1
+
+        lagging.log = MemoryRaftLog()  # its disk was lost
+        await cluster.restart(lagging)
+
+        async def loaded() -> bool:
+            return any(
+                isinstance(e, SnapshotLoaded) and e.snapshot_id == snapshot_id
+                for e in lagging.events
+            )
+
+        await wait_until(loaded, 5.0, "the snapshot on the restarted node")
+        loads = [e for e in lagging.events if isinstance(e, SnapshotLoaded)]
+        assert loads[-1].payload == snapshot_payload
+        after = await leader.driver.append(batch(b"after the snapshot"))
+
+        async def fetched_after() -> bool:
+            return after in {e.offset for e in lagging.committed()}
+
+        await wait_until(fetched_after, 3.0, "entries after the snapshot")
 
     run(scenario, tmp_path)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from odradek.network.connection import CloseConnection
 from odradek.protocol.messages import Request
 from odradek.raft import wire
 from odradek.raft.driver import source_id_of
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
 
 async def _quorum_request(services: ControllerServices, request: Request) -> Any:
     api_key, version = request.header.api_key, request.header.api_version
+    if services.raft.stopped:
+        raise CloseConnection()  # shutting down: the peer reconnects elsewhere or later
     try:
         message = wire.request_from_kio(request.body)
     except wire.WireError as error:
