@@ -41,7 +41,7 @@ import inspect
 import logging
 import random as random_module
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
@@ -156,7 +156,10 @@ class RaftDriver:
         listener: CommitListener | None = None,
         clock_ms: Callable[[], int] = _monotonic_ms,
         random: random_module.Random | None = None,
+        node_options: Mapping[str, Any] | None = None,
     ) -> None:
+        """``voters`` is controller.quorum.voters (this node among them); ``node_options``
+        go to ``RaftNode`` as they are (e.g. the LeaderChange ``control_entry`` builder)."""
         addresses = list(voters)
         self.node_id = node_id
         self.config = config
@@ -175,6 +178,7 @@ class RaftDriver:
             random or random_module.Random(),
             clock_ms(),
             cluster_id=cluster_id,
+            **(node_options or {}),
         )
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -269,7 +273,8 @@ class RaftDriver:
         payload = _stamped(payload, node.log_end_offset, epoch)
         try:
             if count != 1:
-                last_offset = node.append(payload, now_ms, count=count)  # type: ignore[call-arg]
+                append: Any = node.append  # ``count`` arrives with multi-offset entries
+                last_offset = int(append(payload, now_ms, count=count))
             else:
                 last_offset = node.append(payload, now_ms)
         except NotLeaderError:
@@ -416,8 +421,13 @@ class RaftDriver:
         self._feed(Inbound(peer.node_id, out.correlation_id, message))
 
     def _feed(self, inbound: Inbound) -> None:
-        self._send_all(self.node.handle(inbound, self._clock_ms()))
-        self._after_step()
+        try:
+            self._send_all(self.node.handle(inbound, self._clock_ms()))
+            self._after_step()
+        except Exception:
+            logger.exception(
+                "node %d: handling a response from %d failed", self.node_id, inbound.source_id
+            )
         self._wake.set()  # deadlines may have moved
 
     async def _connection(self, peer: _Peer) -> BrokerConnection:

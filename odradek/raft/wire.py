@@ -178,7 +178,9 @@ def encode_entries(entries: Iterable[LogEntry]) -> bytes:
 
 def _make_entry(offset: int, epoch: int, payload: bytes, control: bool, count: int) -> LogEntry:
     if _ENTRY_HAS_COUNT:
-        return LogEntry(offset, epoch, payload, control, count)  # type: ignore[call-arg]
+        entry_class: Any = LogEntry  # ``count`` arrives with multi-offset entries
+        entry: LogEntry = entry_class(offset, epoch, payload, control, count)
+        return entry
     return LogEntry(offset, epoch, payload, control)
 
 
