@@ -261,11 +261,20 @@ class RaftDriver:
         now_ms = self._clock_ms()
         return self.node.describe_quorum(now_ms), time.time_ns() // 1_000_000 - now_ms
 
-    async def append(self, payload: bytes, count: int = 1) -> int:
-        """Append one record batch as leader; its last offset once committed."""
+    async def append(self, payload: bytes, count: int | None = None) -> int:
+        """Append one record batch as leader; its last offset once committed.
+
+        ``count`` (offsets the entry takes) defaults to the batch's own span
+        (lastOffsetDelta + 1; 1 for a payload that is not a v2 batch) and must match it
+        when given: every replica derives it from the batch header it receives."""
         node = self.node
         if self._stopping or not node.is_leader:
             raise NotControllerError(node.leader_id)
+        span = _batch_span(payload)
+        if count is None:
+            count = span
+        elif count != span:
+            raise ValueError(f"count {count} but the batch spans {span} offsets")
         if count != 1 and not _APPEND_TAKES_COUNT:
             raise ValueError("this raft core stores one offset per entry (count=1)")
         now_ms = self._clock_ms()
@@ -464,16 +473,26 @@ class RaftDriver:
         return connection
 
 
-def _stamped(payload: bytes, offset: int, epoch: int) -> bytes:
-    """A v2 batch with the offset and epoch it gets in the log (every replica then holds
-    the same bytes); anything else unchanged (wire.py wraps it for the network)."""
+def _batch_header(payload: bytes) -> Any:
+    """The v2 header of a payload that is exactly one batch, else None."""
     if len(payload) < HEADER_SIZE:
-        return payload
+        return None
     try:
         header = unpack_header(payload)
     except CorruptRecordError:
-        return payload
-    if header.size != len(payload):
+        return None
+    return header if header.size == len(payload) else None
+
+
+def _batch_span(payload: bytes) -> int:
+    header = _batch_header(payload)
+    return 1 if header is None else int(header.last_offset_delta) + 1
+
+
+def _stamped(payload: bytes, offset: int, epoch: int) -> bytes:
+    """A v2 batch with the offset and epoch it gets in the log (every replica then holds
+    the same bytes); anything else unchanged (wire.py wraps it for the network)."""
+    if _batch_header(payload) is None:
         return payload
     batch = bytearray(payload)
     stamp(batch, 0, offset, epoch)

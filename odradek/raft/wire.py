@@ -176,7 +176,8 @@ def encode_entries(entries: Iterable[LogEntry]) -> bytes:
     return b"".join(encode_entry(entry) for entry in entries)
 
 
-def _make_entry(offset: int, epoch: int, payload: bytes, control: bool, count: int) -> LogEntry:
+def make_entry(offset: int, epoch: int, payload: bytes, control: bool, count: int) -> LogEntry:
+    """A LogEntry taking ``count`` offsets (``count`` dropped by a core without it)."""
     if _ENTRY_HAS_COUNT:
         entry_class: Any = LogEntry  # ``count`` arrives with multi-offset entries
         entry: LogEntry = entry_class(offset, epoch, payload, control, count)
@@ -195,7 +196,7 @@ class WireBatch:
     count: int  # offsets the batch spans (lastOffsetDelta + 1)
 
     def entry(self) -> LogEntry:
-        return _make_entry(self.offset, self.epoch, self.payload, self.control, self.count)
+        return make_entry(self.offset, self.epoch, self.payload, self.control, self.count)
 
 
 def split_batches(records: bytes | memoryview) -> list[WireBatch]:

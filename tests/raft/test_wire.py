@@ -279,7 +279,7 @@ def log_entries(draw: st.DrawFn) -> tuple[LogEntry, ...]:
                 base_offset=offset,
                 partition_leader_epoch=epoch,
             )
-            entries.append(LogEntry(offset, epoch, payload))
+            entries.append(wire.make_entry(offset, epoch, payload, False, len(values)))
             offset += len(values)
         else:
             raw = draw(st.binary(max_size=60))  # shorter than a batch header
