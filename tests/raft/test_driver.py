@@ -72,6 +72,16 @@ class Node:
     def committed(self) -> list[Any]:
         return [e for ev in self.events if isinstance(ev, CommittedEntries) for e in ev.entries]
 
+    def entry_at(self, offset: int) -> Any:
+        """The committed entry holding ``offset`` (an entry may span several), or None."""
+        for entry in self.committed():
+            if entry.offset <= offset < entry.offset + getattr(entry, "count", 1):
+                return entry
+        return None
+
+    def has(self, *offsets: int) -> bool:
+        return all(self.entry_at(offset) is not None for offset in offsets)
+
 
 class Cluster:
     def __init__(self, tmp_path: Path) -> None:
@@ -188,13 +198,13 @@ def test_elect_append_commit_everywhere_then_resign_hands_over_fast(tmp_path: Pa
         holders = [n for n in cluster.nodes.values() if n.log.end_offset > offset]
         assert len(holders) >= 2
         # The leader's listener had it before append returned.
-        assert offset in {e.offset for e in leader.committed()}
+        assert leader.has(offset)
 
         async def everyone_has_it() -> bool:
-            return all(offset in {e.offset for e in n.committed()} for n in cluster.running())
+            return all(n.has(offset) for n in cluster.running())
 
         await wait_until(everyone_has_it, 3.0, "commit on every node")
-        entries = [next(e for e in n.committed() if e.offset == offset) for n in cluster.running()]
+        entries = [n.entry_at(offset) for n in cluster.running()]
         assert len({e.payload for e in entries}) == 1  # the same stamped bytes everywhere
         assert all(not e.control for e in entries)
         # The LeaderChange control entry went over the wire too, unwrapped the same.
@@ -237,14 +247,13 @@ def test_a_crashed_leader_is_replaced_after_the_fetch_timeout_and_rejoins(tmp_pa
         async def rejoined() -> bool:
             driver = old.driver
             assert driver is not None
-            offsets = {e.offset for e in old.committed()}
-            return driver.leader_id == successor.node_id and {first, second} <= offsets
+            return driver.leader_id == successor.node_id and old.has(first, second)
 
         await wait_until(rejoined, 5.0, "the restarted node rejoining")
         third = await successor.driver.append(batch(b"after rejoin"))
 
         async def has_third() -> bool:
-            return third in {e.offset for e in old.committed()}
+            return old.has(third)
 
         await wait_until(has_third, 3.0, "the restarted node fetching new entries")
 
@@ -402,7 +411,7 @@ def test_a_node_that_lost_its_log_catches_up_from_a_snapshot(tmp_path: Path) -> 
         after = await leader.driver.append(batch(b"after the snapshot"))
 
         async def fetched_after() -> bool:
-            return after in {e.offset for e in lagging.committed()}
+            return lagging.has(after)
 
         await wait_until(fetched_after, 3.0, "entries after the snapshot")
 
