@@ -2,8 +2,9 @@
 
 There is one Dispatcher per listener plane (handlers/__init__.py): it knows only its
 plane's handlers, so an API of the other plane is refused exactly like an unknown key
-(closed connection; ApiVersions there does not list it). Handlers get the narrow
-``BrokerServices`` (services.py), not the Broker.
+(closed connection; ApiVersions there does not list it). Handlers get their plane's
+narrow services (services.py: ``BrokerServices``, or ``ControllerServices`` on a
+controller listener), not the Broker.
 
 How this works and why: this is the API layer of seeds/002. It owns the three ways a
 request can fail before a handler runs: an unsupported ApiVersions version is
@@ -35,13 +36,15 @@ from odradek.protocol.messages import (
 from odradek.server.handlers import Plane, plane_handlers
 
 if TYPE_CHECKING:
-    from odradek.server.services import BrokerServices
+    from odradek.server.services import BrokerServices, ControllerServices
 
 logger = logging.getLogger(__name__)
 
 
 class Dispatcher:
-    def __init__(self, services: BrokerServices, plane: Plane = Plane.BROKER) -> None:
+    def __init__(
+        self, services: BrokerServices | ControllerServices, plane: Plane = Plane.BROKER
+    ) -> None:
         self.services = services
         self.plane = plane
         self.handlers = dict(plane_handlers(plane))

@@ -5,8 +5,9 @@ needs — a read-only view of the metadata, the replica manager, the controller
 channel, the group coordinator, config lookups, producer ids, the log dirs. Each part
 is a small Protocol, so a test fakes just the part a handler uses, and the cluster
 work can swap one (an RPC ``ControllerChannel`` on a broker-only node, a transaction
-coordinator) without touching handlers. ``broker.py`` is the composition root: it
-builds a ``Services`` from its parts and nothing imports it.
+coordinator) without touching handlers. A controller listener's handlers (the quorum
+APIs) get a ``ControllerServices`` instead: the Raft driver. ``broker.py`` is the
+composition root: it builds a ``Services`` from its parts and nothing imports it.
 
 Where the parts live: ``MetadataView`` in ``metadata/view.py`` and
 ``ControllerChannel`` in ``metadata/controller_channel.py``, because coordinators use
@@ -26,6 +27,7 @@ from odradek.metadata.view import Endpoint, MetadataView
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.raft.driver import RaftDriver
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
     from odradek.storage.log import Log
@@ -106,6 +108,20 @@ class BrokerServices(ConfigContext, Protocol):
     def log_dirs(self) -> LogDirsView: ...
 
 
+class ControllerServices(Protocol):
+    """What the CONTROLLER plane's quorum handlers see: the node's Raft driver only."""
+
+    @property
+    def raft(self) -> RaftDriver: ...
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerPlaneServices:
+    """The plain holder of a controller listener's services."""
+
+    raft: RaftDriver
+
+
 @dataclass(frozen=True, slots=True)
 class Services:
     """The plain holder ``broker.py`` fills; tests fill it with fakes."""
@@ -125,6 +141,8 @@ __all__ = [
     "ConfigContext",
     "ConfigView",
     "ControllerChannel",
+    "ControllerPlaneServices",
+    "ControllerServices",
     "Endpoint",
     "LogDirsView",
     "MetadataView",

@@ -21,6 +21,7 @@ from odradek.network.connection import CloseConnection, ConnectionContext, Respo
 from odradek.network.server import SocketServer
 from odradek.protocol.build import make
 from odradek.protocol.messages import API_VERSIONS_KEY
+from odradek.raft import wire
 from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import REGISTRY, HandlerSpec, Plane, handles, supported_versions
 
@@ -66,12 +67,15 @@ def api_versions_v3() -> bytes:
     return frame(API_VERSIONS_KEY, 3, client_software_name="tests", client_software_version="1")
 
 
-def test_every_current_api_is_on_the_broker_plane_and_api_versions_on_both() -> None:
+def test_client_apis_are_on_the_broker_plane_quorum_apis_on_the_controller_one() -> None:
     broker = supported_versions(Plane.BROKER)
     controller = supported_versions(Plane.CONTROLLER)
     assert supported_versions() == broker  # the default plane is the client one
     assert {PRODUCE_KEY, METADATA_KEY, API_VERSIONS_KEY} <= set(broker)
-    assert controller == {API_VERSIONS_KEY: broker[API_VERSIONS_KEY]}
+    # The quorum APIs (Vote, Begin/EndQuorumEpoch, DescribeQuorum, FetchSnapshot, and
+    # the metadata Fetch, its own handler there) and ApiVersions on both.
+    assert controller == {API_VERSIONS_KEY: broker[API_VERSIONS_KEY], **wire.VERSIONS}
+    assert not {52, 53, 54, 55, 59} & set(broker)
 
 
 def test_controller_dispatcher_answers_api_versions_with_its_plane_only() -> None:

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from odradek.protocol.messages import Request
-    from odradek.server.services import BrokerServices
 
 
 class Plane(enum.Enum):
@@ -35,7 +34,9 @@ class Plane(enum.Enum):
     CONTROLLER = "controller"
 
 
-HandlerFunction = Callable[["BrokerServices", "Request"], Awaitable[Any]]
+# The first argument is the plane's services: ``BrokerServices`` on the broker plane,
+# ``ControllerServices`` on the controller plane (each handler annotates its own).
+HandlerFunction = Callable[[Any, "Request"], Awaitable[Any]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +94,7 @@ def load_all() -> None:
         offsets,
         produce,
         producer_ids,
+        quorum,
         records_admin,
         topics,
         topics_admin,

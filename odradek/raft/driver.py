@@ -1,0 +1,499 @@
+"""RaftDriver: the asyncio adapter around the sans-IO ``RaftNode`` (as uvicorn wraps h11).
+
+How this works and why: the node decides everything; the driver only moves bytes and
+time. One task (``_run``) sleeps until ``node.next_deadline_ms()`` or until something
+wakes it (an append, an inbound message), then calls ``tick`` and sends what it returns.
+Each ``Outbound`` request goes to its peer over that peer's ``BrokerConnection`` to the
+controller listener named in ``controller.quorum.voters``, one task per request (the
+connection pipelines them); the response comes back to the node as an ``Inbound`` with
+the request's correlation id. A peer that cannot be reached is retried no sooner than
+``controller.quorum.retry.backoff.ms``; the node itself gives up on unanswered requests
+and resends on its own timers, so a lost request is never retried here. A response
+that arrives on a connection that was replaced meanwhile is dropped, as TCP would drop
+it with the old connection.
+
+Requests from peers arrive through the CONTROLLER-plane handlers
+(``server/handlers/quorum.py``) as ``handle_request(source_id, message)``: the node
+handles it at once and the driver returns the Outbound answering it (matched by a
+local correlation id) and sends the rest.
+
+``append`` (leader only) stamps the batch with the offset and epoch it gets, appends,
+and resolves once the high watermark has passed it — after the commit listener has
+been handed it, so a caller that awaits ``append`` finds the change applied. It fails
+with ``NotControllerError`` (naming the leader it knows) on a non-leader and, as Kafka's
+controller fails its pending writes, when leadership is lost before the commit.
+Committed entries and snapshot loads reach the listener in log order (``poll_committed``),
+called on the loop.
+
+The leader's fsync happens inside ``tick`` on the event loop (the log's ``flush``): the
+metadata log gets a few KB per change, which is acceptable for now; a disk log that
+wants its fsync on a worker thread needs a prepare/mark split in the core first.
+
+``shutdown(resign=True)``: a leader sends EndQuorumEpoch and gives it
+``SHUTDOWN_RESIGN_WAIT_S`` to go out, then every task stops and connections close.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import logging
+import random as random_module
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from odradek.client.connection import (
+    API_VERSIONS_KEY,
+    BrokerAddress,
+    BrokerConnection,
+    KafkaConnectionError,
+    UnsupportedVersionError,
+)
+from odradek.raft import wire
+from odradek.raft.config import RaftConfig
+from odradek.raft.election_store import ElectionStore
+from odradek.raft.log import RaftLog, SnapshotId
+from odradek.raft.messages import (
+    REQUEST_TYPES,
+    BeginQuorumEpochRequest,
+    EndQuorumEpochRequest,
+    FetchRequest,
+    FetchSnapshotRequest,
+    Inbound,
+    Outbound,
+    Request,
+    Response,
+    VoteRequest,
+)
+from odradek.raft.node import CommitEvent, NotLeaderError, QuorumDescription, RaftNode
+from odradek.raft.snapshots import SnapshotStore
+from odradek.records.batch import HEADER_SIZE, stamp, unpack_header
+from odradek.records.errors import CorruptRecordError
+
+logger = logging.getLogger("odradek.raft.driver")
+
+# How long a resigning leader waits for its EndQuorumEpoch requests before closing: long
+# enough for a localhost/LAN round trip, short enough not to hold a shutdown up.
+SHUTDOWN_RESIGN_WAIT_S: Final = 0.5
+# Longest sleep between ticks even when the node names a later deadline: a cheap guard
+# against a deadline computed before some state change the driver did not see.
+MAX_SLEEP_S: Final = 0.5
+# Commit batches handed to the listener per loop turn, so a long catch-up does not hold
+# the loop; the rest follow on the next turn.
+MAX_COMMIT_POLLS_PER_TURN: Final = 64
+# Requests in flight to one peer: the node keeps one fetch and a handful of election
+# messages outstanding; far more means the peer is not answering.
+MAX_IN_FLIGHT_PER_PEER: Final = 64
+_APPEND_TAKES_COUNT: Final = "count" in inspect.signature(RaftNode.append).parameters
+
+CommitListener = Callable[[CommitEvent], None]
+
+
+class NotControllerError(Exception):
+    """This node does not lead the quorum (any more); ``leader_id`` is the one it knows."""
+
+    def __init__(self, leader_id: int | None, detail: str = "") -> None:
+        super().__init__(detail or f"not the active controller; leader is {leader_id}")
+        self.leader_id = leader_id
+
+
+class VoterAddress(Protocol):
+    """One entry of controller.quorum.voters (``server.config.QuorumVoter`` fits)."""
+
+    @property
+    def node_id(self) -> int: ...
+    @property
+    def host(self) -> str: ...
+    @property
+    def port(self) -> int: ...
+
+
+@dataclass(slots=True)
+class _Peer:
+    node_id: int
+    host: str
+    port: int
+    connection: BrokerConnection | None = None
+    connecting: asyncio.Task[BrokerConnection] | None = None
+    retry_at_ms: int = 0
+    in_flight: int = 0
+
+
+@dataclass(slots=True)
+class _PendingAppend:
+    last_offset: int
+    epoch: int
+    future: asyncio.Future[int] = field(repr=False)
+
+
+def source_id_of(message: Request) -> int:
+    """The node that sent a quorum request, as the request itself names it."""
+    if isinstance(message, VoteRequest | FetchRequest | FetchSnapshotRequest):
+        return message.replica_id
+    if isinstance(message, BeginQuorumEpochRequest | EndQuorumEpochRequest):
+        return message.leader_id
+    raise TypeError(f"not a quorum request: {type(message).__name__}")
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
+
+
+class RaftDriver:
+    def __init__(
+        self,
+        node_id: int,
+        voters: Iterable[VoterAddress],
+        log: RaftLog,
+        election_store: ElectionStore,
+        snapshot_store: SnapshotStore,
+        config: RaftConfig,
+        *,
+        cluster_id: str | None,
+        listener: CommitListener | None = None,
+        clock_ms: Callable[[], int] = _monotonic_ms,
+        random: random_module.Random | None = None,
+        node_options: Mapping[str, Any] | None = None,
+    ) -> None:
+        """``voters`` is controller.quorum.voters (this node among them); ``node_options``
+        go to ``RaftNode`` as they are (e.g. the LeaderChange ``control_entry`` builder)."""
+        addresses = list(voters)
+        self.node_id = node_id
+        self.config = config
+        self._clock_ms = clock_ms
+        self._listener = listener
+        self._peers = {
+            v.node_id: _Peer(v.node_id, v.host, v.port) for v in addresses if v.node_id != node_id
+        }
+        self.node = RaftNode(
+            node_id,
+            frozenset(v.node_id for v in addresses),
+            log,
+            election_store,
+            snapshot_store,
+            config,
+            random or random_module.Random(),
+            clock_ms(),
+            cluster_id=cluster_id,
+            **(node_options or {}),
+        )
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._appends: list[_PendingAppend] = []
+        self._inbound_ids = 0
+        self._stopping = False
+        self._listener_fault: BaseException | None = None
+
+    # --- lifecycle ----------------------------------------------------------------------
+
+    def set_listener(self, listener: CommitListener) -> None:
+        """Register where committed entries go; before ``start`` (nothing is missed: the
+        node hands over from its last applied offset)."""
+        self._listener = listener
+        self._wake.set()
+
+    def start(self) -> None:
+        assert self._task is None, "started twice"
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"raft-driver-{self.node_id}"
+        )
+
+    async def shutdown(self, resign: bool = True) -> None:
+        if self._stopping:
+            return
+        self._stopping = True
+        if resign and self.node.is_leader:
+            sent = self._send_all(self.node.resign(self._clock_ms()))
+            if sent:
+                await asyncio.wait(sent, timeout=SHUTDOWN_RESIGN_WAIT_S)
+        self._fail_appends("the controller is shutting down")
+        tasks = [t for t in (self._task, *self._tasks) if t is not None]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(BaseException):
+                await task
+        for peer in self._peers.values():
+            if peer.connection is not None:
+                await peer.connection.close()
+                peer.connection = None
+
+    # --- what the rest of the node sees ---------------------------------------------------
+
+    @property
+    def is_leader(self) -> bool:
+        return self.node.is_leader
+
+    @property
+    def leader_id(self) -> int | None:
+        return self.node.leader_id
+
+    @property
+    def epoch(self) -> int:
+        return self.node.epoch
+
+    @property
+    def high_watermark(self) -> int:
+        return self.node.high_watermark
+
+    @property
+    def stopped(self) -> bool:
+        """True once ``shutdown`` began: requests must no longer reach the node."""
+        return self._stopping
+
+    @property
+    def listener_fault(self) -> BaseException | None:
+        """The error the commit listener raised, if it did; nothing was handed over since."""
+        return self._listener_fault
+
+    def create_snapshot(self, end_offset: int, payload: bytes) -> SnapshotId:
+        """Store the state machine's snapshot of every entry below ``end_offset`` (which
+        the listener has been handed) and trim the log below it."""
+        return self.node.create_snapshot(end_offset, payload)
+
+    def describe_quorum(self) -> tuple[QuorumDescription, int]:
+        """The quorum as the leader sees it, and the offset (ms) from the node's clock to
+        the wall clock, for DescribeQuorum's timestamps."""
+        now_ms = self._clock_ms()
+        return self.node.describe_quorum(now_ms), time.time_ns() // 1_000_000 - now_ms
+
+    async def append(self, payload: bytes, count: int | None = None) -> int:
+        """Append one record batch as leader; its last offset once committed.
+
+        ``count`` (offsets the entry takes) defaults to the batch's own span
+        (lastOffsetDelta + 1; 1 for a payload that is not a v2 batch) and must match it
+        when given: every replica derives it from the batch header it receives."""
+        node = self.node
+        if self._stopping or not node.is_leader:
+            raise NotControllerError(node.leader_id)
+        span = _batch_span(payload)
+        if count is None:
+            count = span
+        elif count != span:
+            raise ValueError(f"count {count} but the batch spans {span} offsets")
+        if count != 1 and not _APPEND_TAKES_COUNT:
+            raise ValueError("this raft core stores one offset per entry (count=1)")
+        now_ms = self._clock_ms()
+        epoch = node.epoch
+        payload = _stamped(payload, node.log_end_offset, epoch)
+        try:
+            if count != 1:
+                append: Any = node.append  # ``count`` arrives with multi-offset entries
+                last_offset = int(append(payload, now_ms, count=count))
+            else:
+                last_offset = node.append(payload, now_ms)
+        except NotLeaderError:
+            raise NotControllerError(node.leader_id) from None
+        future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self._appends.append(_PendingAppend(last_offset, epoch, future))
+        self._wake.set()
+        return await future
+
+    async def handle_request(self, source_id: int, message: Request) -> Response:
+        """A peer's request (from a CONTROLLER-plane handler): the node's answer to it."""
+        if not isinstance(message, REQUEST_TYPES):
+            raise TypeError(f"not a quorum request: {type(message).__name__}")
+        self._inbound_ids += 1
+        correlation_id = self._inbound_ids
+        outbound = self.node.handle(Inbound(source_id, correlation_id, message), self._clock_ms())
+        answer: Response | None = None
+        rest = []
+        for out in outbound:
+            if (
+                answer is None
+                and out.destination_id == source_id
+                and out.correlation_id == correlation_id
+                and not isinstance(out.message, REQUEST_TYPES)
+            ):
+                answer = out.message
+            else:
+                rest.append(out)
+        self._send_all(rest)
+        self._after_step()
+        if answer is None:
+            raise RuntimeError(f"node {self.node_id} did not answer {type(message).__name__}")
+        return answer
+
+    # --- the loop -------------------------------------------------------------------
+
+    async def _run(self) -> None:
+        while not self._stopping:
+            self._wake.clear()
+            try:
+                self._send_all(self.node.tick(self._clock_ms()))
+                self._after_step()
+            except Exception:
+                logger.exception("node %d: raft step failed", self.node_id)
+                raise
+            delay_s = (self.node.next_deadline_ms() - self._clock_ms()) / 1000
+            if delay_s > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), min(delay_s, MAX_SLEEP_S))
+
+    def _after_step(self) -> None:
+        self._deliver_commits()
+        self._settle_appends()
+
+    def _deliver_commits(self) -> None:
+        listener = self._listener
+        if listener is None or self._listener_fault is not None:
+            return
+        for _ in range(MAX_COMMIT_POLLS_PER_TURN):
+            events = self.node.poll_committed()
+            if not events:
+                return
+            for event in events:
+                try:
+                    listener(event)
+                except Exception as error:
+                    # The state machine missed a committed change: handing it later ones
+                    # would build on a wrong state, so delivery stops (Kafka treats this
+                    # as a fatal fault); consensus goes on so the quorum is not hurt.
+                    logger.exception("node %d: commit listener failed", self.node_id)
+                    self._listener_fault = error
+                    return
+        self._wake.set()  # more to hand over: next turn
+
+    def _settle_appends(self) -> None:
+        if not self._appends:
+            return
+        node = self.node
+        log = node.log
+        still: list[_PendingAppend] = []
+        for pending in self._appends:
+            if pending.future.done():
+                continue
+            if node.high_watermark > pending.last_offset:
+                kept = pending.last_offset < log.start_offset or (
+                    pending.last_offset < log.end_offset
+                    and log.epoch_at(pending.last_offset) == pending.epoch
+                )
+                if kept:
+                    pending.future.set_result(pending.last_offset)
+                else:
+                    pending.future.set_exception(NotControllerError(node.leader_id))
+            elif not node.is_leader or node.epoch != pending.epoch:
+                pending.future.set_exception(NotControllerError(node.leader_id))
+            else:
+                still.append(pending)
+        self._appends = still
+
+    def _fail_appends(self, detail: str) -> None:
+        for pending in self._appends:
+            if not pending.future.done():
+                pending.future.set_exception(NotControllerError(self.node.leader_id, detail))
+        self._appends = []
+
+    # --- sending ------------------------------------------------------------------------
+
+    def _send_all(self, outbound: list[Outbound]) -> list[asyncio.Task[None]]:
+        tasks = []
+        for out in outbound:
+            peer = self._peers.get(out.destination_id)
+            if peer is None or not isinstance(out.message, REQUEST_TYPES):
+                # A response is only ever returned by handle_request; anything else
+                # addressed elsewhere is a bug in the caller's routing, not the peer's.
+                logger.warning("node %d: cannot route %r", self.node_id, out)
+                continue
+            if peer.in_flight >= MAX_IN_FLIGHT_PER_PEER:
+                continue  # the node resends on its own timers
+            task = asyncio.get_running_loop().create_task(self._exchange(peer, out))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+            tasks.append(task)
+        return tasks
+
+    async def _exchange(self, peer: _Peer, out: Outbound) -> None:
+        peer.in_flight += 1
+        try:
+            connection = await self._connection(peer)
+            request = out.message
+            assert isinstance(request, REQUEST_TYPES)
+            api_key = wire.api_key_of(request)
+            entity = wire.request_to_kio(request, connection.version_for(api_key))
+            response = await connection.send(entity)
+            if peer.connection is not connection or self._stopping:
+                return  # the connection was replaced: its answers are stale
+            message = wire.response_from_kio(response)
+        except (KafkaConnectionError, OSError) as error:
+            logger.debug("node %d → %d: %s", self.node_id, peer.node_id, error)
+            return
+        except (wire.WireError, UnsupportedVersionError) as error:
+            logger.warning("node %d → %d: %s", self.node_id, peer.node_id, error)
+            return
+        finally:
+            peer.in_flight -= 1
+        self._feed(Inbound(peer.node_id, out.correlation_id, message))
+
+    def _feed(self, inbound: Inbound) -> None:
+        try:
+            self._send_all(self.node.handle(inbound, self._clock_ms()))
+            self._after_step()
+        except Exception:
+            logger.exception(
+                "node %d: handling a response from %d failed", self.node_id, inbound.source_id
+            )
+        self._wake.set()  # deadlines may have moved
+
+    async def _connection(self, peer: _Peer) -> BrokerConnection:
+        connection = peer.connection
+        if connection is not None and not connection.closed:
+            return connection
+        if peer.connecting is None:
+            if self._clock_ms() < peer.retry_at_ms:
+                raise KafkaConnectionError(f"node {peer.node_id}: backing off")
+            peer.connecting = asyncio.get_running_loop().create_task(self._connect(peer))
+            self._tasks.add(peer.connecting)
+            peer.connecting.add_done_callback(self._tasks.discard)
+        return await asyncio.shield(peer.connecting)
+
+    async def _connect(self, peer: _Peer) -> BrokerConnection:
+        versions: dict[int, tuple[int, int]] = dict(wire.VERSIONS)
+        versions[API_VERSIONS_KEY] = (0, 3)
+        connection = BrokerConnection(
+            BrokerAddress(peer.node_id, peer.host, peer.port),
+            client_id=f"raft-{self.node_id}",
+            request_timeout_s=self.config.request_timeout_ms / 1000,
+            client_versions=versions,
+        )
+        try:
+            await connection.connect()
+        except BaseException:
+            peer.retry_at_ms = self._clock_ms() + self.config.retry_backoff_ms
+            raise
+        finally:
+            peer.connecting = None
+        old, peer.connection = peer.connection, connection
+        if old is not None:
+            await old.close()
+        return connection
+
+
+def _batch_header(payload: bytes) -> Any:
+    """The v2 header of a payload that is exactly one batch, else None."""
+    if len(payload) < HEADER_SIZE:
+        return None
+    try:
+        header = unpack_header(payload)
+    except CorruptRecordError:
+        return None
+    return header if header.size == len(payload) else None
+
+
+def _batch_span(payload: bytes) -> int:
+    header = _batch_header(payload)
+    return 1 if header is None else int(header.last_offset_delta) + 1
+
+
+def _stamped(payload: bytes, offset: int, epoch: int) -> bytes:
+    """A v2 batch with the offset and epoch it gets in the log (every replica then holds
+    the same bytes); anything else unchanged (wire.py wraps it for the network)."""
+    if _batch_header(payload) is None:
+        return payload
+    batch = bytearray(payload)
+    stamp(batch, 0, offset, epoch)
+    return bytes(batch)
