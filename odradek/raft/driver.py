@@ -162,6 +162,10 @@ class RaftDriver:
         go to ``RaftNode`` as they are (e.g. the LeaderChange ``control_entry`` builder)."""
         addresses = list(voters)
         self.node_id = node_id
+        self.cluster_id = cluster_id
+        # controller.quorum.voters as given: DescribeQuorum (v2 nodes) and DescribeCluster
+        # on the controller plane name every voter's address from it.
+        self.voters: tuple[VoterAddress, ...] = tuple(addresses)
         self.config = config
         self._clock_ms = clock_ms
         self._listener = listener

@@ -39,7 +39,7 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 
 from kio.index import load_payload_module
@@ -78,6 +78,9 @@ from odradek.records.codec import Header, Record, encode_batch, iter_records
 from odradek.records.errors import CorruptRecordError
 
 METADATA_TOPIC: Final = "__cluster_metadata"
+# The listener name DescribeQuorum v2 gives voters' addresses under: the voters come from
+# controller.quorum.voters, which names no listener (Kafka's default controller listener).
+CONTROLLER_LISTENER: Final = "CONTROLLER"
 METADATA_TOPIC_ID: Final = uuid.UUID("00000000-0000-0000-0000-000000000001")
 METADATA_PARTITION: Final = 0
 
@@ -686,9 +689,16 @@ def check_describe_quorum_request(entity: Any) -> None:
     _single_partition(entity)
 
 
-def describe_quorum_to_kio(description: Any, version: int, wall_offset_ms: int = 0) -> Any:
+def describe_quorum_to_kio(
+    description: Any,
+    version: int,
+    wall_offset_ms: int = 0,
+    nodes: Sequence[tuple[int, str, int]] = (),
+) -> Any:
     """DescribeQuorumResponse from a ``QuorumDescription``; ``wall_offset_ms`` turns the
-    node's clock (monotonic) into wall-clock timestamps, as Kafka reports them."""
+    node's clock (monotonic) into wall-clock timestamps, as Kafka reports them. ``nodes``
+    (v2): each voter's ``(node id, host, port)`` on the controller listener, so a tool
+    that asked a follower can find the leader."""
     module = _response_module(DESCRIBE_QUORUM_KEY, version)
 
     def replica(r: Any) -> Any:
@@ -720,7 +730,16 @@ def describe_quorum_to_kio(description: Any, version: int, wall_offset_ms: int =
         error_code=ErrorCode.none,
         error_message=None,
         topics=(_topic(module, "TopicData", (partition,)),),
-        nodes=(),
+        nodes=tuple(
+            make(
+                module.Node,
+                node_id=node_id,
+                listeners=(make(module.Listener, name=CONTROLLER_LISTENER, host=host, port=port),),
+            )
+            for node_id, host, port in nodes
+        )
+        if version >= 2
+        else (),
     )
 
 

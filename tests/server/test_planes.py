@@ -27,6 +27,7 @@ from odradek.server.handlers import REGISTRY, HandlerSpec, Plane, handles, suppo
 
 PRODUCE_KEY = 0
 METADATA_KEY = 3
+DESCRIBE_CLUSTER_KEY = 60
 CONTEXT = ConnectionContext("127.0.0.1:1", "CONTROLLER", 1)
 
 
@@ -73,8 +74,13 @@ def test_client_apis_are_on_the_broker_plane_quorum_apis_on_the_controller_one()
     assert supported_versions() == broker  # the default plane is the client one
     assert {PRODUCE_KEY, METADATA_KEY, API_VERSIONS_KEY} <= set(broker)
     # The quorum APIs (Vote, Begin/EndQuorumEpoch, DescribeQuorum, FetchSnapshot, and
-    # the metadata Fetch, its own handler there) and ApiVersions on both.
-    assert controller == {API_VERSIONS_KEY: broker[API_VERSIONS_KEY], **wire.VERSIONS}
+    # the metadata Fetch, its own handler there), DescribeCluster v1 for controllers
+    # (KIP-919, its own handler there too) and ApiVersions on both.
+    assert controller == {
+        API_VERSIONS_KEY: broker[API_VERSIONS_KEY],
+        **wire.VERSIONS,
+        DESCRIBE_CLUSTER_KEY: (1, 1),
+    }
     assert not {52, 53, 54, 55, 59} & set(broker)
 
 

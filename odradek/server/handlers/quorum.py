@@ -14,9 +14,15 @@ consumer's Fetch sent to a controller listener gets that, never a traceback).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import datetime
+from typing import TYPE_CHECKING, Any, Final
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
 
 from odradek.network.connection import CloseConnection
+from odradek.protocol.build import make
 from odradek.protocol.messages import Request
 from odradek.raft import wire
 from odradek.raft.driver import source_id_of
@@ -66,4 +72,42 @@ async def describe_quorum(services: ControllerServices, request: Request) -> Any
     except wire.WireError as error:
         return wire.error_response(wire.DESCRIBE_QUORUM_KEY, version, error.code)
     description, wall_offset_ms = services.raft.describe_quorum()
-    return wire.describe_quorum_to_kio(description, version, wall_offset_ms)
+    nodes = [(v.node_id, v.host, v.port) for v in services.raft.voters]
+    return wire.describe_quorum_to_kio(description, version, wall_offset_ms, nodes)
+
+
+DESCRIBE_CLUSTER_KEY: Final = 60
+# DescribeCluster endpoint types (KIP-919): a controller listener describes controllers.
+CONTROLLERS_ENDPOINT: Final = 2
+
+
+@handles(DESCRIBE_CLUSTER_KEY, 1, 1, plane=Plane.CONTROLLER)
+async def describe_cluster(services: ControllerServices, request: Request) -> Any:
+    """KIP-919: asked on a controller listener, DescribeCluster names the quorum — the
+    cluster id, the active controller (the Raft leader, -1 while there is none) and every
+    voter's controller address. Brokers are described by broker listeners only
+    (UNSUPPORTED_ENDPOINT_TYPE here, as Kafka's controllers answer)."""
+    raft = services.raft
+    wanted = request.body.endpoint_type
+    module = load_payload_module(
+        DESCRIBE_CLUSTER_KEY, request.header.api_version, EntityType.response
+    )
+    leader = raft.leader_id
+    refused = wanted != CONTROLLERS_ENDPOINT
+    return make(
+        module.DescribeClusterResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=ErrorCode.unsupported_endpoint_type if refused else ErrorCode.none,
+        error_message="a controller listener describes controllers (endpoint type 2)"
+        if refused
+        else None,
+        endpoint_type=wanted,
+        cluster_id=raft.cluster_id or "",
+        controller_id=-1 if refused or leader is None else leader,
+        brokers=()
+        if refused
+        else tuple(
+            make(module.DescribeClusterBroker, broker_id=v.node_id, host=v.host, port=v.port)
+            for v in sorted(raft.voters, key=lambda v: v.node_id)
+        ),
+    )

@@ -1,0 +1,320 @@
+"""``odradek metadata-quorum``: the KRaft quorum's state, as ``kafka-metadata-quorum.sh``.
+
+How this works and why: ``describe --status`` and ``describe --replication`` print what
+Kafka's tool prints, from the same two requests Kafka's admin client sends to a
+controller listener (``--bootstrap-controller``, KIP-919): DescribeCluster with
+endpoint type 2 names the cluster id, the active controller and every voter's address,
+and DescribeQuorum, sent to the active controller, gives the leader epoch, the high
+watermark and each voter's and observer's log end offset and fetch times. Lag is the
+leader's log end offset minus the replica's; ``MaxFollowerLagTimeMs`` is how long
+before the leader the most lagging voter was last caught up (0 when the leader is the
+most lagging, -1 when a time is unknown), as Kafka computes them.
+
+``--bootstrap-server`` names a broker listener, which Kafka's brokers answer by
+forwarding to the active controller; odradek's brokers do not forward DescribeQuorum
+yet, so the tool says so in one line and asks for ``--bootstrap-controller``.
+Every failure is one line on stderr with exit status 1 (bad arguments: 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from odradek.cli.subcommand import Subparsers
+from odradek.client.connection import (
+    BrokerAddress,
+    BrokerConnection,
+    KafkaConnectionError,
+    UnsupportedVersionError,
+    request_entity,
+)
+
+NAME: Final = "metadata-quorum"
+DESCRIBE_QUORUM_KEY: Final = 55
+DESCRIBE_CLUSTER_KEY: Final = 60
+CONTROLLERS_ENDPOINT: Final = 2  # DescribeCluster endpoint type (KIP-919)
+CLIENT_VERSIONS: Final = {18: (0, 3), DESCRIBE_QUORUM_KEY: (0, 2), DESCRIBE_CLUSTER_KEY: (1, 1)}
+REQUEST_TIMEOUT_S: Final = 10.0
+LABEL_WIDTH: Final = 24  # Kafka's tool aligns "ClusterId:" .. "CurrentObservers:" values
+
+
+class QuorumToolError(Exception):
+    """A failure to report in one line (exit status 1)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Replica:
+    node_id: int
+    log_end_offset: int
+    last_fetch_timestamp: int
+    last_caught_up_timestamp: int
+    status: str  # Leader, Follower or Observer
+
+
+@dataclass(frozen=True, slots=True)
+class Quorum:
+    cluster_id: str
+    leader_id: int
+    leader_epoch: int
+    high_watermark: int
+    voters: tuple[Replica, ...]
+    observers: tuple[Replica, ...]
+    endpoints: dict[int, str]  # voter id -> "CONTROLLER://host:port"
+
+
+# -- command line ----------------------------------------------------------------------------
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        NAME,
+        help="describe the KRaft controller quorum (kafka-metadata-quorum.sh)",
+        description="Describe the controller quorum: its leader, epoch and high watermark "
+        "(--status) or each replica's log end offset and lag (--replication), like "
+        "Kafka's kafka-metadata-quorum.sh.",
+    )
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument(
+        "--bootstrap-controller",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="controller listener(s) to ask",
+    )
+    where.add_argument(
+        "--bootstrap-server",
+        metavar="HOST:PORT[,HOST:PORT]",
+        help="broker listener(s) to ask (not served by odradek's brokers yet)",
+    )
+    actions = parser.add_subparsers(title="actions", metavar="ACTION")
+    actions.required = True
+    describe = actions.add_parser("describe", help="describe the quorum")
+    what = describe.add_mutually_exclusive_group(required=True)
+    what.add_argument("--status", action="store_true", help="leader, epoch, high watermark")
+    what.add_argument(
+        "--replication", action="store_true", help="log end offset and lag of every replica"
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        if args.bootstrap_server is not None:
+            addresses = parse_addresses("--bootstrap-server", args.bootstrap_server)
+            raise QuorumToolError(
+                f"the broker listener {addresses[0][0]}:{addresses[0][1]} cannot describe the "
+                "quorum: odradek's brokers do not forward DescribeQuorum to the controllers "
+                "yet; ask a controller listener with --bootstrap-controller HOST:PORT"
+            )
+        addresses = parse_addresses("--bootstrap-controller", args.bootstrap_controller)
+        quorum = asyncio.run(describe(addresses))
+    except QuorumToolError as error:
+        print(f"{NAME}: {error}", file=sys.stderr)
+        return 1
+    lines = status_lines(quorum) if args.status else replication_lines(quorum)
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    return 0
+
+
+def parse_addresses(option: str, text: str) -> list[tuple[str, int]]:
+    addresses = []
+    for item in text.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise QuorumToolError(f"{option}: {item.strip()!r} is not HOST:PORT")
+        addresses.append((host, int(port)))
+    return addresses
+
+
+# -- requests ----------------------------------------------------------------------------------
+
+
+async def _connect(host: str, port: int) -> BrokerConnection:
+    connection = BrokerConnection(
+        BrokerAddress(-1, host, port),
+        client_id="odradek-metadata-quorum",
+        request_timeout_s=REQUEST_TIMEOUT_S,
+        client_versions=CLIENT_VERSIONS,
+    )
+    try:
+        await connection.connect()
+    except (KafkaConnectionError, OSError) as error:
+        raise QuorumToolError(f"cannot reach {host}:{port}: {error}") from None
+    return connection
+
+
+async def _ask(connection: BrokerConnection, api_key: int, **fields: Any) -> Any:
+    address = f"{connection.address.host}:{connection.address.port}"
+    try:
+        version = connection.version_for(api_key)
+    except UnsupportedVersionError:
+        raise QuorumToolError(
+            f"{address} does not serve API {api_key}: is it a controller listener?"
+        ) from None
+    try:
+        return await connection.send(request_entity(api_key, version, **fields))
+    except (KafkaConnectionError, OSError) as error:
+        raise QuorumToolError(f"{address}: {error}") from None
+
+
+async def describe(addresses: Sequence[tuple[str, int]]) -> Quorum:
+    """Ask the first reachable controller who leads, then ask the leader."""
+    failures = []
+    for host, port in addresses:
+        try:
+            return await _describe_through(host, port)
+        except QuorumToolError as error:
+            failures.append(str(error))
+    raise QuorumToolError("; ".join(failures))
+
+
+async def _describe_through(host: str, port: int) -> Quorum:
+    connection = await _connect(host, port)
+    try:
+        cluster = await _ask(
+            connection,
+            DESCRIBE_CLUSTER_KEY,
+            include_cluster_authorized_operations=False,
+            endpoint_type=CONTROLLERS_ENDPOINT,
+        )
+    finally:
+        await connection.close()
+    if cluster.error_code != ErrorCode.none:
+        raise QuorumToolError(
+            f"{host}:{port}: {cluster.error_code.name}: {cluster.error_message or ''}".rstrip()
+        )
+    voters = {b.broker_id: (b.host, b.port) for b in cluster.brokers}
+    leader = cluster.controller_id
+    if leader < 0 or leader not in voters:
+        raise QuorumToolError(f"{host}:{port}: the quorum has no leader now (an election?)")
+    leader_host, leader_port = voters[leader]
+    connection = await _connect(leader_host, leader_port)
+    try:
+        response = await _ask(
+            connection,
+            DESCRIBE_QUORUM_KEY,
+            topics=(
+                request_entity(
+                    DESCRIBE_QUORUM_KEY,
+                    connection.version_for(DESCRIBE_QUORUM_KEY),
+                    "TopicData",
+                    topic_name="__cluster_metadata",
+                    partitions=(
+                        request_entity(
+                            DESCRIBE_QUORUM_KEY,
+                            connection.version_for(DESCRIBE_QUORUM_KEY),
+                            "PartitionData",
+                            partition_index=0,
+                        ),
+                    ),
+                ),
+            ),
+        )
+    finally:
+        await connection.close()
+    return _quorum(cluster.cluster_id, response, voters, f"{leader_host}:{leader_port}")
+
+
+def _quorum(
+    cluster_id: str, response: Any, voters: dict[int, tuple[str, int]], asked: str
+) -> Quorum:
+    if response.error_code != ErrorCode.none:
+        raise QuorumToolError(f"{asked}: {response.error_code.name}")
+    partition = response.topics[0].partitions[0]
+    if partition.error_code != ErrorCode.none:
+        raise QuorumToolError(f"{asked}: {partition.error_code.name} (leadership moved; try again)")
+    leader = partition.leader_id
+
+    def replica(state: Any, status: str) -> Replica:
+        return Replica(
+            state.replica_id,
+            state.log_end_offset,
+            getattr(state, "last_fetch_timestamp", -1),
+            getattr(state, "last_caught_up_timestamp", -1),
+            status,
+        )
+
+    return Quorum(
+        cluster_id=cluster_id,
+        leader_id=leader,
+        leader_epoch=partition.leader_epoch,
+        high_watermark=partition.high_watermark,
+        voters=tuple(
+            replica(v, "Leader" if v.replica_id == leader else "Follower")
+            for v in partition.current_voters
+        ),
+        observers=tuple(replica(o, "Observer") for o in partition.observers),
+        endpoints={node: f"CONTROLLER://{h}:{p}" for node, (h, p) in voters.items()},
+    )
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _leader(quorum: Quorum) -> Replica:
+    for voter in quorum.voters:
+        if voter.node_id == quorum.leader_id:
+            return voter
+    raise QuorumToolError(f"the leader {quorum.leader_id} is not among the voters it reported")
+
+
+def status_lines(quorum: Quorum) -> list[str]:
+    leader = _leader(quorum)
+    most_lagging = min(quorum.voters, key=lambda v: (v.log_end_offset, v.node_id))
+    lag = leader.log_end_offset - most_lagging.log_end_offset
+    if most_lagging.node_id == leader.node_id or lag == 0:
+        lag_time_ms = 0
+    elif leader.last_caught_up_timestamp < 0 or most_lagging.last_caught_up_timestamp < 0:
+        lag_time_ms = -1
+    else:
+        lag_time_ms = leader.last_caught_up_timestamp - most_lagging.last_caught_up_timestamp
+    voters = [
+        {"id": v.node_id, "endpoints": [quorum.endpoints[v.node_id]]}
+        if v.node_id in quorum.endpoints
+        else {"id": v.node_id}
+        for v in quorum.voters
+    ]
+    observers = [{"id": o.node_id} for o in quorum.observers]
+    rows = [
+        ("ClusterId", quorum.cluster_id),
+        ("LeaderId", quorum.leader_id),
+        ("LeaderEpoch", quorum.leader_epoch),
+        ("HighWatermark", quorum.high_watermark),
+        ("MaxFollowerLag", lag),
+        ("MaxFollowerLagTimeMs", lag_time_ms),
+        ("CurrentVoters", json.dumps(voters)),
+        ("CurrentObservers", json.dumps(observers)),
+    ]
+    return [f"{label + ':':<{LABEL_WIDTH}}{value}" for label, value in rows]
+
+
+def replication_lines(quorum: Quorum) -> list[str]:
+    """One row per replica, leader first, then voters, then observers (Kafka's order)."""
+    leader = _leader(quorum)
+    rows = [
+        ("NodeId", "LogEndOffset", "Lag", "LastFetchTimestamp", "LastCaughtUpTimestamp", "Status")
+    ]
+    ordered = [leader, *(v for v in quorum.voters if v is not leader), *quorum.observers]
+    for replica in ordered:
+        rows.append(
+            (
+                str(replica.node_id),
+                str(replica.log_end_offset),
+                str(max(leader.log_end_offset - replica.log_end_offset, 0)),
+                str(replica.last_fetch_timestamp),
+                str(replica.last_caught_up_timestamp),
+                replica.status,
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return [
+        "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    ]
