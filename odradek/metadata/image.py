@@ -102,6 +102,61 @@ class MetadataImage:
         builder.apply(records, offset)
         return builder.freeze(offset)
 
+    def to_records(self) -> list[MetadataRecord]:
+        """The fewest records that rebuild this image (less its offset) from empty.
+
+        Exact for every image the controller's records build (topic names and ids are
+        unique); a log that reused a topic id under two names replays to id → name
+        entries that no set of records rebuilds.
+
+        What a snapshot holds: replaying them through ``ImageReplay`` gives an image
+        equal to this one. Brokers first, then each topic followed by its configs and
+        partitions, then the configs of other resources, then the producer-id block.
+        """
+        records: list[MetadataRecord] = []
+        for broker in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            records.append(
+                MetadataRecord(
+                    "RegisterBroker",
+                    {
+                        "broker_id": broker.broker_id,
+                        "endpoints": [list(e) for e in broker.endpoints],
+                        "rack": broker.rack,
+                        "incarnation_id": broker.incarnation_id,
+                        "fenced": broker.fenced,
+                        "broker_epoch": broker.epoch,
+                    },
+                )
+            )
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            records.append(MetadataRecord("Topic", {"name": name, "topic_id": str(topic.topic_id)}))
+            records.extend(_config_records((TOPIC_RESOURCE, name), self.topic_configs(name)))
+            for index in sorted(topic.partitions):
+                p = topic.partitions[index]
+                records.append(
+                    MetadataRecord(
+                        "Partition",
+                        {
+                            "topic_id": str(topic.topic_id),
+                            "partition": p.partition,
+                            "replicas": list(p.replicas),
+                            "isr": list(p.isr),
+                            "leader": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "partition_epoch": p.partition_epoch,
+                        },
+                    )
+                )
+        for resource in sorted(self.configs):
+            if resource[0] != TOPIC_RESOURCE or resource[1] not in self.topics:
+                records.extend(_config_records(resource, self.configs[resource]))
+        if self.next_producer_id:
+            records.append(
+                MetadataRecord("ProducerIds", {"next_producer_id": self.next_producer_id})
+            )
+        return records
+
 
 class ImageReplay:
     """Folds a whole log into one image (start-up): one builder for every batch.
@@ -143,6 +198,16 @@ class ChangedKeys:
     topic_ids: set[uuid.UUID] = field(default_factory=set)  # created or removed
     partitions: set[tuple[str, int]] = field(default_factory=set)  # (topic name, index)
     resources: set[tuple[str, str]] = field(default_factory=set)  # config resources
+
+
+def _config_records(resource: tuple[str, str], values: Mapping[str, str]) -> list[MetadataRecord]:
+    return [
+        MetadataRecord(
+            "Config",
+            {"resource_type": resource[0], "resource_name": resource[1], "name": k, "value": v},
+        )
+        for k, v in sorted(values.items())
+    ]
 
 
 def _frozen(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
@@ -222,7 +287,8 @@ def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
         f.get("rack"),
         f.get("incarnation_id", ""),
         bool(f.get("fenced", False)),
-        state.record_offset,
+        # A snapshot carries the epoch (the offset of the original registration).
+        f.get("broker_epoch", state.record_offset),
     )
     if state.brokers is None:
         state.brokers = dict(state.image.brokers)
