@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -228,6 +228,8 @@ class _Builder:
         self.next_producer_id = image.next_producer_id
         self.changed = ChangedKeys()
         self.record_offset = -1  # offset of the record being applied
+        # Topic ids as written -> parsed: a topic's Partition records name it again.
+        self.parsed_ids: dict[str, uuid.UUID] = {}
 
     def apply(self, records: Iterable[MetadataRecord], last_offset: int) -> None:
         batch = records if isinstance(records, Sequence) else list(records)
@@ -261,7 +263,8 @@ class _Builder:
             assert topics is not None
             for name, partitions in self.partitions.items():
                 if name in topics:
-                    topics[name] = replace(topics[name], partitions=_frozen(partitions))
+                    topic = topics[name]  # built directly: dataclasses.replace is slow
+                    topics[name] = TopicImage(topic.name, topic.topic_id, _frozen(partitions))
         configs = self.configs
         if self.resource_configs:
             assert configs is not None
@@ -296,8 +299,15 @@ def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
     state.changed.brokers.add(broker.broker_id)
 
 
+def _topic_id(state: _Builder, text: str) -> uuid.UUID:
+    topic_id = state.parsed_ids.get(text)
+    if topic_id is None:
+        topic_id = state.parsed_ids[text] = uuid.UUID(text)
+    return topic_id
+
+
 def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
-    topic_id = uuid.UUID(f["topic_id"])
+    topic_id = _topic_id(state, f["topic_id"])
     name = f["name"]
     replaced = state.topic_map().get(name)
     if replaced is not None:  # never written by the controller; replayed as it reads
@@ -309,7 +319,7 @@ def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
 
 
 def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
-    topic_id = uuid.UUID(f["topic_id"])
+    topic_id = _topic_id(state, f["topic_id"])
     names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
     topics = state.image.topics if state.topics is None else state.topics
     name = names.get(topic_id)
@@ -326,7 +336,9 @@ def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
     )
     partitions = state.partitions.get(topic.name)
     if partitions is None:
-        partitions = state.partitions[topic.name] = dict(topic.partitions)
+        partitions = state.partitions[topic.name] = (
+            dict(topic.partitions) if topic.partitions else {}
+        )
         state.topic_map()  # freeze() rebuilds this topic in a copied map
     partitions[partition.partition] = partition
     state.changed.partitions.add((topic.name, partition.partition))
