@@ -120,6 +120,10 @@ def replay_batches(run: LoaderRun, log: Log, start_offset: int) -> MetadataImage
     return run.finish()
 
 
+class MetadataSnapshotsUnusableError(CommittedDataCorruptError):
+    """No snapshot can be used and the log no longer holds what they stood for."""
+
+
 def apply_latest_snapshot(run: LoaderRun, log: Log, snapshots: FileSnapshotStore) -> int:
     """Apply the newest snapshot that reads back whole to ``run``; its end offset (0
     when there is none and the log starts at 0).
@@ -161,11 +165,13 @@ def apply_latest_snapshot(run: LoaderRun, log: Log, snapshots: FileSnapshotStore
     if first_log_offset == 0:
         return 0
     where = damaged[0] if damaged else log.directory
-    raise CommittedDataCorruptError(
+    raise MetadataSnapshotsUnusableError(
         where,
         0,
-        f"no usable metadata snapshot ({len(damaged)} damaged) and the metadata log "
-        f"starts at offset {first_log_offset}, not 0: the metadata below it is lost",
+        f"no usable metadata snapshot ({len(damaged)} damaged, none valid ending at or "
+        f"after offset {first_log_offset}) and the metadata log starts at offset "
+        f"{first_log_offset}, not 0: the metadata below it is lost. Nothing was changed; "
+        f"restore {log.directory} from a backup",
     )
 
 
@@ -310,6 +316,7 @@ class LocalMetadataWriter:
 __all__ = [
     "CONTROLLER_EPOCH",
     "LocalMetadataWriter",
+    "MetadataSnapshotsUnusableError",
     "MetadataWriter",
     "apply_latest_snapshot",
     "read_committed_batches",

@@ -40,7 +40,7 @@ from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.snapshotter import SnapshotPolicy
 from odradek.metadata.view import Endpoint, endpoints_for_listener
-from odradek.metadata.writer import LocalMetadataWriter
+from odradek.metadata.writer import LocalMetadataWriter, MetadataSnapshotsUnusableError
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX
@@ -276,6 +276,8 @@ class Broker:
             log = opened = self._open_metadata_log(recovery_point, clean, log_start)
             self.controller = self._local_controller(log)
             self.controller.replay()
+        except MetadataSnapshotsUnusableError as error:  # truncating cannot help
+            raise MetadataLogDamagedError(str(error)) from None
         except CommittedDataCorruptError as error:
             if not self.truncate_damaged_metadata:
                 raise MetadataLogDamagedError(_damaged_message(error, first_dir)) from None

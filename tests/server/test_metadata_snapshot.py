@@ -42,7 +42,12 @@ from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from tests.server.test_admin_configs import configs_of, set_topic_configs
-from tests.server.test_metadata_log import grow_metadata_log, topic_names
+from tests.server.test_metadata_log import (
+    grow_metadata_log,
+    log_digests,
+    serve_refused,
+    topic_names,
+)
 from tests.server.test_protocol import create_topic, make_topic
 from tests.support.broker import BrokerProcess
 from tests.support.damage import flip
@@ -293,6 +298,17 @@ def test_a_broker_snapshots_deletes_old_segments_and_restarts_from_the_snapshot(
             assert configs_of(client, TOPIC_TYPE, seed)["retention.ms"].value == "86400000"
             assert configs_of(client, TOPIC_TYPE, names[0])["retention.ms"].value == "7200000"
         assert "Traceback" not in broker.log()
+
+        # Every snapshot damaged and the log below them gone: refused, one line, nothing
+        # changed, and --truncate-damaged-metadata cannot help either.
+        assert broker.stop() == 0
+        for path in snapshot_files(broker.data_dir):
+            flip(path, path.stat().st_size // 2)
+        before = log_digests(broker.data_dir)
+        for extra in ((), ("--truncate-damaged-metadata",)):
+            line = serve_refused(broker.data_dir, *extra)
+            assert "no usable metadata snapshot" in line and "restore" in line, line
+        assert log_digests(broker.data_dir) == before
     finally:
         broker.stop()
         broker.kill()
