@@ -246,6 +246,38 @@ def test_an_empty_log_with_a_snapshot_restarts_at_its_end(tmp_path: Path) -> Non
         log.close()
 
 
+def test_the_time_bound_snapshots_a_change_once_the_interval_passed(tmp_path: Path) -> None:
+    directory = tmp_path / METADATA_LOG_DIR
+    now = [1_000_000]
+    log, _ = open_log(directory, SMALL_SEGMENTS, clock=lambda: now[0])
+
+    async def run() -> None:
+        writer = LocalMetadataWriter(log, MetadataLoader(), SnapshotPolicy(10**9, 60_000))
+        writer.replay()
+        await commit_changes(writer, 3)
+        now[0] += 59_999
+        writer.maybe_snapshot()
+        await writer.wait_snapshot()
+        assert FileSnapshotStore(directory).list() == []
+        now[0] += 1  # the broker's timer calls maybe_snapshot every second
+        writer.maybe_snapshot()
+        await writer.wait_snapshot()
+        (snapshot,) = FileSnapshotStore(directory).list()
+        assert snapshot.end_offset == writer.loader.image.offset + 1
+        now[0] += 10**6  # no change since: no new snapshot, however long
+        writer.maybe_snapshot()
+        await writer.wait_snapshot()
+        assert len(FileSnapshotStore(directory).list()) == 1
+        # As in Kafka, a change after a quiet interval is snapshotted at once.
+        await commit_changes(writer, 1, first=3)
+        assert len(FileSnapshotStore(directory).list()) == 2
+
+    try:
+        asyncio.run(run())
+    finally:
+        log.close()
+
+
 # -- a real broker ----------------------------------------------------------------------
 
 LOW_BOUND = ["--override", "metadata.log.max.record.bytes.between.snapshots=4096"]
