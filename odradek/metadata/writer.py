@@ -16,7 +16,10 @@ the image everyone (the controller too) reads. So the writer's contract is:
 committed means appended to ``__cluster_metadata-0`` and fsynced. A write or fsync
 that fails cuts the log back to where it was and syncs that, so a restart replays
 exactly what clients saw; if even the cut fails the log's state on disk is unknown
-and every later append is refused until a restart recovers it.
+and every later append is refused until a restart recovers it. It also writes the
+metadata snapshots (snapshotter.py decides when): off the event loop, then it moves
+the log start past the whole segments no kept snapshot needs; ``replay`` starts from
+the newest snapshot that reads back whole and applies only the log after it.
 
 A Raft-backed writer keeps this shape: ``append`` appends to the leader's log and
 completes when the high watermark passes the batch (the Raft client's commit

@@ -2,9 +2,10 @@
 
 How this works and why: start-up follows the order in which each part needs the one
 before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
-from its checkpointed recovery point and replay it through the MetadataLoader into
-an image (LocalMetadataWriter; damage to its flushed part stops the broker with one
-line rather than starting an empty cluster whose partition data would look stray),
+from its checkpointed recovery point and replay its newest snapshot and the log after
+it through the MetadataLoader into an image (LocalMetadataWriter; damage to its
+flushed part stops the broker with one line rather than starting an empty cluster
+whose partition data would look stray),
 bind the listeners (so port 0 becomes a real port), register this broker with those
 endpoints, create the partitions the image assigns here (ReplicaManager.catch_up),
 subscribe to the loader's deltas, and only then accept connections and print the
@@ -70,11 +71,12 @@ METADATA_LOG_DIR: Final = f"{METADATA_TOPIC}-0"
 # One commit is one batch: a CreateTopics of 10,000 partitions (the per-request limit)
 # is about 2 MB of records, over the 1 MiB topic default, so batches may be up to a
 # segment (KRaft's controller batches are bounded at 8 MiB too).
-# How often the time bound of metadata snapshots is checked.
-SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
 METADATA_LOG_CONFIG: Final = LogConfig(
     retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
 )
+
+# How often the time bound of metadata snapshots is checked (commits check the bytes).
+SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
 
 
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
@@ -246,7 +248,8 @@ class Broker:
         return log
 
     def _load_metadata(self) -> None:
-        """Open ``__cluster_metadata-0`` from its recovery point and replay it.
+        """Open ``__cluster_metadata-0`` from its recovery point and replay it: the
+        newest valid snapshot beside it, then the batches after that snapshot.
 
         A clean restart trusts its flushed segments (replay still checks every CRC);
         after a crash only what follows the recovery point is re-read, and a torn tail
