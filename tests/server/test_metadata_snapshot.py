@@ -15,8 +15,8 @@ In process (LocalMetadataWriter over a real log with small segments):
 Real broker (``odradek serve``): a metadata log grown past three segments and many
 topics created with a low ``metadata.log.max.record.bytes.between.snapshots``: the old
 segments are deleted, the restart starts from the snapshot with every topic and
-config, and kill -9 at random moments while snapshots are being written loses no
-acknowledged topic.
+config, and kill -9 at random moments while snapshots (of 20,000 topics, so each
+takes a while) are being written loses no acknowledged topic.
 """
 
 from __future__ import annotations
@@ -35,8 +35,14 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.snapshotter import SnapshotPolicy, write_snapshot
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.raft.snapshots import FileSnapshotStore
-from odradek.server.broker import METADATA_LOG_DIR
-from odradek.storage.checkpoint import LOG_START_OFFSET_CHECKPOINT, read_offset_checkpoint
+from odradek.records.codec import Record, encode_batch
+from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
+from odradek.storage.checkpoint import (
+    LOG_START_OFFSET_CHECKPOINT,
+    RECOVERY_POINT_CHECKPOINT,
+    read_offset_checkpoint,
+    write_offset_checkpoint,
+)
 from odradek.storage.errors import CommittedDataCorruptError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
@@ -278,6 +284,39 @@ def test_the_time_bound_snapshots_a_change_once_the_interval_passed(tmp_path: Pa
         log.close()
 
 
+def change_topic(index: int) -> list[MetadataRecord]:
+    topic_id = str(uuid.UUID(int=10**6 + index))
+    return [
+        MetadataRecord("Topic", {"name": f"offline-{index}", "topic_id": topic_id}),
+        MetadataRecord(
+            "Partition",
+            {
+                "topic_id": topic_id,
+                "partition": 0,
+                "replicas": [99],
+                "isr": [99],
+                "leader": 99,
+                "leader_epoch": 0,
+            },
+        ),
+    ]
+
+
+def append_offline(data_dir: Path, records: list[MetadataRecord]) -> None:
+    """Append controller-format batches of 100 records to a stopped broker's metadata log."""
+    log, _ = open_log(data_dir / METADATA_LOG_DIR, METADATA_LOG_CONFIG)
+    for first in range(0, len(records), 100):
+        chunk = records[first : first + 100]
+        encoded = [Record(i, 1_700_000_000_000, *r.encode()) for i, r in enumerate(chunk)]
+        log.append_as_leader(encode_batch(encoded), 1)
+    log.flush()
+    end = log.log_end_offset
+    log.close()
+    points = read_offset_checkpoint(data_dir / RECOVERY_POINT_CHECKPOINT)
+    points[METADATA_TP] = end
+    write_offset_checkpoint(data_dir / RECOVERY_POINT_CHECKPOINT, points)
+
+
 # -- a real broker ----------------------------------------------------------------------
 
 LOW_BOUND = ["--override", "metadata.log.max.record.bytes.between.snapshots=4096"]
@@ -356,7 +395,12 @@ def test_kill_9_while_snapshots_are_written_loses_no_acknowledged_topic(
     )
     rng = random.Random(7)
     acknowledged: set[str] = set()
+    torn = 0
     try:
+        # 20,000 topics (of another broker) make each snapshot take a while to write.
+        broker.start()
+        assert broker.stop() == 0
+        append_offline(broker.data_dir, [r for i in range(20_000) for r in change_topic(i)])
         for _round in range(4):
             broker.start()
             assert acknowledged <= topic_names(broker.bootstrap)
@@ -372,9 +416,14 @@ def test_kill_9_while_snapshots_are_written_loses_no_acknowledged_topic(
             broker.kill()
             files = snapshot_files(broker.data_dir)
             assert files, "no snapshot was ever written"
+            torn += len(list((broker.data_dir / METADATA_LOG_DIR).glob("*.part")))
         broker.start()
         assert acknowledged <= topic_names(broker.bootstrap)
+        assert broker.log().count("wrote metadata snapshot") >= 4
         assert "Traceback" not in broker.log()
+        # The .part exists only while the built payload is written and fsynced, a short
+        # window; the unit tests above start from a torn .part directly.
+        print(f"{len(acknowledged)} topics; kills that left a torn snapshot: {torn}")
     finally:
         broker.stop()
         broker.kill()
