@@ -6,7 +6,8 @@ instead of opening the log, because opening recovers: it would truncate a torn t
 and rebuild indexes, hiding exactly what we want to see. Nothing here ever writes.
 
 Each FILE is dispatched on its name: ``.log``, ``.index``, ``.timeindex``,
-``.snapshot`` or ``leader-epoch-checkpoint`` (a trailing ``.deleted`` is allowed).
+``.snapshot``, ``.checkpoint`` (a KIP-630 metadata snapshot) or
+``leader-epoch-checkpoint`` (a trailing ``.deleted`` is allowed).
 
 - ``.log`` files are read batch by batch through a read-ahead window of
   ``READ_CHUNK_BYTES``, so memory is bounded by one chunk (or one batch, when a batch
@@ -18,7 +19,10 @@ Each FILE is dispatched on its name: ``.log``, ``.index``, ``.timeindex``,
   ``--verify-index-only`` are checked against the sibling ``.log``: the entries and
   the log's batch headers are walked together in one forward pass (both are sorted),
   so verification costs one scan of the headers and no per-batch memory.
-- snapshots and the epoch checkpoint are small and decoded by the storage layer.
+- producer snapshots and the epoch checkpoint are small and decoded by the storage
+  layer; a metadata snapshot (``<offset>-<epoch>.checkpoint``) is checked whole by
+  ``metadata/snapshot.py`` and printed as header, batches (records through the
+  cluster-metadata decoder with ``--print-data-log``) and footer.
 
 Index dumping and verification live in dump_index.py; the file reading both share
 (read-ahead window, header scan, error types) in dump_common.py.
@@ -52,6 +56,8 @@ from odradek.cli.dump_common import (
 )
 from odradek.cli.dump_index import dump_offset_index, dump_time_index
 from odradek.cli.subcommand import Subparsers
+from odradek.metadata.snapshot import read_snapshot as read_metadata_snapshot
+from odradek.raft.snapshots import SNAPSHOT_SUFFIX as METADATA_SNAPSHOT_SUFFIX
 from odradek.records.batch import (
     COMPRESSION_NAMES,
     LOG_APPEND_TIME,
@@ -80,6 +86,9 @@ from odradek.storage.segment import (
 
 NAME: Final = "dump-log"
 SEQUENCE_MODULUS: Final = 2**31
+# A metadata snapshot is read whole (its records are checked before any is printed);
+# one of 100,000 records is ~13 MB.
+MAX_SNAPSHOT_DUMP_BYTES: Final = 2**30
 # Kafka's ControlRecordType ids; only ABORT and COMMIT have a value we decode.
 CONTROL_TYPE_NAMES: Final = {
     ABORT_MARKER: "ABORT",
@@ -103,8 +112,9 @@ def add_parser(subparsers: Subparsers) -> None:
     parser = subparsers.add_parser(
         NAME,
         help="print the contents of log segments, indexes, snapshots and checkpoints",
-        description="Print the contents of .log, .index, .timeindex and .snapshot files "
-        "and leader-epoch-checkpoint files, like Kafka's DumpLogSegments. Exit status "
+        description="Print the contents of .log, .index, .timeindex and .snapshot files, "
+        "metadata snapshots (.checkpoint) and leader-epoch-checkpoint files, like Kafka's "
+        "DumpLogSegments. Exit status "
         "is 1 if any file is missing or holds invalid data.",
     )
     parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
@@ -203,13 +213,14 @@ def _classify(path: Path) -> tuple[_Dumper, str]:
         INDEX_SUFFIX: dump_offset_index,
         TIME_INDEX_SUFFIX: dump_time_index,
         SNAPSHOT_SUFFIX: _dump_snapshot,
+        METADATA_SNAPSHOT_SUFFIX: _dump_metadata_snapshot,
     }
     stem, dot, suffix = name.rpartition(".")
     dumper = dumpers.get(dot + suffix)
     if not stem or dumper is None:
         raise DumpError(
-            f"{path}: unknown file type (expected .log, .index, .timeindex, .snapshot "
-            f"or {LEADER_EPOCH_CHECKPOINT})"
+            f"{path}: unknown file type (expected .log, .index, .timeindex, .snapshot, "
+            f".checkpoint or {LEADER_EPOCH_CHECKPOINT})"
         )
     return dumper, stem
 
@@ -361,6 +372,34 @@ def _dump_snapshot(target: Target) -> bool:
     target.emit(f"Dumping {target.path}")
     for producer in producers:
         target.emit(_producer_line(producer))
+    return True
+
+
+def _dump_metadata_snapshot(target: Target) -> bool:
+    """A KIP-630 metadata snapshot: header, batches (records with --print-data-log), footer.
+
+    The whole file is checked first (every CRC, header first, footer last); a damaged
+    one is reported on one line, as recovery would refuse it."""
+    with open_regular(target.path) as (_fd, size):
+        if size > MAX_SNAPSHOT_DUMP_BYTES:
+            raise DumpError(f"{target.path}: {size} bytes, more than this tool reads")
+    data = target.path.read_bytes()
+    contents = read_metadata_snapshot(data, str(target.path))  # SnapshotCorruptError: 1 line
+    target.emit(f"Dumping {target.path}")
+    end_offset, _, epoch = target.stem.partition("-")
+    if end_offset.isdigit() and epoch.isdigit():
+        target.emit(f"Snapshot end offset: {int(end_offset)} epoch: {int(epoch)}")
+    target.emit(
+        f"Snapshot header: version: 0 lastContainedLogTimestamp: "
+        f"{contents.last_contained_timestamp}"
+    )
+    for header in contents.batches:
+        target.emit(_batch_line(header, True))
+        if target.options.print_data:
+            for record in iter_records(data, header):
+                target.emit(_record_line(record, header, "metadata"))
+    target.emit("Snapshot footer: version: 0")
+    target.emit(f"Records: {len(contents.records)}")
     return True
 
 

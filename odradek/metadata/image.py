@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, Final
 
@@ -102,6 +102,61 @@ class MetadataImage:
         builder.apply(records, offset)
         return builder.freeze(offset)
 
+    def to_records(self) -> list[MetadataRecord]:
+        """The fewest records that rebuild this image (less its offset) from empty.
+
+        Exact for every image the controller's records build (topic names and ids are
+        unique); a log that reused a topic id under two names replays to id → name
+        entries that no set of records rebuilds.
+
+        What a snapshot holds: replaying them through ``ImageReplay`` gives an image
+        equal to this one. Brokers first, then each topic followed by its configs and
+        partitions, then the configs of other resources, then the producer-id block.
+        """
+        records: list[MetadataRecord] = []
+        for broker in sorted(self.brokers.values(), key=lambda b: b.broker_id):
+            records.append(
+                MetadataRecord(
+                    "RegisterBroker",
+                    {
+                        "broker_id": broker.broker_id,
+                        "endpoints": [list(e) for e in broker.endpoints],
+                        "rack": broker.rack,
+                        "incarnation_id": broker.incarnation_id,
+                        "fenced": broker.fenced,
+                        "broker_epoch": broker.epoch,
+                    },
+                )
+            )
+        for name in sorted(self.topics):
+            topic = self.topics[name]
+            records.append(MetadataRecord("Topic", {"name": name, "topic_id": str(topic.topic_id)}))
+            records.extend(_config_records((TOPIC_RESOURCE, name), self.topic_configs(name)))
+            for index in sorted(topic.partitions):
+                p = topic.partitions[index]
+                records.append(
+                    MetadataRecord(
+                        "Partition",
+                        {
+                            "topic_id": str(topic.topic_id),
+                            "partition": p.partition,
+                            "replicas": list(p.replicas),
+                            "isr": list(p.isr),
+                            "leader": p.leader,
+                            "leader_epoch": p.leader_epoch,
+                            "partition_epoch": p.partition_epoch,
+                        },
+                    )
+                )
+        for resource in sorted(self.configs):
+            if resource[0] != TOPIC_RESOURCE or resource[1] not in self.topics:
+                records.extend(_config_records(resource, self.configs[resource]))
+        if self.next_producer_id:
+            records.append(
+                MetadataRecord("ProducerIds", {"next_producer_id": self.next_producer_id})
+            )
+        return records
+
 
 class ImageReplay:
     """Folds a whole log into one image (start-up): one builder for every batch.
@@ -145,6 +200,16 @@ class ChangedKeys:
     resources: set[tuple[str, str]] = field(default_factory=set)  # config resources
 
 
+def _config_records(resource: tuple[str, str], values: Mapping[str, str]) -> list[MetadataRecord]:
+    return [
+        MetadataRecord(
+            "Config",
+            {"resource_type": resource[0], "resource_name": resource[1], "name": k, "value": v},
+        )
+        for k, v in sorted(values.items())
+    ]
+
+
 def _frozen(mapping: dict[Any, Any]) -> Mapping[Any, Any]:
     return MappingProxyType(mapping) if mapping else _EMPTY
 
@@ -163,6 +228,8 @@ class _Builder:
         self.next_producer_id = image.next_producer_id
         self.changed = ChangedKeys()
         self.record_offset = -1  # offset of the record being applied
+        # Topic ids as written -> parsed: a topic's Partition records name it again.
+        self.parsed_ids: dict[str, uuid.UUID] = {}
 
     def apply(self, records: Iterable[MetadataRecord], last_offset: int) -> None:
         batch = records if isinstance(records, Sequence) else list(records)
@@ -196,7 +263,8 @@ class _Builder:
             assert topics is not None
             for name, partitions in self.partitions.items():
                 if name in topics:
-                    topics[name] = replace(topics[name], partitions=_frozen(partitions))
+                    topic = topics[name]  # built directly: dataclasses.replace is slow
+                    topics[name] = TopicImage(topic.name, topic.topic_id, _frozen(partitions))
         configs = self.configs
         if self.resource_configs:
             assert configs is not None
@@ -222,7 +290,8 @@ def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
         f.get("rack"),
         f.get("incarnation_id", ""),
         bool(f.get("fenced", False)),
-        state.record_offset,
+        # A snapshot carries the epoch (the offset of the original registration).
+        f.get("broker_epoch", state.record_offset),
     )
     if state.brokers is None:
         state.brokers = dict(state.image.brokers)
@@ -230,8 +299,15 @@ def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
     state.changed.brokers.add(broker.broker_id)
 
 
+def _topic_id(state: _Builder, text: str) -> uuid.UUID:
+    topic_id = state.parsed_ids.get(text)
+    if topic_id is None:
+        topic_id = state.parsed_ids[text] = uuid.UUID(text)
+    return topic_id
+
+
 def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
-    topic_id = uuid.UUID(f["topic_id"])
+    topic_id = _topic_id(state, f["topic_id"])
     name = f["name"]
     replaced = state.topic_map().get(name)
     if replaced is not None:  # never written by the controller; replayed as it reads
@@ -246,7 +322,7 @@ def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
 
 
 def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
-    topic_id = uuid.UUID(f["topic_id"])
+    topic_id = _topic_id(state, f["topic_id"])
     names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
     topics = state.image.topics if state.topics is None else state.topics
     name = names.get(topic_id)
@@ -263,7 +339,9 @@ def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
     )
     partitions = state.partitions.get(topic.name)
     if partitions is None:
-        partitions = state.partitions[topic.name] = dict(topic.partitions)
+        partitions = state.partitions[topic.name] = (
+            dict(topic.partitions) if topic.partitions else {}
+        )
         state.topic_map()  # freeze() rebuilds this topic in a copied map
     partitions[partition.partition] = partition
     state.changed.partitions.add((topic.name, partition.partition))

@@ -92,6 +92,15 @@ class LoaderRun:
         self._replay.apply(records, offset)
         self._batches += 1
 
+    def apply_snapshot(self, end_offset: int, records: Sequence[MetadataRecord]) -> None:
+        """Start the run from a snapshot holding every record below ``end_offset``.
+
+        Only as the first thing a run does on an empty loader: the snapshot's records
+        rebuild the image the log up to ``end_offset - 1`` built (image.to_records)."""
+        assert self._batches == 0 and self._replay.offset == -1, "a snapshot starts a run"
+        self._replay.apply(records, end_offset - 1)
+        self._batches += 1
+
     def finish(self) -> MetadataImage:
         """Publish the run's (delta, image), if it applied anything; the loader's image."""
         if self._batches == 0:

@@ -2,9 +2,10 @@
 
 How this works and why: start-up follows the order in which each part needs the one
 before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
-from its checkpointed recovery point and replay it through the MetadataLoader into
-an image (LocalMetadataWriter; damage to its flushed part stops the broker with one
-line rather than starting an empty cluster whose partition data would look stray),
+from its checkpointed recovery point and replay its newest snapshot and the log after
+it through the MetadataLoader into an image (LocalMetadataWriter; damage to its
+flushed part stops the broker with one line rather than starting an empty cluster
+whose partition data would look stray),
 bind the listeners (so port 0 becomes a real port), register this broker with those
 endpoints, create the partitions the image assigns here (ReplicaManager.catch_up),
 subscribe to the loader's deltas, and only then accept connections and print the
@@ -38,10 +39,12 @@ from odradek.metadata.controller_channel import LocalControllerChannel
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.snapshotter import SnapshotPolicy
 from odradek.metadata.view import Endpoint, endpoints_for_listener
-from odradek.metadata.writer import LocalMetadataWriter
+from odradek.metadata.writer import LocalMetadataWriter, MetadataSnapshotsUnusableError
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
+from odradek.raft.snapshots import SNAPSHOT_SUFFIX
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig, ConfigError
 from odradek.server.config_alter import BrokerConfigRules
@@ -63,14 +66,17 @@ from odradek.storage.meta_properties import (
 logger = logging.getLogger(__name__)
 
 METADATA_LOG_DIR: Final = f"{METADATA_TOPIC}-0"
-# The metadata log is never truncated by retention: it is the cluster's history
-# (snapshots, which would allow trimming it, come with the controller-quorum issue).
+# The metadata log is never truncated by retention: only a snapshot moves its start
+# (metadata/snapshotter.py).
 # One commit is one batch: a CreateTopics of 10,000 partitions (the per-request limit)
 # is about 2 MB of records, over the 1 MiB topic default, so batches may be up to a
 # segment (KRaft's controller batches are bounded at 8 MiB too).
 METADATA_LOG_CONFIG: Final = LogConfig(
     retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
 )
+
+# How often the time bound of metadata snapshots is checked (commits check the bytes).
+SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
 
 
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
@@ -124,6 +130,8 @@ class Broker:
             reserved_dirs=frozenset({METADATA_LOG_DIR}),
         )
         self.metadata_log: Log | None = None
+        self.metadata_writer: LocalMetadataWriter | None = None
+        self._snapshot_timer: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
@@ -204,17 +212,19 @@ class Broker:
         self.group_coordinator.on_metadata(self.image)
         self.group_coordinator.start()
         self._housekeeping = asyncio.create_task(self.log_manager.run())
+        self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
         self.server.start()
         return [b.url() for b in bound]
 
-    def _open_metadata_log(self, recovery_point: int, clean: bool) -> Log:
+    def _open_metadata_log(self, recovery_point: int, clean: bool, log_start: int = 0) -> Log:
         directory = self.config.metadata_log_dir / METADATA_LOG_DIR
         log, stats = open_log(
             directory,
             METADATA_LOG_CONFIG,
             recovery_point=recovery_point,
+            log_start_offset=log_start,
             clean_shutdown=clean,
             strict=not self.truncate_damaged_metadata,
         )
@@ -238,7 +248,8 @@ class Broker:
         return log
 
     def _load_metadata(self) -> None:
-        """Open ``__cluster_metadata-0`` from its recovery point and replay it.
+        """Open ``__cluster_metadata-0`` from its recovery point and replay it: the
+        newest valid snapshot beside it, then the batches after that snapshot.
 
         A clean restart trusts its flushed segments (replay still checks every CRC);
         after a crash only what follows the recovery point is re-read, and a torn tail
@@ -254,17 +265,22 @@ class Broker:
                 f"{first_dir}: set metadata.log.dir={state.log_dir} (or move the directory)"
             )
         recovery_point, clean = (state.recovery_point, state.clean) if state else (0, True)
+        log_start = state.log_start_offset if state else 0
         partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
         directory = first_dir / METADATA_LOG_DIR
-        has_data = any(p.stat().st_size for p in directory.glob("*.log"))
+        # A snapshot is metadata too: the log below it may have been deleted.
+        has_snapshot = any(directory.glob("*" + SNAPSHOT_SUFFIX))
+        has_data = has_snapshot or any(p.stat().st_size for p in directory.glob("*.log"))
         if partitions and not has_data and not self.truncate_damaged_metadata:
             # Checked before opening the log, which would create an empty one.
             raise MetadataLogDamagedError(_missing_message(directory, partitions))
         opened: Log | None = None
         try:
-            log = opened = self._open_metadata_log(recovery_point, clean)
+            log = opened = self._open_metadata_log(recovery_point, clean, log_start)
             self.controller = self._local_controller(log)
             self.controller.replay()
+        except MetadataSnapshotsUnusableError as error:  # truncating cannot help
+            raise MetadataLogDamagedError(str(error)) from None
         except CommittedDataCorruptError as error:
             if not self.truncate_damaged_metadata:
                 raise MetadataLogDamagedError(_damaged_message(error, first_dir)) from None
@@ -273,10 +289,11 @@ class Broker:
             )
             if opened is not None:
                 opened.close()
-            log = self._open_metadata_log(0, False)  # full recovery: cut at the first bad batch
+            # full recovery: cut at the first bad batch
+            log = self._open_metadata_log(0, False, log_start)
             self.controller = self._local_controller(log)
             self.controller.replay()
-        if log.log_end_offset == 0 and partitions:
+        if log.log_end_offset == 0 and partitions and self.image.offset < 0:
             if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
                 raise MetadataLogDamagedError(_missing_message(directory, partitions))
             logger.warning(
@@ -289,7 +306,11 @@ class Broker:
     def _local_controller(self, log: Log) -> Controller:
         """The single voter: its writer fsyncs ``log`` and feeds a fresh loader."""
         self.metadata_loader = MetadataLoader()
-        writer = LocalMetadataWriter(log, self.metadata_loader)
+        policy = SnapshotPolicy(
+            self.config["metadata.log.max.record.bytes.between.snapshots"],
+            self.config["metadata.log.max.snapshot.interval.ms"],
+        )
+        writer = self.metadata_writer = LocalMetadataWriter(log, self.metadata_loader, policy)
         return Controller(writer, self.metadata_loader, self.node_id, self.dynamic_defaults)
 
     async def stop(self) -> None:
@@ -299,10 +320,13 @@ class Broker:
         for dispatcher in self.dispatchers.values():
             dispatcher.malformed.close()  # the counts the last interval suppressed
             dispatcher.unsupported.close()
-        if self._housekeeping is not None:
-            self._housekeeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._housekeeping
+        for task in (self._housekeeping, self._snapshot_timer):
+            if task is not None:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+        if self.metadata_writer is not None:
+            await self.metadata_writer.wait_snapshot()  # before its log is closed
         loop = asyncio.get_running_loop()
         failure: Exception | None = None
         try:
@@ -320,6 +344,13 @@ class Broker:
         self.stopped.set()
         if failure is not None:
             raise failure
+
+    async def _snapshot_ticks(self) -> None:
+        """The time bound of metadata snapshots: commits check the byte bound."""
+        while True:
+            await asyncio.sleep(SNAPSHOT_CHECK_INTERVAL_S)
+            if self.metadata_writer is not None:
+                self.metadata_writer.maybe_snapshot()
 
     # -- metadata --------------------------------------------------------------------
     @property

@@ -92,6 +92,7 @@ class ReservedLogState:
     log_dir: Path
     recovery_point: int
     clean: bool
+    log_start_offset: int = 0  # moved by the owner (metadata snapshots)
 
 
 def parse_log_dir_name(name: str) -> TopicPartition | None:
@@ -182,7 +183,8 @@ class LogManager:
             if child.name in self.reserved_dirs:
                 reserved_tp = parse_log_dir_name(child.name)
                 point = recovery_points.get(reserved_tp, 0) if reserved_tp else 0
-                self.reserved[child.name] = ReservedLogState(log_dir, point, clean)
+                start = start_offsets.get(reserved_tp, 0) if reserved_tp else 0
+                self.reserved[child.name] = ReservedLogState(log_dir, point, clean, start)
                 continue
             if _STRAY_DIR_NAME.match(child.name):
                 logger.warning(
@@ -304,7 +306,9 @@ class LogManager:
     def attach_reserved_log(self, name: str, log_dir: Path, log: Log) -> None:
         """Checkpoint a reserved log's recovery point from now on, and close it on shutdown."""
         self._reserved_logs[name] = log
-        self.reserved[name] = ReservedLogState(log_dir, log.recovery_point, False)
+        self.reserved[name] = ReservedLogState(
+            log_dir, log.recovery_point, False, log.log_start_offset
+        )
 
     def _reserved_recovery_points(self, log_dir: Path) -> dict[TopicPartition, int]:
         points = {}
@@ -316,6 +320,18 @@ class LogManager:
             points[tp] = log.recovery_point if log is not None else state.recovery_point
         return points
 
+    def _reserved_start_offsets(self, log_dir: Path) -> dict[TopicPartition, int]:
+        starts = {}
+        for name, state in self.reserved.items():
+            tp = parse_log_dir_name(name)
+            if tp is None or state.log_dir != log_dir:
+                continue
+            log = self._reserved_logs.get(name)
+            start = log.log_start_offset if log is not None else state.log_start_offset
+            if start > 0:
+                starts[tp] = start
+        return starts
+
     def _write_checkpoints_for(self, log_dir: Path) -> None:
         logs = self._logs_in(log_dir)
         write_offset_checkpoint(
@@ -325,7 +341,8 @@ class LogManager:
         )
         write_offset_checkpoint(
             log_dir / LOG_START_OFFSET_CHECKPOINT,
-            {tp: log.log_start_offset for tp, log in logs.items() if log.log_start_offset > 0},
+            {tp: log.log_start_offset for tp, log in logs.items() if log.log_start_offset > 0}
+            | self._reserved_start_offsets(log_dir),
         )
         write_offset_checkpoint(
             log_dir / REPLICATION_OFFSET_CHECKPOINT,

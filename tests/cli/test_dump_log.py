@@ -590,7 +590,7 @@ def test_unreadable_files_are_one_line_errors_and_the_rest_is_dumped(
         f"odradek dump-log: error: {missing}: No such file or directory",
         f"odradek dump-log: error: {directory}: not a regular file",
         f"odradek dump-log: error: {odd}: unknown file type (expected .log, .index, "
-        ".timeindex, .snapshot or leader-epoch-checkpoint)",
+        ".timeindex, .snapshot, .checkpoint or leader-epoch-checkpoint)",
         f"odradek dump-log: error: {unnamed}: the file name does not start with a base offset",
     ]
 
