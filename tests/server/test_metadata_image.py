@@ -77,6 +77,9 @@ def model(records: list[MetadataRecord]) -> dict[str, Any] | None:
             brokers[f["broker_id"]] = tuple(tuple(e) for e in f["endpoints"])
         elif record.kind == "Topic":
             topic_id = uuid.UUID(f["topic_id"])
+            replaced = topics.get(f["name"])
+            if replaced is not None:  # the old id names nothing any more
+                names.pop(replaced[0], None)
             topics[f["name"]] = (topic_id, {})
             names[topic_id] = f["name"]
         elif record.kind == "Partition":
@@ -86,8 +89,10 @@ def model(records: list[MetadataRecord]) -> dict[str, Any] | None:
             topics[name][1][f["partition"]] = (f["leader_epoch"],)
         elif record.kind == "RemoveTopic":
             topic_id = uuid.UUID(f["topic_id"])
-            name = names.pop(topic_id, None)
-            if name is not None:
+            name = names.get(topic_id)
+            # Only the topic that still holds this id under its name is removed.
+            if name is not None and name in topics and topics[name][0] == topic_id:
+                del names[topic_id]
                 topics.pop(name, None)
                 configs.pop(("topic", name), None)
         elif record.kind == "Config":
