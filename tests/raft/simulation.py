@@ -7,6 +7,10 @@ appends, snapshots — comes from one ``random.Random(seed)``, so any failure re
 exactly from its seed (``make simulate SEED=... VOTERS=...``). Time is a global event
 queue; each node sees it through its own clock (an offset and a rate within ±3%).
 
+Entries span offsets as Kafka's batches do: a client append takes 1–5 offsets (drawn
+from the seed), and in some runs the LeaderChange entry takes two, so every invariant
+is checked with offsets that are not entry boundaries around.
+
 Crashes are honest about durability: the in-memory log keeps only its flushed prefix,
 partial snapshots vanish, the election store survives (it is written synchronously), and
 messages in flight to or from the old incarnation are dropped (as TCP would).
@@ -41,6 +45,7 @@ from odradek.raft import (
     RaftConfig,
     RaftNode,
 )
+from odradek.raft.election import leader_change_payload, plain_control_entry
 from odradek.raft.node import BackPressureError
 from tests.raft.invariants import InvariantChecks
 from tests.raft.model import (
@@ -58,6 +63,8 @@ TRACE_EVENTS = 60
 # A run that needs more events than this is looping, not simulating.
 MAX_EVENTS = 2_000_000
 CLUSTER_ID = "simulated-cluster"
+# A client append takes 1..this many offsets (a batch of that many records).
+MAX_ENTRY_OFFSETS = 5
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=1000,
     fetch_timeout_ms=2000,
@@ -210,6 +217,9 @@ class Simulation(InvariantChecks):
             random.Random(self.rng.random()),
             node.local_ms(self.now),
             cluster_id=CLUSTER_ID,
+            control_entry=(
+                _two_offset_control_entry if self.scenario.seed % 3 == 0 else plain_control_entry
+            ),
         )
         if node.raft.epoch < node.max_epoch:
             raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")
@@ -389,9 +399,10 @@ class Simulation(InvariantChecks):
         node = self.rng.choice(leaders)
         assert node.raft is not None
         payload = f"s{self.scenario.seed}-e{self.appended}".encode()
+        count = self.rng.randint(1, MAX_ENTRY_OFFSETS)
         self.appended += 1
         try:
-            offset = node.raft.append(payload, node.local_ms(self.now))
+            offset = node.raft.append(payload, node.local_ms(self.now), count)
         except (NotLeaderError, BackPressureError):
             return
         if self.calm:
@@ -428,8 +439,16 @@ def _brief(message: object) -> str:
         parts.append(f"{key}={getattr(message, key)}")
     records = getattr(message, "records", None)
     if records:
-        parts.append(f"records=[{records[0].offset}..{records[-1].offset}]")
+        parts.append(f"records=[{records[0].offset}..{records[-1].last_offset}]")
     return f"{name}({', '.join(parts)})"
+
+
+def _two_offset_control_entry(
+    epoch: int, leader_id: int, voters: frozenset[int], granting_voters: frozenset[int]
+) -> tuple[bytes, int]:
+    """A LeaderChange taking two offsets, so the leader's epoch start is an entry of
+    more than one offset too (the high watermark rule reasons about it)."""
+    return leader_change_payload(leader_id, voters), 2
 
 
 def scenario_for(seed: int, voters: int) -> Scenario:
