@@ -316,6 +316,7 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         latest = self.snapshots.latest()
         if latest is not None and latest.end_offset >= end_offset:
             return latest
+        assert self.log.is_boundary(end_offset), f"snapshot end {end_offset} is inside an entry"
         snapshot_id = SnapshotId(end_offset=end_offset, epoch=self.log.epoch_at(end_offset - 1))
         self.snapshots.create(snapshot_id, payload)
         if delete_log:
