@@ -31,6 +31,8 @@ responses from an earlier round are not counted twice or in the wrong round.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from kio.schema.errors import ErrorCode
 
 from odradek.raft.core import NodeCore
@@ -53,13 +55,35 @@ from odradek.raft.roles import (
 )
 
 
+class ControlEntryBuilder(Protocol):
+    def __call__(
+        self,
+        epoch: int,
+        leader_id: int,
+        voters: frozenset[int],
+        granting_voters: frozenset[int],
+    ) -> tuple[bytes, int]:
+        """The LeaderChange control entry's payload and how many offsets it takes."""
+        ...
+
+
 def leader_change_payload(leader_id: int, voters: frozenset[int]) -> bytes:
     """The LeaderChange control entry's payload (Kafka's LeaderChangeMessage fields)."""
     voter_list = ",".join(str(voter) for voter in sorted(voters))
     return f"LeaderChange leaderId={leader_id} voters={voter_list}".encode()
 
 
+def plain_control_entry(
+    epoch: int, leader_id: int, voters: frozenset[int], granting_voters: frozenset[int]
+) -> tuple[bytes, int]:
+    """A plain-text LeaderChange of one offset: for logs whose payloads are opaque (the
+    simulation, unit tests). A disk log needs ``control_records.leader_change_entry``."""
+    return leader_change_payload(leader_id, voters), 1
+
+
 class ElectionHandlers(NodeCore):
+    _control_entry: ControlEntryBuilder
+
     # --- starting elections -----------------------------------------------------
 
     def _start_prospective(self, now_ms: int) -> None:
@@ -91,16 +115,15 @@ class ElectionHandlers(NodeCore):
             role.ballot.pending[self._send(voter, request)] = voter
 
     def _become_leader(self, now_ms: int) -> None:
+        candidate = self.quorum.role
+        assert isinstance(candidate, CandidateState)
+        granting = frozenset({self.node_id, *candidate.ballot.granted})
         epoch_start_offset = self.log.end_offset
         leader = self.quorum.to_leader(epoch_start_offset, now_ms, self.high_watermark)
         self._failed_elections = 0
-        entry = LogEntry(
-            offset=epoch_start_offset,
-            epoch=self.epoch,
-            payload=leader_change_payload(self.node_id, self.voters),
-            control=True,
-        )
-        self.log.append([entry])
+        payload, count = self._control_entry(self.epoch, self.node_id, self.voters, granting)
+        entry = LogEntry(epoch_start_offset, self.epoch, payload, control=True, count=count)
+        self.log.append([entry], leader=True)
         leader.first_unflushed_append_ms = now_ms
         self._send_begin_quorum_epoch(leader, now_ms)
 

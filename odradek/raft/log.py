@@ -1,23 +1,56 @@
 """The replicated log as the consensus core sees it: an injected ``RaftLog``.
 
 How this works and why: the core decides *what* goes into the log and *when* it may be
-truncated; the log only stores. A log entry is one record batch identified by
-``(offset, epoch)``: the epoch of the leader that appended it. Two logs that hold an
-entry with the same offset and epoch hold the same entries up to it (Raft's log
+truncated; the log only stores. A log entry is one record batch: it takes ``count``
+consecutive offsets from ``offset`` (a batch of N records takes N offsets, as in
+Kafka) and carries ``epoch``, the epoch of the leader that appended it. Two logs that
+hold an entry with the same offset and epoch hold the same entries up to it (Raft's log
 matching), which is why followers are checked with ``(fetch offset, last fetched
 epoch)`` and repaired with ``end_offset_for_epoch`` (the leader-epoch cache's lookup).
+
+Entry boundaries: the offsets a log talks about — a fetch position, a truncation point,
+a snapshot's end, an epoch's start or end, ``start_offset``, ``end_offset``, the high
+watermark — are always the first offset of an entry (or the log end), never an offset
+inside one; implementations assert it. Only ``epoch_at`` answers for any offset (the
+entry holding it). ``RaftNode.append`` returns an entry's *last* offset, committed once
+the high watermark is past it.
 
 Entries below ``start_offset`` live only in a snapshot; ``start_epoch`` is the epoch of
 the entry just below it (the snapshot's epoch), 0 for an empty log. ``flushed_offset``
 is the end of the durable prefix: the leader counts only its flushed end towards the
 high watermark, and a crash loses everything above it.
 
-A disk-backed metadata log implements ``RaftLog`` on top of ``storage.Log`` and its
-``epoch_cache``: ``end_offset_for_epoch`` is the cache's end-offset lookup (with the
-snapshot's ``(start_offset, start_epoch)`` as its floor), ``truncate_to`` is the log's
-truncation plus the cache's truncation, ``delete_before`` moves the log start offset
-(deleting whole segments), ``reset_to`` deletes everything and restarts the log at the
-snapshot's end, and ``flush`` fsyncs up to the end.
+Production payload contract (what ``DiskRaftLog`` stores and the wire layer sends):
+
+* ``payload`` is one complete Kafka v2 record batch whose record count is ``count``
+  (its lastOffsetDelta is ``count - 1``); ``control`` is its control attribute bit.
+* The leader's log stamps baseOffset = ``entry.offset`` and partitionLeaderEpoch =
+  ``entry.epoch`` into the batch when appending (``append(..., leader=True)``). Both
+  fields lie before the CRC, so the batch stays valid and nothing is re-encoded.
+* Followers store the leader's bytes unchanged (``append(..., leader=False)``: the
+  header already says ``entry.offset`` and ``entry.epoch``), so replicas are
+  byte-identical.
+* ``read`` returns the stamped bytes. The wire layer concatenates the payloads of the
+  entries it is given into a Fetch response's records and splits a response back into
+  entries by walking batch headers: ``LogEntry(header.base_offset,
+  header.partition_leader_epoch, batch bytes, header.is_control, header.last_offset_delta
+  + 1)``. It must check each batch's CRC while splitting: a peer's bad bytes are the
+  peer's fault, not an assertion in the log.
+* The core's own entries are control batches: the LeaderChange a new leader appends
+  is built by the ``control_entry`` callable given to ``RaftNode``
+  (``odradek.raft.control_records.leader_change_entry`` in production).
+
+The simulation and most unit tests use opaque payloads instead (the core never looks
+inside one); ``MemoryRaftLog(stamp_batches=True)`` follows the contract above exactly,
+which is how the disk log's tests compare the two.
+
+A disk-backed metadata log (``odradek.raft.disk_log.DiskRaftLog``) implements
+``RaftLog`` on top of ``storage.Log`` and its ``epoch_cache``: ``end_offset_for_epoch``
+is the cache's end-offset lookup (with the snapshot's ``(start_offset, start_epoch)`` as
+its floor), ``truncate_to`` is the log's truncation plus the cache's truncation,
+``delete_before`` moves the log start offset (deleting whole segments), ``reset_to``
+deletes everything and restarts the log at the snapshot's end, and ``flush`` fsyncs up
+to the end.
 
 ``MemoryRaftLog`` is the in-memory implementation the simulation and the unit tests
 use; ``crash()`` models a power cut honestly by keeping only the flushed prefix.
@@ -25,8 +58,12 @@ use; ``crash()`` models a power cut honestly by keeping only the flushed prefix.
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
+
+from odradek.records.batch import parse_header, stamp
 
 NO_EPOCH = -1
 NO_OFFSET = -1
@@ -34,12 +71,28 @@ NO_OFFSET = -1
 
 @dataclass(frozen=True, slots=True)
 class LogEntry:
-    """One batch of the metadata log. ``control`` marks Kafka's control batches."""
+    """One batch of the metadata log: offsets ``offset .. offset + count - 1``.
+
+    ``control`` marks Kafka's control batches (the LeaderChange a new leader appends).
+    """
 
     offset: int
     epoch: int
     payload: bytes
     control: bool = False
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        assert self.count >= 1, f"an entry takes at least one offset: {self.count}"
+
+    @property
+    def next_offset(self) -> int:
+        """The offset just past this entry (the next entry's offset)."""
+        return self.offset + self.count
+
+    @property
+    def last_offset(self) -> int:
+        return self.offset + self.count - 1
 
     @property
     def size_bytes(self) -> int:
@@ -74,7 +127,10 @@ class RaftLog(Protocol):
     @property
     def start_epoch(self) -> int: ...
     @property
-    def end_offset(self) -> int: ...
+    def end_offset(self) -> int:
+        """The last entry's ``next_offset`` (``start_offset`` when there is none)."""
+        ...
+
     @property
     def last_fetched_epoch(self) -> int:
         """The epoch of the last entry (``start_epoch`` when there is none above start)."""
@@ -89,15 +145,30 @@ class RaftLog(Protocol):
         ...
 
     def epoch_at(self, offset: int) -> int:
-        """The epoch of the entry at ``offset`` (``start_offset - 1`` gives start_epoch)."""
+        """The epoch of the entry holding ``offset`` (any offset of it;
+        ``start_offset - 1`` gives start_epoch)."""
         ...
 
-    def append(self, entries: list[LogEntry]) -> None: ...
+    def is_boundary(self, offset: int) -> bool:
+        """Is ``offset`` in [start, end] and not inside an entry? (Checks a peer's fetch
+        offset before the log is asked to read from it.)"""
+        ...
+
+    def append(self, entries: Sequence[LogEntry], *, leader: bool = False) -> None:
+        """Append entries at the end. ``leader``: this node appends them as leader and
+        the log stamps offset and epoch into the payload; otherwise they are a
+        leader's entries, stored unchanged."""
+        ...
+
     def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
-        """Entries from ``start_offset``; at least one if any exists, then up to max_bytes."""
+        """Entries from ``start_offset`` (an entry boundary); at least one if any
+        exists, then up to max_bytes."""
         ...
 
-    def truncate_to(self, offset: int) -> None: ...
+    def truncate_to(self, offset: int) -> None:
+        """Drop the entries from ``offset`` (an entry boundary) on."""
+        ...
+
     def flush(self) -> None: ...
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         """Drop entries below the snapshot's end (they live in the snapshot now). The end
@@ -110,11 +181,33 @@ class RaftLog(Protocol):
         ...
 
 
-class MemoryRaftLog:
-    """RaftLog in a list; ``crash()`` keeps only what was flushed."""
+def stamped(entry: LogEntry) -> LogEntry:
+    """``entry`` with baseOffset and partitionLeaderEpoch written into its batch."""
+    header = parse_header(entry.payload)
+    assert header.size == len(entry.payload), "the payload is one whole batch"
+    assert header.record_count == entry.count == header.last_offset_delta + 1, (
+        header.record_count,
+        entry.count,
+    )
+    assert header.is_control == entry.control, (header.is_control, entry.control)
+    if header.base_offset == entry.offset and header.partition_leader_epoch == entry.epoch:
+        return entry
+    payload = bytearray(entry.payload)
+    stamp(payload, 0, entry.offset, entry.epoch)
+    return LogEntry(entry.offset, entry.epoch, bytes(payload), entry.control, entry.count)
 
-    def __init__(self) -> None:
+
+class MemoryRaftLog:
+    """RaftLog in a list; ``crash()`` keeps only what was flushed.
+
+    ``stamp_batches``: payloads are v2 batches, and leader appends are stamped as the
+    production contract says (module docstring); the disk log's tests compare with it.
+    """
+
+    def __init__(self, *, stamp_batches: bool = False) -> None:
+        self._stamp_batches = stamp_batches
         self._entries: list[LogEntry] = []
+        self._offsets: list[int] = []  # each entry's first offset, for bisect
         self._start_offset = 0
         self._start_epoch = 0
         self._flushed_offset = 0
@@ -132,7 +225,7 @@ class MemoryRaftLog:
 
     @property
     def end_offset(self) -> int:
-        return self._start_offset + len(self._entries)
+        return self._entries[-1].next_offset if self._entries else self._start_offset
 
     @property
     def last_fetched_epoch(self) -> int:
@@ -143,42 +236,55 @@ class MemoryRaftLog:
         return self._flushed_offset
 
     def end_offset_for_epoch(self, epoch: int) -> OffsetAndEpoch | None:
-        found: int | None = None
-        for index, (known_epoch, _) in enumerate(self._epoch_starts):
-            if known_epoch > epoch:
-                break
-            found = index
-        if found is None:
-            return None
-        if found + 1 < len(self._epoch_starts):
-            end = self._epoch_starts[found + 1][1]
-        else:
-            end = self.end_offset
-        return OffsetAndEpoch(end, self._epoch_starts[found][0])
+        return end_offset_for_epoch(self._epoch_starts, epoch, self.end_offset)
 
     def epoch_at(self, offset: int) -> int:
         if offset == self._start_offset - 1:
             return self._start_epoch
-        assert self._start_offset <= offset < self.end_offset, (offset, self._start_offset)
-        return self._entries[offset - self._start_offset].epoch
+        return self.entry_at(offset).epoch
 
     def entry_at(self, offset: int) -> LogEntry:
-        assert self._start_offset <= offset < self.end_offset, offset
-        return self._entries[offset - self._start_offset]
+        """The entry holding ``offset``."""
+        assert self._start_offset <= offset < self.end_offset, (offset, self._start_offset)
+        return self._entries[bisect.bisect_right(self._offsets, offset) - 1]
 
-    def append(self, entries: list[LogEntry]) -> None:
+    def is_boundary(self, offset: int) -> bool:
+        if offset == self.end_offset:
+            return True
+        if not self._start_offset <= offset < self.end_offset:
+            return False
+        return self.entry_at(offset).offset == offset
+
+    def _index_of(self, offset: int) -> int:
+        """The index of the entry starting at ``offset`` (len for the end), asserted."""
+        index = bisect.bisect_left(self._offsets, offset)
+        assert offset == self.end_offset or (
+            index < len(self._offsets) and self._offsets[index] == offset
+        ), f"offset {offset} is inside an entry, not at a boundary"
+        return index
+
+    def append(self, entries: Sequence[LogEntry], *, leader: bool = False) -> None:
         for entry in entries:
             assert entry.offset == self.end_offset, (entry.offset, self.end_offset)
             assert entry.epoch >= self.last_fetched_epoch, (entry.epoch, self.last_fetched_epoch)
+            if self._stamp_batches:
+                if leader:
+                    entry = stamped(entry)
+                header = parse_header(entry.payload)
+                assert (header.base_offset, header.partition_leader_epoch) == (
+                    entry.offset,
+                    entry.epoch,
+                ), "a follower stores the leader's stamped bytes"
             if entry.epoch > self._epoch_starts[-1][0]:
                 self._epoch_starts.append((entry.epoch, entry.offset))
             self._entries.append(entry)
+            self._offsets.append(entry.offset)
 
     def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
         assert start_offset >= self._start_offset, (start_offset, self._start_offset)
         result: list[LogEntry] = []
         size = 0
-        for entry in self._entries[start_offset - self._start_offset :]:
+        for entry in self._entries[self._index_of(start_offset) :]:
             if result and size + entry.size_bytes > max_bytes:
                 break
             result.append(entry)
@@ -187,7 +293,9 @@ class MemoryRaftLog:
 
     def truncate_to(self, offset: int) -> None:
         assert self._start_offset <= offset <= self.end_offset, (offset, self._start_offset)
-        del self._entries[offset - self._start_offset :]
+        index = self._index_of(offset)
+        del self._entries[index:]
+        del self._offsets[index:]
         while len(self._epoch_starts) > 1 and self._epoch_starts[-1][1] >= offset:
             self._epoch_starts.pop()
         self._flushed_offset = min(self._flushed_offset, offset)
@@ -199,7 +307,9 @@ class MemoryRaftLog:
         end = snapshot_id.end_offset
         assert self._start_offset <= end <= self.end_offset, (end, self.end_offset)
         assert self.epoch_at(end - 1) == snapshot_id.epoch, snapshot_id
-        del self._entries[: end - self._start_offset]
+        index = self._index_of(end)
+        del self._entries[:index]
+        del self._offsets[:index]
         self._start_offset = end
         self._start_epoch = snapshot_id.epoch
         later = [(epoch, start) for epoch, start in self._epoch_starts[1:] if start >= end]
@@ -208,6 +318,7 @@ class MemoryRaftLog:
 
     def reset_to(self, snapshot_id: SnapshotId) -> None:
         self._entries = []
+        self._offsets = []
         self._start_offset = snapshot_id.end_offset
         self._start_epoch = snapshot_id.epoch
         self._flushed_offset = snapshot_id.end_offset
@@ -216,3 +327,18 @@ class MemoryRaftLog:
     def crash(self) -> None:
         """A power cut: whatever was not flushed is gone."""
         self.truncate_to(self._flushed_offset)
+
+
+def end_offset_for_epoch(
+    epoch_starts: Sequence[tuple[int, int]], epoch: int, end_offset: int
+) -> OffsetAndEpoch | None:
+    """The lookup over (epoch, start offset) pairs, oldest first, the first being the
+    floor: the largest epoch ≤ ``epoch`` and where it ends."""
+    found = bisect.bisect_right(epoch_starts, epoch, key=lambda pair: pair[0]) - 1
+    if found < 0:
+        return None
+    if found + 1 < len(epoch_starts):
+        end = epoch_starts[found + 1][1]
+    else:
+        end = end_offset
+    return OffsetAndEpoch(end, epoch_starts[found][0])

@@ -6,8 +6,9 @@ version, as in ``kio.schema.<api>``) with the same field names and the same sent
 (-1 for "none"), so an asyncio adapter converts a kio entity to one of these, and back,
 field by field with no logic. The metadata partition is implied (KRaft has one), so the
 topic/partition nesting is flattened away. Record batches travel as ``LogEntry``
-tuples; the adapter encodes each entry as one v2 batch whose baseOffset and
-partitionLeaderEpoch are the entry's offset and epoch.
+tuples whose payloads are whole v2 batches already stamped with the entry's offset and
+epoch (log.py's payload contract): the adapter concatenates them, and splits a
+response's records back into entries by batch header.
 
 ``Inbound`` and ``Outbound`` are the envelopes: the peer's node id and the request's
 correlation id (a response carries its request's id, as Kafka's response header does),

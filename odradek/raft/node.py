@@ -10,7 +10,8 @@ source. The driver feeds it:
 and both return the ``Outbound`` messages to send. Requests carry a fresh correlation
 id; responses carry the request's, so the driver can route them back (a response to a
 request from an old connection or an old incarnation must be dropped by the driver, as
-TCP would). ``append`` (leader only) adds an entry and returns its offset;
+TCP would). ``append`` (leader only) adds an entry of ``count`` offsets and returns
+its last offset;
 ``poll_committed`` hands committed entries and snapshot loads to the state machine in
 order; ``create_snapshot`` stores the state machine's snapshot and trims the log;
 ``resign`` hands leadership over before a shutdown; ``describe_quorum`` answers
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 from kio.schema.errors import ErrorCode
 
 from odradek.raft.config import RaftConfig
-from odradek.raft.election import ElectionHandlers
+from odradek.raft.election import ControlEntryBuilder, ElectionHandlers, plain_control_entry
 from odradek.raft.election_store import ElectionStore
 from odradek.raft.leader_state import LeaderState, ReplicaProgress
 from odradek.raft.log import LogEntry, RaftLog, SnapshotId
@@ -66,7 +67,7 @@ from odradek.raft.roles import (
 )
 from odradek.raft.snapshots import SnapshotStore
 
-# Entries the leader accepts beyond its high watermark; past this the quorum is not
+# Offsets the leader accepts beyond its high watermark; past this the quorum is not
 # keeping up and the caller must wait (Kafka bounds its append queue the same way).
 MAX_UNCOMMITTED_ENTRIES = 10_000
 # Bytes of committed entries one poll_committed() returns, so a long catch-up is handed
@@ -133,10 +134,15 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         random: random_module.Random,
         now_ms: int,
         cluster_id: str | None = None,
+        control_entry: ControlEntryBuilder = plain_control_entry,
     ) -> None:
+        """``control_entry`` builds the payload (and offset count) of the LeaderChange
+        entry a new leader appends: ``control_records.leader_change_entry`` for a disk
+        log (a real control batch), the plain-text default for opaque payloads."""
         super().__init__(
             node_id, frozenset(voters), log, store, snapshots, config, random, cluster_id
         )
+        self._control_entry = control_entry
         self._load_snapshot_and_log()
         persisted = self.quorum.persisted
         deadline_ms = now_ms + self._election_timeout_ms()
@@ -249,18 +255,21 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             return self._follower_deadline_ms(role)
         return self._leader_deadline_ms(role)
 
-    def append(self, payload: bytes, now_ms: int) -> int:
-        """Append one entry (a record batch) as leader; returns its offset."""
+    def append(self, payload: bytes, now_ms: int, count: int = 1) -> int:
+        """Append one entry (a record batch of ``count`` records, taking ``count``
+        offsets) as leader; returns its **last** offset. The entry is committed once
+        the high watermark is past that offset (``high_watermark > last offset``)."""
+        assert count >= 1, count
         leader = self.quorum.role
         if not isinstance(leader, LeaderState):
             raise NotLeaderError(f"node {self.node_id} is {leader.name}, leader {self.leader_id}")
         if self.log.end_offset - self.high_watermark >= MAX_UNCOMMITTED_ENTRIES:
-            raise BackPressureError(f"{MAX_UNCOMMITTED_ENTRIES} entries await commit")
-        offset = self.log.end_offset
-        self.log.append([LogEntry(offset=offset, epoch=self.epoch, payload=payload)])
+            raise BackPressureError(f"{MAX_UNCOMMITTED_ENTRIES} offsets await commit")
+        entry = LogEntry(self.log.end_offset, self.epoch, payload, count=count)
+        self.log.append([entry], leader=True)
         if leader.first_unflushed_append_ms is None:
             leader.first_unflushed_append_ms = now_ms
-        return offset
+        return entry.last_offset
 
     def resign(self, now_ms: int) -> list[Outbound]:
         """Step down before a shutdown so the voters elect a successor at once."""
@@ -284,7 +293,12 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
                 if entry.offset < self.high_watermark
             ]
             assert entries and entries[0].offset == self._applied_offset
-            self._applied_offset = entries[-1].offset + 1
+            # The high watermark is an entry boundary: no entry straddles it.
+            assert entries[-1].next_offset <= self.high_watermark, (
+                entries[-1],
+                self.high_watermark,
+            )
+            self._applied_offset = entries[-1].next_offset
             events.append(CommittedEntries(tuple(entries)))
         return events
 
@@ -292,7 +306,7 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         self, end_offset: int, payload: bytes, delete_log: bool = True
     ) -> SnapshotId:
         """Store the state machine's snapshot of every entry below ``end_offset`` (which it
-        has applied) and, by default, delete the log below it."""
+        has applied; an entry boundary) and, by default, delete the log below it."""
         assert end_offset <= self._applied_offset <= self.high_watermark, (
             end_offset,
             self._applied_offset,
@@ -302,6 +316,7 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         latest = self.snapshots.latest()
         if latest is not None and latest.end_offset >= end_offset:
             return latest
+        assert self.log.is_boundary(end_offset), f"snapshot end {end_offset} is inside an entry"
         snapshot_id = SnapshotId(end_offset=end_offset, epoch=self.log.epoch_at(end_offset - 1))
         self.snapshots.create(snapshot_id, payload)
         if delete_log:

@@ -81,6 +81,8 @@ class ReplicationHandlers(NodeCore):
                 error = ErrorCode.invalid_request
             elif known.epoch != request.last_fetched_epoch or request.fetch_offset > known.offset:
                 diverging = EpochEndOffset(epoch=known.epoch, end_offset=known.offset)
+            elif not self.log.is_boundary(request.fetch_offset):
+                error = ErrorCode.invalid_request  # inside an entry: no honest replica
             else:
                 self._record_valid_fetch(leader, request, now_ms)
                 if request.fetch_offset < self.log.end_offset:
@@ -259,7 +261,7 @@ class ReplicationHandlers(NodeCore):
         for entry in records:
             if entry.offset != expected_offset or not last_epoch <= entry.epoch <= self.epoch:
                 return False
-            expected_offset += 1
+            expected_offset = entry.next_offset
             last_epoch = entry.epoch
         if records:
             self.log.append(list(records))

@@ -1,18 +1,19 @@
 """The safety and liveness checks of the KRaft simulation, and the global truth they use.
 
 How this works and why: the checker keeps what the whole cluster has committed so far
-(offset → (epoch, payload)), the digest of the state-machine input at every offset, the
-leader of every epoch and each leader's last high watermark. After every simulation step
-it compares each node against that record; all comparisons are incremental (a node's
-newly committed entries, the one offset at the top of the committed prefix), except the
-full log check of each new leader, which happens once per election.
+(offset → first offset, epoch and payload of the entry holding it), the digest of the
+state-machine input at every entry boundary, the leader of every epoch and each
+leader's last high watermark. After every simulation step it compares each node
+against that record; all comparisons are incremental (a node's newly committed
+entries, the one offset at the top of the committed prefix), except the full log check
+of each new leader, which happens once per election.
 """
 
 from __future__ import annotations
 
 import collections
 
-from odradek.raft import CommittedEntries, SnapshotLoaded
+from odradek.raft import CommittedEntries, LogEntry, SnapshotLoaded
 from tests.raft.model import INITIAL_DIGEST, Scenario, SimNode, SimulationFailure, entry_digest
 
 
@@ -29,7 +30,8 @@ class InvariantChecks:
 
     def init_truth(self) -> None:
         self.leaders: dict[int, int] = {}  # epoch -> leader id
-        self.committed: dict[int, tuple[int, bytes]] = {}  # offset -> (epoch, payload)
+        # offset -> (first offset, epoch, payload) of the entry that holds it
+        self.committed: dict[int, tuple[int, int, bytes]] = {}
         self.committed_end = 0
         self.digests: dict[int, bytes] = {0: INITIAL_DIGEST}  # offset -> digest before it
         self.leader_high_watermarks: dict[tuple[int, int], int] = {}
@@ -62,7 +64,7 @@ class InvariantChecks:
                         f"{node.applied_offset}"
                     )
                 node.digest = entry_digest(node.digest, entry.epoch, entry.payload)
-                node.applied_offset += 1
+                node.applied_offset = entry.next_offset
                 known = self.digests.setdefault(node.applied_offset, node.digest)
                 if known != node.digest:
                     raise self.fail(f"node {node.node_id} state diverged at {entry.offset}")
@@ -96,7 +98,7 @@ class InvariantChecks:
             log = node.log
             for offset in range(log.start_offset, self.committed_end):
                 entry = log.entry_at(offset) if offset < log.end_offset else None
-                if entry is None or (entry.epoch, entry.payload) != self.committed[offset]:
+                if entry is None or _value(entry) != self.committed[offset]:
                     raise self.fail(
                         f"new leader {node.node_id} (epoch {epoch}) lacks committed offset {offset}"
                     )
@@ -118,7 +120,7 @@ class InvariantChecks:
             node.verified_offset = high_watermark
         for offset in range(max(node.verified_offset, log.start_offset), high_watermark):
             entry = log.entry_at(offset)
-            value = (entry.epoch, entry.payload)
+            value = _value(entry)
             known = self.committed.setdefault(offset, value)
             if known != value:
                 raise self.fail(
@@ -129,7 +131,7 @@ class InvariantChecks:
         last = high_watermark - 1
         if last >= log.start_offset:
             entry = log.entry_at(last)
-            if (entry.epoch, entry.payload) != self.committed.get(last):
+            if _value(entry) != self.committed.get(last):
                 raise self.fail(f"node {node.node_id} changed committed offset {last}")
 
     def check_majority_holds_committed(self) -> None:
@@ -137,7 +139,7 @@ class InvariantChecks:
         if end == 0:
             return
         last = end - 1
-        epoch = self.committed[last][0] if last in self.committed else None
+        epoch = self.committed[last][1] if last in self.committed else None
         holders = 0
         for voter_id in self.voter_ids:
             log = self.nodes[voter_id].log
@@ -169,7 +171,7 @@ class InvariantChecks:
                 )
         committed_calm = [
             offset
-            for offset, (_, payload) in self.committed.items()
+            for offset, (_, _, payload) in self.committed.items()
             if payload in self.calm_payloads
         ]
         if not committed_calm:
@@ -179,3 +181,9 @@ class InvariantChecks:
             assert node.raft is not None
             if node.raft.high_watermark <= first:
                 raise self.fail(f"node {node.node_id} did not learn the calm commits")
+
+
+def _value(entry: LogEntry) -> tuple[int, int, bytes]:
+    """What must agree about a committed offset: the entry holding it (its first offset,
+    so entry boundaries agree too), its epoch and its payload."""
+    return entry.offset, entry.epoch, entry.payload

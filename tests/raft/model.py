@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from odradek.raft import (
     MemoryElectionStore,
@@ -16,6 +17,8 @@ from odradek.raft import (
     RaftNode,
     SnapshotId,
 )
+from odradek.raft.disk_log import DiskRaftLog
+from odradek.raft.log import LogEntry
 
 INITIAL_DIGEST = b"\x00" * 8
 
@@ -37,6 +40,8 @@ class Scenario:
     crash_interval_ms: tuple[int, int] = (800, 3000)
     client_interval_ms: tuple[int, int] = (20, 150)
     snapshot_interval_ms: tuple[int, int] = (500, 2500)
+    # Every node keeps its log in a DiskRaftLog (real v2 batches, files in a temp dir).
+    disk: bool = False
 
 
 class CountingLog(MemoryRaftLog):
@@ -56,6 +61,46 @@ class CountingLog(MemoryRaftLog):
         super().reset_to(snapshot_id)
 
 
+class CountingDiskLog(DiskRaftLog):
+    """DiskRaftLog with CountingLog's counters, ``entry_at`` for the checks, and an
+    honest ``crash()``: the files are reopened (recovery runs) and what was not flushed
+    is cut, as a power cut would lose it."""
+
+    truncated_entries = 0
+    snapshot_installs = 0
+
+    @classmethod
+    def create(cls, directory: Path) -> CountingDiskLog:
+        log = cls.open(directory)
+        assert isinstance(log, CountingDiskLog)
+        return log
+
+    def truncate_to(self, offset: int) -> None:
+        self.truncated_entries += self.end_offset - offset
+        super().truncate_to(offset)
+
+    def reset_to(self, snapshot_id: SnapshotId) -> None:
+        self.snapshot_installs += 1
+        super().reset_to(snapshot_id)
+
+    def entry_at(self, offset: int) -> LogEntry:
+        header = self._header_at(offset)
+        assert header is not None, offset
+        return self.read(header.base_offset, 1)[0]
+
+    def crash(self) -> None:
+        flushed = self.flushed_offset
+        for segment in self.storage_log.segments:
+            segment.close()  # the process is gone; nothing is flushed or closed cleanly
+        reopened = DiskRaftLog.open(self.storage_log.directory)
+        # Test-only: the node keeps this object, so it takes over the reopened state.
+        counters = (self.truncated_entries, self.snapshot_installs)
+        self.__dict__.update(reopened.__dict__)
+        self.truncated_entries, self.snapshot_installs = counters
+        if self.end_offset > flushed:
+            DiskRaftLog.truncate_to(self, flushed)  # the power cut: unflushed bytes lost
+
+
 def entry_digest(previous: bytes, epoch: int, payload: bytes) -> bytes:
     hasher = hashlib.blake2b(previous, digest_size=8)
     hasher.update(epoch.to_bytes(8, "big"))
@@ -68,7 +113,7 @@ class SimNode:
     node_id: int
     clock_offset_ms: float
     clock_rate: float
-    log: CountingLog = field(default_factory=CountingLog)
+    log: CountingLog | CountingDiskLog = field(default_factory=CountingLog)
     store: MemoryElectionStore = field(default_factory=MemoryElectionStore)
     snapshots: MemorySnapshotStore = field(default_factory=MemorySnapshotStore)
     raft: RaftNode | None = None

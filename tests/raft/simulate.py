@@ -2,8 +2,9 @@
 
 How this works and why: each seed is an independent, deterministic run of
 ``tests.raft.simulation`` (3 voters for odd seeds, 5 for even ones unless ``--voters``
-says otherwise). Failures print the seed's replay command and its last events; the exit
-status is 1 if any seed failed, so ``make simulate`` can gate on it.
+says otherwise); ``--disk`` keeps every node's log in a DiskRaftLog of real batches
+(files on tmpfs) instead of memory. Failures print the seed's replay command and its
+last events; the exit status is 1 if any seed failed, so ``make simulate`` can gate on it.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, help="run this one seed only")
     parser.add_argument("--voters", type=int, choices=(1, 2, 3, 4, 5, 6, 7))
     parser.add_argument("--max-failures", type=int, default=5, help="stop after this many")
+    parser.add_argument("--disk", action="store_true", help="DiskRaftLogs of real batches")
     args = parser.parse_args(argv)
     seeds = [args.seed] if args.seed is not None else range(args.start, args.start + args.seeds)
     started = time.monotonic()
@@ -36,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     for seed in seeds:
         voters = voters_for(seed, args.voters)
         try:
-            sim = run_seed(seed, voters)
+            sim = run_seed(seed, voters, disk=args.disk)
         except SimulationFailure as failure:
             print(failure, file=sys.stderr)
             failures.append(seed)

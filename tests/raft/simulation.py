@@ -7,6 +7,10 @@ appends, snapshots — comes from one ``random.Random(seed)``, so any failure re
 exactly from its seed (``make simulate SEED=... VOTERS=...``). Time is a global event
 queue; each node sees it through its own clock (an offset and a rate within ±3%).
 
+Entries span offsets as Kafka's batches do: a client append takes 1–5 offsets (drawn
+from the seed), and in some runs the LeaderChange entry takes two, so every invariant
+is checked with offsets that are not entry boundaries around.
+
 Crashes are honest about durability: the in-memory log keeps only its flushed prefix,
 partial snapshots vanish, the election store survives (it is written synchronously), and
 messages in flight to or from the old incarnation are dropped (as TCP would).
@@ -31,6 +35,9 @@ from __future__ import annotations
 import collections
 import heapq
 import random
+import shutil
+import tempfile
+from pathlib import Path
 
 from odradek.raft import (
     Inbound,
@@ -41,10 +48,19 @@ from odradek.raft import (
     RaftConfig,
     RaftNode,
 )
+from odradek.raft.control_records import encode_leader_change
+from odradek.raft.election import (
+    ControlEntryBuilder,
+    leader_change_payload,
+    plain_control_entry,
+)
+from odradek.raft.log import LogEntry, stamped
 from odradek.raft.node import BackPressureError
+from odradek.records.codec import Record, encode_batch
 from tests.raft.invariants import InvariantChecks
 from tests.raft.model import (
     INITIAL_DIGEST,
+    CountingDiskLog,
     CountingLog,
     Scenario,
     SimNode,
@@ -58,6 +74,8 @@ TRACE_EVENTS = 60
 # A run that needs more events than this is looping, not simulating.
 MAX_EVENTS = 2_000_000
 CLUSTER_ID = "simulated-cluster"
+# A client append takes 1..this many offsets (a batch of that many records).
+MAX_ENTRY_OFFSETS = 5
 SIM_CONFIG = RaftConfig(
     election_timeout_ms=1000,
     fetch_timeout_ms=2000,
@@ -87,6 +105,15 @@ class Simulation(InvariantChecks):
             )
             for node_id in ids
         }
+        # Disk runs keep each node's log in its own directory (tmpfs when there is one:
+        # fsync is what the run counts, not what it waits for).
+        self.root: Path | None = None
+        if scenario.disk:
+            shm = Path("/dev/shm")
+            parent = shm if shm.is_dir() else None
+            self.root = Path(tempfile.mkdtemp(prefix="raft-sim-", dir=parent))
+            for node in self.nodes.values():
+                node.log = CountingDiskLog.create(self.root / f"{node.node_id}-0")
         self.now = 0.0
         self.queue: list[tuple[float, int, tuple[object, ...]]] = []
         self.sequence = 0
@@ -125,7 +152,7 @@ class Simulation(InvariantChecks):
             f"at t={self.now:.3f} ms after {self.events} events",
             f"replay: make simulate SEED={scenario.seed} VOTERS={scenario.voters}"
             f"  (or python -m tests.raft.simulate --seed {scenario.seed}"
-            f" --voters {scenario.voters})",
+            f" --voters {scenario.voters}{' --disk' if scenario.disk else ''})",
             "last events:",
             *("  " + line for line in self.trace),
         ]
@@ -134,6 +161,17 @@ class Simulation(InvariantChecks):
     # --- running --------------------------------------------------------------------------
 
     def run(self) -> Simulation:
+        try:
+            return self._run()
+        finally:
+            if self.root is not None:
+                for node in self.nodes.values():
+                    if isinstance(node.log, CountingDiskLog):
+                        for segment in node.log.storage_log.segments:
+                            segment.close()
+                shutil.rmtree(self.root, ignore_errors=True)
+
+    def _run(self) -> Simulation:
         scenario = self.scenario
         for node in self.nodes.values():
             self.start_node(node)
@@ -210,6 +248,7 @@ class Simulation(InvariantChecks):
             random.Random(self.rng.random()),
             node.local_ms(self.now),
             cluster_id=CLUSTER_ID,
+            control_entry=self.control_entry(),
         )
         if node.raft.epoch < node.max_epoch:
             raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")
@@ -234,7 +273,14 @@ class Simulation(InvariantChecks):
         (Voters are not wiped: without KIP-853 directory ids a wiped voter could vote
         twice in one epoch, which no Raft survives.)"""
         self.trace.append(f"{self.now:10.3f} wipe {node.node_id}")
-        node.log = CountingLog()
+        if self.root is not None:
+            old = node.log
+            assert isinstance(old, CountingDiskLog)
+            for segment in old.storage_log.segments:
+                segment.close()
+            node.log = CountingDiskLog.create(self.root / f"{node.node_id}-{self.wipes + 1}")
+        else:
+            node.log = CountingLog()
         node.store = MemoryElectionStore()
         node.snapshots = MemorySnapshotStore()
         node.max_epoch = 0
@@ -389,15 +435,28 @@ class Simulation(InvariantChecks):
         node = self.rng.choice(leaders)
         assert node.raft is not None
         payload = f"s{self.scenario.seed}-e{self.appended}".encode()
+        count = self.rng.randint(1, MAX_ENTRY_OFFSETS)
         self.appended += 1
+        if self.root is not None:
+            payload = _batch(payload, count)
         try:
-            offset = node.raft.append(payload, node.local_ms(self.now))
+            offset = node.raft.append(payload, node.local_ms(self.now), count)
         except (NotLeaderError, BackPressureError):
             return
         if self.calm:
+            if self.root is not None:  # what the logs hold: the leader's stamped bytes
+                entry = LogEntry(offset - count + 1, node.raft.epoch, payload, count=count)
+                payload = stamped(entry).payload
             self.calm_payloads.add(payload)
         self.trace.append(f"{self.now:10.3f} append {payload!r} to {node.node_id} at {offset}")
         self.schedule_tick(node)
+
+    def control_entry(self) -> ControlEntryBuilder:
+        if self.root is not None:
+            return _control_batch_entry
+        if self.scenario.seed % 3 == 0:
+            return _two_offset_control_entry
+        return plain_control_entry
 
     def take_snapshot(self, node: SimNode) -> None:
         self.schedule(
@@ -428,8 +487,28 @@ def _brief(message: object) -> str:
         parts.append(f"{key}={getattr(message, key)}")
     records = getattr(message, "records", None)
     if records:
-        parts.append(f"records=[{records[0].offset}..{records[-1].offset}]")
+        parts.append(f"records=[{records[0].offset}..{records[-1].last_offset}]")
     return f"{name}({', '.join(parts)})"
+
+
+def _two_offset_control_entry(
+    epoch: int, leader_id: int, voters: frozenset[int], granting_voters: frozenset[int]
+) -> tuple[bytes, int]:
+    """A LeaderChange taking two offsets, so the leader's epoch start is an entry of
+    more than one offset too (the high watermark rule reasons about it)."""
+    return leader_change_payload(leader_id, voters), 2
+
+
+def _control_batch_entry(
+    epoch: int, leader_id: int, voters: frozenset[int], granting_voters: frozenset[int]
+) -> tuple[bytes, int]:
+    """The production LeaderChange batch with a fixed timestamp (runs stay replayable)."""
+    return encode_leader_change(leader_id, voters, granting_voters, timestamp_ms=0), 1
+
+
+def _batch(text: bytes, count: int) -> bytes:
+    """A v2 batch of ``count`` records for a disk run (timestamps fixed, as above)."""
+    return encode_batch([Record(index, 0, None, text) for index in range(count)])
 
 
 def scenario_for(seed: int, voters: int) -> Scenario:
@@ -448,5 +527,7 @@ def scenario_for(seed: int, voters: int) -> Scenario:
     )
 
 
-def run_seed(seed: int, voters: int) -> Simulation:
-    return Simulation(scenario_for(seed, voters)).run()
+def run_seed(seed: int, voters: int, disk: bool = False) -> Simulation:
+    scenario = scenario_for(seed, voters)
+    scenario.disk = disk
+    return Simulation(scenario).run()

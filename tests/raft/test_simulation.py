@@ -1,4 +1,5 @@
-"""The seeded KRaft simulation as a test: 120 seeds, half 3 voters, half 5.
+"""The seeded KRaft simulation as a test: 120 seeds, half 3 voters, half 5, and 12
+seeds with every log a DiskRaftLog of real batches.
 
 Each seed runs a chaotic phase and a calm one, checking the safety invariants after
 every step and liveness at the end (see tests/raft/simulation.py). A failure message
@@ -14,6 +15,7 @@ from tests.raft.simulate import voters_for
 from tests.raft.simulation import Simulation, SimulationFailure, run_seed, scenario_for
 
 SEEDS = range(120)
+DISK_SEEDS = range(1000, 1012)
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -21,6 +23,12 @@ def test_simulation_seed(seed: int) -> None:
     sim = run_seed(seed, voters_for(seed, None))
     assert sim.committed_end > 0
     assert sim.elections >= 1
+
+
+@pytest.mark.parametrize("seed", DISK_SEEDS)
+def test_simulation_seed_on_disk_logs(seed: int) -> None:
+    sim = run_seed(seed, voters_for(seed, None), disk=True)
+    assert sim.committed_end > 0
 
 
 def test_simulation_is_deterministic() -> None:
