@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import inspect
 import logging
 import random as random_module
 import time
@@ -87,7 +86,6 @@ MAX_COMMIT_POLLS_PER_TURN: Final = 64
 # Requests in flight to one peer: the node keeps one fetch and a handful of election
 # messages outstanding; far more means the peer is not answering.
 MAX_IN_FLIGHT_PER_PEER: Final = 64
-_APPEND_TAKES_COUNT: Final = "count" in inspect.signature(RaftNode.append).parameters
 
 CommitListener = Callable[[CommitEvent], None]
 
@@ -279,17 +277,11 @@ class RaftDriver:
             count = span
         elif count != span:
             raise ValueError(f"count {count} but the batch spans {span} offsets")
-        if count != 1 and not _APPEND_TAKES_COUNT:
-            raise ValueError("this raft core stores one offset per entry (count=1)")
         now_ms = self._clock_ms()
         epoch = node.epoch
         payload = _stamped(payload, node.log_end_offset, epoch)
         try:
-            if count != 1:
-                append: Any = node.append  # ``count`` arrives with multi-offset entries
-                last_offset = int(append(payload, now_ms, count=count))
-            else:
-                last_offset = node.append(payload, now_ms)
+            last_offset = node.append(payload, now_ms, count=count)
         except NotLeaderError:
             raise NotControllerError(node.leader_id) from None
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()

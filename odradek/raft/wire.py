@@ -113,7 +113,6 @@ LEADER_CHANGE_CONTROL_KEY: Final = b"\x00\x00\x00\x02"  # control record version
 _NO_THROTTLE: Final = datetime.timedelta(0)
 # Errors Kafka answers at the top level of a quorum response (no partition data).
 TOP_LEVEL_ERRORS: Final = frozenset({ErrorCode.inconsistent_cluster_id})
-_ENTRY_HAS_COUNT: Final = "count" in {f.name for f in dataclasses.fields(LogEntry)}
 
 
 class WireError(Exception):
@@ -179,15 +178,6 @@ def encode_entries(entries: Iterable[LogEntry]) -> bytes:
     return b"".join(encode_entry(entry) for entry in entries)
 
 
-def make_entry(offset: int, epoch: int, payload: bytes, control: bool, count: int) -> LogEntry:
-    """A LogEntry taking ``count`` offsets (``count`` dropped by a core without it)."""
-    if _ENTRY_HAS_COUNT:
-        entry_class: Any = LogEntry  # ``count`` arrives with multi-offset entries
-        entry: LogEntry = entry_class(offset, epoch, payload, control, count)
-        return entry
-    return LogEntry(offset, epoch, payload, control)
-
-
 @dataclasses.dataclass(frozen=True, slots=True)
 class WireBatch:
     """One batch of a Fetch response: what becomes one LogEntry."""
@@ -199,7 +189,7 @@ class WireBatch:
     count: int  # offsets the batch spans (lastOffsetDelta + 1)
 
     def entry(self) -> LogEntry:
-        return make_entry(self.offset, self.epoch, self.payload, self.control, self.count)
+        return LogEntry(self.offset, self.epoch, self.payload, self.control, self.count)
 
 
 def split_batches(records: bytes | memoryview) -> list[WireBatch]:

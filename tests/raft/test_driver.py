@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import datetime
-import inspect
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -33,7 +32,6 @@ from odradek.raft import (
     FileSnapshotStore,
     MemoryRaftLog,
     RaftConfig,
-    RaftNode,
     SnapshotLoaded,
     wire,
 )
@@ -54,8 +52,6 @@ CONFIG = RaftConfig(
     fetch_idle_interval_ms=20,
 )
 NODE_IDS = (1, 2, 3)
-# Whether this core's entries take several offsets (LogEntry.count, another branch).
-_ENTRIES_SPAN_OFFSETS = "count" in inspect.signature(RaftNode.append).parameters
 
 
 @dataclass
@@ -75,7 +71,7 @@ class Node:
     def entry_at(self, offset: int) -> Any:
         """The committed entry holding ``offset`` (an entry may span several), or None."""
         for entry in self.committed():
-            if entry.offset <= offset < entry.offset + getattr(entry, "count", 1):
+            if entry.offset <= offset < entry.next_offset:
                 return entry
         return None
 
@@ -188,12 +184,7 @@ def test_elect_append_commit_everywhere_then_resign_hands_over_fast(tmp_path: Pa
             with pytest.raises(NotControllerError):
                 await follower.driver.append(batch(b"refused"))
 
-        if _ENTRIES_SPAN_OFFSETS:  # one entry of two offsets (the multi-offset core)
-            offset = await leader.driver.append(batch(b"a", b"b"))
-        else:
-            with pytest.raises(ValueError):
-                await leader.driver.append(batch(b"a", b"b"))
-            offset = await leader.driver.append(batch(b"a"))
+        offset = await leader.driver.append(batch(b"a", b"b"))  # one entry of two offsets
         # Resolved only once the high watermark passed it: a majority holds it.
         holders = [n for n in cluster.nodes.values() if n.log.end_offset > offset]
         assert len(holders) >= 2
