@@ -82,7 +82,9 @@ def read_committed_batches(
         position = 0
         try:
             for header in segment.iter_headers(0):
-                if header.last_offset < start_offset:
+                if header.last_offset < start_offset or header.is_control:
+                    # Before the start (a snapshot holds it), or Raft's own control
+                    # batch (LeaderChange): no metadata records in it.
                     position = header.position + header.size
                     continue
                 decoded = decode_batch(os.pread(segment.fd, header.size, header.position))

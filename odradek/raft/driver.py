@@ -254,10 +254,13 @@ class RaftDriver:
         """The error the commit listener raised, if it did; nothing was handed over since."""
         return self._listener_fault
 
-    def create_snapshot(self, end_offset: int, payload: bytes) -> SnapshotId:
+    def create_snapshot(
+        self, end_offset: int, payload: bytes, *, delete_log: bool = True
+    ) -> SnapshotId:
         """Store the state machine's snapshot of every entry below ``end_offset`` (which
-        the listener has been handed) and trim the log below it."""
-        return self.node.create_snapshot(end_offset, payload)
+        the listener has been handed) and, with ``delete_log``, trim the log below it
+        (the metadata writer keeps the log below the older retained snapshot instead)."""
+        return self.node.create_snapshot(end_offset, payload, delete_log=delete_log)
 
     def describe_quorum(self) -> tuple[QuorumDescription, int]:
         """The quorum as the leader sees it, and the offset (ms) from the node's clock to
