@@ -201,10 +201,9 @@ class RaftMetadataWriter:
     def caught_up(self) -> bool:
         """The loader applied everything the quorum is known to have committed."""
         driver = self.driver
-        if driver is None or driver.leader_id is None:
-            return False
-        high_watermark = driver.high_watermark
-        return high_watermark > 0 and self.applied_end >= high_watermark
+        if driver is None or not driver.high_watermark_current:
+            return False  # e.g. a restarted leader's HW is its snapshot's end until it leads
+        return self.applied_end >= driver.high_watermark
 
     # -- append -----------------------------------------------------------------------------
     async def append(self, records: Sequence[MetadataRecord]) -> int:

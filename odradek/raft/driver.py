@@ -245,6 +245,11 @@ class RaftDriver:
         return self.node.high_watermark
 
     @property
+    def high_watermark_current(self) -> bool:
+        """The high watermark is the quorum's of this epoch (``RaftNode``'s)."""
+        return self.node.high_watermark_current
+
+    @property
     def stopped(self) -> bool:
         """True once ``shutdown`` began: requests must no longer reach the node."""
         return self._stopping
