@@ -82,12 +82,13 @@ def read_committed_batches(
         position = 0
         try:
             for header in segment.iter_headers(0):
-                if header.last_offset < start_offset or header.is_control:
-                    # Before the start (a snapshot holds it), or Raft's own control
-                    # batch (LeaderChange): no metadata records in it.
+                if header.last_offset < start_offset:
                     position = header.position + header.size
                     continue
                 decoded = decode_batch(os.pread(segment.fd, header.size, header.position))
+                if header.is_control:  # Raft's LeaderChange: checked, holds no metadata
+                    position = header.position + header.size
+                    continue
                 records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
                 yield decoded.header.last_offset, records, segment.log_path, header.position
                 position = header.position + header.size

@@ -175,3 +175,14 @@ def test_three_nodes_elect_and_fail_over(tmp_path: Path) -> None:
         took_s = time.monotonic() - begun
         assert third_epoch > new_epoch
         assert took_s < FETCH_TIMEOUT_MS / 1000, f"the hand-over took {took_s:.1f} s"
+
+        # The new active controller writes, on top of what the first one committed.
+        deadline = time.monotonic() + 10
+        with WireClient(nodes[third].bootstrap) as client:
+            while (error := create_topic(client, "after-failover").error_code) != ErrorCode.none:
+                assert error == ErrorCode.not_controller, error
+                assert time.monotonic() < deadline, "the new leader never accepted a write"
+                time.sleep(0.1)
+            assert create_topic(client, "on-the-leader").error_code == (
+                ErrorCode.topic_already_exists
+            )
