@@ -1,24 +1,29 @@
 """Broker: wires storage, metadata, replicas and the network into one process.
 
 How this works and why: start-up follows the order in which each part needs the one
-before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
-from its checkpointed recovery point and replay its newest snapshot and the log after
-it through the MetadataLoader into an image (LocalMetadataWriter; damage to its
-flushed part stops the broker with one line rather than starting an empty cluster
-whose partition data would look stray),
-bind the listeners (so port 0 becomes a real port), register this broker with those
-endpoints, create the partitions the image assigns here (ReplicaManager.catch_up),
-subscribe to the loader's deltas, and only then accept connections and print the
-ready line.
-Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
-checkpoint every log, write the clean-shutdown marker.
+before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata-0``
+as the Raft log (DiskRaftLog, from its checkpointed recovery point) and publish what
+its newest snapshot proves committed, checking the rest (RaftMetadataWriter.replay;
+damage to its flushed part stops the broker with one line rather than starting an
+empty cluster whose partition data would look stray), start the RaftDriver — the
+voters of ``controller.quorum.voters`` over the controller listeners, or this node
+alone, which elects itself without any network — and wait until the loader has
+applied the quorum's high watermark of the current epoch; only then check partition
+dirs against the image, bind the broker listeners (so port 0 becomes a real port),
+register this broker with those endpoints (only the active controller can write:
+elsewhere the registration is retried in the background), create the partitions the
+image assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, and
+only then accept client connections and print the ready line.
+Shutdown runs the other way: stop accepting, let in-flight requests finish, resign
+and stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
+marker.
 
 This module is the composition root: it builds the parts and hands each only the
-narrow interfaces it needs — handlers get ``Services`` (services.py), the group
-coordinator a metadata view, a partition writer and a topic creator
-(coordinator_io.py), and every metadata change goes through the
-``LocalControllerChannel`` (combined mode). Nothing imports this module but the
-``serve`` command and tests.
+narrow interfaces it needs — handlers get ``Services`` (services.py), the controller
+listeners ``ControllerPlaneServices`` (the driver), the group coordinator a metadata
+view, a partition writer and a topic creator (coordinator_io.py), and every metadata
+change goes through the ``LocalControllerChannel`` (combined mode). Nothing imports
+this module but the ``serve`` command and tests.
 """
 
 from __future__ import annotations
