@@ -101,6 +101,11 @@ class LoaderRun:
         self._replay.apply(records, end_offset - 1)
         self._batches += 1
 
+    def preview(self) -> MetadataImage:
+        """The image the run has built, without publishing it; the run is then done
+        (start-up checks the uncommitted tail of a log this way)."""
+        return self._replay.image()
+
     def finish(self) -> MetadataImage:
         """Publish the run's (delta, image), if it applied anything; the loader's image."""
         if self._batches == 0:

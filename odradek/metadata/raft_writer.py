@@ -100,6 +100,9 @@ class RaftMetadataWriter:
         self._waiters: list[tuple[int, asyncio.Future[None]]] = []
         self._snapshot_task: asyncio.Task[None] | None = None
         self._last_timestamp_ms = -1
+        # Start-up: the image of everything the local log holds (committed or not yet
+        # known to be), to check partition dirs before the quorum writes anything.
+        self.local_image = loader.image
 
     def attach(self, driver: RaftDriver) -> None:
         """Become ``driver``'s commit listener (before ``driver.start``)."""
@@ -131,6 +134,7 @@ class RaftMetadataWriter:
                 ) from None
         if check is None:
             run.finish()
+        self.local_image = self.loader.image if check is None else check.preview()
         self.applied_end = max(committed_end, self.loader.image.offset + 1)
         # The log after the snapshot counts towards the next one, as if just committed.
         self.snapshotter.record_commit(sum(h.size for h in log.iter_headers(start)))

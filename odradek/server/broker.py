@@ -220,9 +220,12 @@ class Broker:
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
         await loop.run_in_executor(None, self._load_metadata)
+        # Partition dirs against the image of the whole local log, before the quorum
+        # writes anything (quorum-state, a LeaderChange): a refusal changes nothing.
+        assert self.metadata_writer is not None
+        self.replica_manager.check_loaded_logs(self.metadata_writer.local_image)
         controller_bound = await self._start_quorum()
-        # Only once the loader holds everything committed: a partition created after
-        # the newest snapshot must not look unknown.
+        # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
         bound = [
             self.server.bind(li.name, li.host, li.port, self.dispatchers[self.plane_of(li.name)])
