@@ -55,7 +55,7 @@ from odradek.metadata.writer import (
     apply_latest_snapshot,
     read_committed_batches,
 )
-from odradek.raft.driver import NotControllerError
+from odradek.raft.driver import NotControllerError, RaftStepError
 from odradek.raft.log import SnapshotId
 from odradek.raft.node import BackPressureError, CommitEvent, CommittedEntries, SnapshotLoaded
 from odradek.raft.snapshots import SNAPSHOTS_RETAINED, FileSnapshotStore, snapshot_file_name
@@ -228,6 +228,8 @@ class RaftMetadataWriter:
             raise ControllerError(
                 "NOT_CONTROLLER", f"the quorum is not keeping up: {error}"
             ) from None
+        except RaftStepError as error:
+            raise ControllerError("KAFKA_STORAGE_ERROR", str(error)) from None
         except (OSError, StorageError) as error:
             cause = (
                 error.__cause__ if isinstance(error, StorageError) and error.__cause__ else error

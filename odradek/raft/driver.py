@@ -100,6 +100,11 @@ class NotControllerError(Exception):
         self.leader_id = leader_id
 
 
+class RaftStepError(Exception):
+    """A step of the node failed (e.g. the log's fsync on a full disk): the node's state
+    is unknown, so the driver stopped; pending and later appends fail with this."""
+
+
 class VoterAddress(Protocol):
     """One entry of controller.quorum.voters (``server.config.QuorumVoter`` fits)."""
 
@@ -191,6 +196,7 @@ class RaftDriver:
         self._inbound_ids = 0
         self._stopping = False
         self._listener_fault: BaseException | None = None
+        self._step_fault: RaftStepError | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -280,6 +286,8 @@ class RaftDriver:
         (lastOffsetDelta + 1; 1 for a payload that is not a v2 batch) and must match it
         when given: every replica derives it from the batch header it receives."""
         node = self.node
+        if self._step_fault is not None:
+            raise self._step_fault
         if self._stopping or not node.is_leader:
             raise NotControllerError(node.leader_id)
         span = _batch_span(payload)
@@ -338,8 +346,17 @@ class RaftDriver:
             try:
                 self._send_all(self.node.tick(self._clock_ms()))
                 self._after_step()
-            except Exception:
-                logger.exception("node %d: raft step failed", self.node_id)
+            except Exception as error:
+                # The node's state is unknown (a flush half done): stop, and fail the
+                # appends waiting and to come rather than leave them hanging.
+                logger.error(
+                    "node %d: raft step failed, the quorum stops here: %r", self.node_id, error
+                )
+                self._step_fault = RaftStepError(f"the metadata log failed: {error}")
+                for pending in self._appends:
+                    if not pending.future.done():
+                        pending.future.set_exception(self._step_fault)
+                self._appends = []
                 raise
             delay_s = (self.node.next_deadline_ms() - self._clock_ms()) / 1000
             if delay_s > 0:
