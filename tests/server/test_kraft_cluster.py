@@ -186,3 +186,21 @@ def test_three_nodes_elect_and_fail_over(tmp_path: Path) -> None:
             assert create_topic(client, "on-the-leader").error_code == (
                 ErrorCode.topic_already_exists
             )
+
+
+def test_a_node_waiting_for_its_quorum_stops_on_sigterm(tmp_path: Path) -> None:
+    ports = dict(zip(NODE_IDS, free_ports(len(NODE_IDS)), strict=True))
+    properties, data_dir = write_node(tmp_path, 1, ports)
+    cluster_id = odradek("storage", "random-uuid").stdout.strip()
+    assert odradek("storage", "format", "-t", cluster_id, "-c", str(properties)).returncode == 0
+    node = BrokerProcess(data_dir, ["--config", str(properties)]).launch()
+    try:
+        time.sleep(2)  # alone: no majority, so never ready
+        assert node.alive()
+        begun = time.monotonic()
+        assert node.stop() == 1
+        assert time.monotonic() - begun < 5
+        assert "odradek serve: stopped before it was ready" in node.log()
+        assert "Traceback" not in node.log()
+    finally:
+        node.kill()
