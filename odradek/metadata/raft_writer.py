@@ -12,9 +12,9 @@ The commit listener: data entries are decoded into ``MetadataRecord``s and publi
 through ``loader.handle_commit``; control entries (LeaderChange) are skipped, except
 that they mark the claim (below). A ``SnapshotLoaded`` for a snapshot the loader
 already holds (every start: the node hands over its latest snapshot first) is skipped;
-on a fresh loader it starts the image; a running node whose loader is past a fetched
-snapshot's predecessor would need a "reset to snapshot" publication, which does not
-exist yet: that raises (the driver then stops delivering, loudly).
+on a fresh loader it starts the image; on a running node (a follower behind the
+leader's log start) the loader resets to it (``reset_to_snapshot``: the image rebuilt
+from the snapshot, the delta against the whole old image).
 
 Controller gating (Kafka's "claim"): the active controller accepts writes only once
 its loader has applied everything up to the start of its own epoch, that is once the
@@ -67,10 +67,6 @@ if TYPE_CHECKING:
     from odradek.raft.driver import RaftDriver
 
 logger = logging.getLogger(__name__)
-
-
-class SnapshotResetUnsupportedError(RuntimeError):
-    """A running node was handed a snapshot past what its loader holds (not yet built)."""
 
 
 class RaftMetadataWriter:
@@ -167,16 +163,18 @@ class RaftMetadataWriter:
     def _load_snapshot(self, snapshot_id: SnapshotId, payload: bytes) -> None:
         if snapshot_id.end_offset <= self.applied_end:
             return  # the loader holds it (start-up read it, or later entries)
-        if self.loader.image.offset >= 0:
-            raise SnapshotResetUnsupportedError(
-                f"snapshot {snapshot_file_name(snapshot_id)} arrived while the loader holds "
-                f"offsets below {self.applied_end}: replacing a running image with a fetched "
-                "snapshot is not implemented yet; restart the node to load it"
-            )
         contents = read_snapshot(payload, snapshot_file_name(snapshot_id))
-        run = self.loader.replay()
-        run.apply_snapshot(snapshot_id.end_offset, contents.records)
-        run.finish()
+        if self.loader.image.offset >= 0:
+            logger.warning(
+                "metadata snapshot %s replaces the image (applied below offset %d only)",
+                snapshot_file_name(snapshot_id),
+                self.applied_end,
+            )
+            self.loader.reset_to_snapshot(snapshot_id.end_offset, contents.records)
+        else:
+            run = self.loader.replay()
+            run.apply_snapshot(snapshot_id.end_offset, contents.records)
+            run.finish()
         self.applied_end = snapshot_id.end_offset
 
     def _wake_waiters(self) -> None:
@@ -336,4 +334,4 @@ class RaftMetadataWriter:
         self._waiters = []
 
 
-__all__ = ["RaftMetadataWriter", "SnapshotResetUnsupportedError"]
+__all__ = ["RaftMetadataWriter"]

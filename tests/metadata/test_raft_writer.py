@@ -6,7 +6,9 @@
   rest once the quorum commits it again; the image is the one before the restart;
 - a log the pre-quorum single voter wrote (epoch-1 batches, no quorum-state, no
   LeaderChange) loads, and the first election's epoch is past every epoch in it;
-- snapshots go through the node, two are kept, the log keeps what follows the older.
+- snapshots go through the node, two are kept, the log keeps what follows the older;
+- a running loader handed a snapshot past what it applied resets to it, and the delta
+  says what the snapshot no longer holds.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import MetadataRecord
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.raft_writer import RaftMetadataWriter
+from odradek.metadata.snapshot import build_snapshot
 from odradek.metadata.snapshotter import SnapshotPolicy
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.raft.config import RaftConfig
@@ -28,6 +31,8 @@ from odradek.raft.control_records import leader_change_entry
 from odradek.raft.disk_log import DiskRaftLog, metadata_log_directory
 from odradek.raft.driver import RaftDriver
 from odradek.raft.election_store import FileElectionStore
+from odradek.raft.log import SnapshotId
+from odradek.raft.node import SnapshotLoaded
 from odradek.raft.snapshots import FileSnapshotStore
 from odradek.server.broker import seed_election_epoch
 from odradek.server.config import QuorumVoter
@@ -169,3 +174,26 @@ def test_snapshots_through_the_node_keep_two_and_the_log_after_the_older(tmp_pat
         await voter.stop()
 
     asyncio.run(scenario())
+
+
+def test_a_running_loader_resets_to_a_snapshot_past_what_it_applied(tmp_path: Path) -> None:
+    directory = metadata_log_directory(tmp_path)
+    raft_log = DiskRaftLog.open(directory, SMALL_SEGMENTS)
+    loader = MetadataLoader()
+    writer = RaftMetadataWriter(raft_log, loader, FileSnapshotStore(directory))
+    for index in range(3):  # what this follower applied: t0, t1, t2
+        loader.handle_commit(index, topic(index))
+    writer.applied_end = 3
+    deltas = []
+    loader.subscribe(lambda delta, image: deltas.append(delta))
+    # The leader's snapshot: t0 was deleted, t1 stays, t5 was created since.
+    records = topic(1) + topic(5)
+    payload = build_snapshot(records, 1_700_000_000_000, epoch=4)
+    writer.handle_commit(SnapshotLoaded(SnapshotId(end_offset=100, epoch=4), payload))
+    assert writer.applied_end == 100
+    assert loader.image.offset == 99
+    assert set(loader.image.topics) == {"t1", "t5"}
+    (delta,) = deltas
+    assert {t.name for t in delta.deleted_topics.values()} == {"t0", "t2"}
+    assert {t.name for t in delta.created_topics.values()} == {"t5"}
+    raft_log.close()
