@@ -8,7 +8,9 @@
   LeaderChange) loads, and the first election's epoch is past every epoch in it;
 - snapshots go through the node, two are kept, the log keeps what follows the older;
 - a running loader handed a snapshot past what it applied resets to it, and the delta
-  says what the snapshot no longer holds.
+  says what the snapshot no longer holds;
+- a full disk (ENOSPC injected): a failed write is refused and not applied, as with the
+  single voter; a failed fsync stops the quorum driver (not the single voter's cut back).
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from odradek.server.broker import seed_election_epoch
 from odradek.server.config import QuorumVoter
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
+from tests.storage.test_disk_full import DiskFull
 
 CONFIG = RaftConfig(append_linger_ms=1)
 SMALL_SEGMENTS = LogConfig(
@@ -197,3 +200,61 @@ def test_a_running_loader_resets_to_a_snapshot_past_what_it_applied(tmp_path: Pa
     assert {t.name for t in delta.deleted_topics.values()} == {"t0", "t2"}
     assert {t.name for t in delta.created_topics.values()} == {"t5"}
     raft_log.close()
+
+
+def test_a_failed_metadata_write_is_a_storage_error_and_is_not_applied(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As the single voter's: a write that fails (the segment cuts its partial batch)
+    answers KAFKA_STORAGE_ERROR, nothing is applied, the controller carries on once
+    there is room, and a restart sees what the clients saw."""
+    directory = metadata_log_directory(tmp_path)
+    disk = DiskFull(monkeypatch)
+
+    async def scenario() -> None:
+        voter = Voter(directory)
+        await voter.start()
+        await voter.writer.append(topic(0))
+        image, end = voter.loader.image, voter.raft_log.end_offset
+        disk.writes = True
+        with pytest.raises(ControllerError) as refused:
+            await voter.writer.append(topic(1))
+        assert refused.value.code == "KAFKA_STORAGE_ERROR"
+        assert "No space left on device" in str(refused.value)
+        assert voter.loader.image is image and voter.raft_log.end_offset == end
+        disk.writes = False
+        await voter.writer.append(topic(2))
+        await voter.stop()
+
+        voter = Voter(directory)
+        await voter.start()
+        assert set(voter.loader.image.topics) == {"t0", "t2"}
+        await voter.stop()
+
+    asyncio.run(scenario())
+
+
+def test_a_failed_metadata_fsync_stops_the_quorum_driver(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Not the single voter's behaviour: the leader fsyncs inside the Raft tick, so a
+    failed fsync stops the driver and every change answers KAFKA_STORAGE_ERROR until a
+    restart; the change is not cut back (a restart may commit it)."""
+    directory = metadata_log_directory(tmp_path)
+    disk = DiskFull(monkeypatch)
+
+    async def scenario() -> None:
+        voter = Voter(directory)
+        await voter.start()
+        await voter.writer.append(topic(0))
+        disk.sync_failures = 1
+        for index in (1, 2):
+            with pytest.raises(ControllerError) as refused:
+                await voter.writer.append(topic(index))
+            assert refused.value.code == "KAFKA_STORAGE_ERROR"
+            assert "the metadata log failed" in str(refused.value)
+        assert set(voter.loader.image.topics) == {"t0"}
+        await voter.driver.shutdown()
+        voter.raft_log.storage_log.close()
+
+    asyncio.run(scenario())
