@@ -128,8 +128,21 @@ async def _serve(config: BrokerConfig, truncate_damaged_metadata: bool = False) 
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, stop.set)
+    starting = asyncio.ensure_future(broker.start())
+    stopping = asyncio.ensure_future(stop.wait())
+    # A quorum's node waits for a majority before it is ready: SIGTERM ends that wait.
+    await asyncio.wait({starting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+    if not starting.done():
+        starting.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await starting
+        print("odradek serve: stopped before it was ready", file=sys.stderr)
+        with contextlib.suppress(Exception):
+            await broker.stop()
+        return 1
+    stopping.cancel()
     try:
-        urls = await broker.start()
+        urls = starting.result()
     except (StorageError, OSError, RuntimeError, ControllerError) as error:
         print(f"odradek serve: cannot start: {error}", file=sys.stderr)
         with contextlib.suppress(Exception):

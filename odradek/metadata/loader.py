@@ -57,10 +57,25 @@ class MetadataLoader:
         """A run of committed batches published as one change by ``finish()``."""
         return LoaderRun(self)
 
+    def reset_to_snapshot(
+        self, end_offset: int, records: Sequence[MetadataRecord]
+    ) -> MetadataImage:
+        """Replace the image by a snapshot's (every record below ``end_offset``), past
+        what was applied: a running follower whose leader's log no longer holds what it
+        lacks. The image is rebuilt from the snapshot alone and the delta compares the
+        whole of both images (a topic missing from the snapshot is deleted)."""
+        assert end_offset - 1 > self._image.offset, (end_offset, self._image.offset)
+        replay = ImageReplay()
+        replay.apply(records, end_offset - 1)
+        image = replay.image()
+        return self._publish_image(between(self._image, image), image)
+
     def _publish(self, run: ImageReplay) -> MetadataImage:
         assert run.start is self._image, "two loader runs overlapped"
         image = run.image()
-        delta = between(self._image, image, run.changed)
+        return self._publish_image(between(self._image, image, run.changed), image)
+
+    def _publish_image(self, delta: MetadataDelta, image: MetadataImage) -> MetadataImage:
         self._image = image
         for publisher in self._publishers:
             try:
@@ -100,6 +115,11 @@ class LoaderRun:
         assert self._batches == 0 and self._replay.offset == -1, "a snapshot starts a run"
         self._replay.apply(records, end_offset - 1)
         self._batches += 1
+
+    def preview(self) -> MetadataImage:
+        """The image the run has built, without publishing it; the run is then done
+        (start-up checks the uncommitted tail of a log this way)."""
+        return self._replay.image()
 
     def finish(self) -> MetadataImage:
         """Publish the run's (delta, image), if it applied anything; the loader's image."""

@@ -86,6 +86,9 @@ def read_committed_batches(
                     position = header.position + header.size
                     continue
                 decoded = decode_batch(os.pread(segment.fd, header.size, header.position))
+                if header.is_control:  # Raft's LeaderChange: checked, holds no metadata
+                    position = header.position + header.size
+                    continue
                 records = [MetadataRecord.decode(r.key, r.value) for r in decoded.records]
                 yield decoded.header.last_offset, records, segment.log_path, header.position
                 position = header.position + header.size

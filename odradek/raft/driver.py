@@ -98,6 +98,11 @@ class NotControllerError(Exception):
         self.leader_id = leader_id
 
 
+class RaftStepError(Exception):
+    """A step of the node failed (e.g. the log's fsync on a full disk): the node's state
+    is unknown, so the driver stopped; pending and later appends fail with this."""
+
+
 class VoterAddress(Protocol):
     """One entry of controller.quorum.voters (``server.config.QuorumVoter`` fits)."""
 
@@ -189,6 +194,7 @@ class RaftDriver:
         self._inbound_ids = 0
         self._stopping = False
         self._listener_fault: BaseException | None = None
+        self._step_fault: RaftStepError | None = None
 
     # --- lifecycle ----------------------------------------------------------------------
 
@@ -243,6 +249,11 @@ class RaftDriver:
         return self.node.high_watermark
 
     @property
+    def high_watermark_current(self) -> bool:
+        """The high watermark is the quorum's of this epoch (``RaftNode``'s)."""
+        return self.node.high_watermark_current
+
+    @property
     def stopped(self) -> bool:
         """True once ``shutdown`` began: requests must no longer reach the node."""
         return self._stopping
@@ -252,10 +263,13 @@ class RaftDriver:
         """The error the commit listener raised, if it did; nothing was handed over since."""
         return self._listener_fault
 
-    def create_snapshot(self, end_offset: int, payload: bytes) -> SnapshotId:
+    def create_snapshot(
+        self, end_offset: int, payload: bytes, *, delete_log: bool = True
+    ) -> SnapshotId:
         """Store the state machine's snapshot of every entry below ``end_offset`` (which
-        the listener has been handed) and trim the log below it."""
-        return self.node.create_snapshot(end_offset, payload)
+        the listener has been handed) and, with ``delete_log``, trim the log below it
+        (the metadata writer keeps the log below the older retained snapshot instead)."""
+        return self.node.create_snapshot(end_offset, payload, delete_log=delete_log)
 
     def describe_quorum(self) -> tuple[QuorumDescription, int]:
         """The quorum as the leader sees it, and the offset (ms) from the node's clock to
@@ -270,6 +284,8 @@ class RaftDriver:
         (lastOffsetDelta + 1; 1 for a payload that is not a v2 batch) and must match it
         when given: every replica derives it from the batch header it receives."""
         node = self.node
+        if self._step_fault is not None:
+            raise self._step_fault
         if self._stopping or not node.is_leader:
             raise NotControllerError(node.leader_id)
         span = _batch_span(payload)
@@ -322,8 +338,17 @@ class RaftDriver:
             try:
                 self._send_all(self.node.tick(self._clock_ms()))
                 self._after_step()
-            except Exception:
-                logger.exception("node %d: raft step failed", self.node_id)
+            except Exception as error:
+                # The node's state is unknown (a flush half done): stop, and fail the
+                # appends waiting and to come rather than leave them hanging.
+                logger.error(
+                    "node %d: raft step failed, the quorum stops here: %r", self.node_id, error
+                )
+                self._step_fault = RaftStepError(f"the metadata log failed: {error}")
+                for pending in self._appends:
+                    if not pending.future.done():
+                        pending.future.set_exception(self._step_fault)
+                self._appends = []
                 raise
             delay_s = (self.node.next_deadline_ms() - self._clock_ms()) / 1000
             if delay_s > 0:

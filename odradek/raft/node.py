@@ -194,6 +194,18 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
     def log_end_offset(self) -> int:
         return self.log.end_offset
 
+    @property
+    def high_watermark_current(self) -> bool:
+        """Is ``high_watermark`` the quorum's, as of this epoch? A leader's once an entry
+        of its own epoch committed; a follower's once a fetch from its leader succeeded.
+        (Before that it is only what this node knew last, e.g. its snapshot's end.)"""
+        role = self.quorum.role
+        if isinstance(role, LeaderState):
+            return self.high_watermark > role.epoch_start_offset
+        if isinstance(role, FollowerState):
+            return role.last_fetch_success_ms is not None
+        return False
+
     # --- the driver's interface -----------------------------------------------------------
 
     def handle(self, inbound: Inbound, now_ms: int) -> list[Outbound]:

@@ -1,24 +1,29 @@
 """Broker: wires storage, metadata, replicas and the network into one process.
 
 How this works and why: start-up follows the order in which each part needs the one
-before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata``
-from its checkpointed recovery point and replay its newest snapshot and the log after
-it through the MetadataLoader into an image (LocalMetadataWriter; damage to its
-flushed part stops the broker with one line rather than starting an empty cluster
-whose partition data would look stray),
-bind the listeners (so port 0 becomes a real port), register this broker with those
-endpoints, create the partitions the image assigns here (ReplicaManager.catch_up),
-subscribe to the loader's deltas, and only then accept connections and print the
-ready line.
-Shutdown runs the other way: stop accepting, let in-flight requests finish, flush and
-checkpoint every log, write the clean-shutdown marker.
+before it — lock and recover the log dirs (LogManager), open ``__cluster_metadata-0``
+as the Raft log (DiskRaftLog, from its checkpointed recovery point) and publish what
+its newest snapshot proves committed, checking the rest (RaftMetadataWriter.replay;
+damage to its flushed part stops the broker with one line rather than starting an
+empty cluster whose partition data would look stray), start the RaftDriver — the
+voters of ``controller.quorum.voters`` over the controller listeners, or this node
+alone, which elects itself without any network — and wait until the loader has
+applied the quorum's high watermark of the current epoch; only then check partition
+dirs against the image, bind the broker listeners (so port 0 becomes a real port),
+register this broker with those endpoints (only the active controller can write:
+elsewhere the registration is retried in the background), create the partitions the
+image assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, and
+only then accept client connections and print the ready line.
+Shutdown runs the other way: stop accepting, let in-flight requests finish, resign
+and stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
+marker.
 
 This module is the composition root: it builds the parts and hands each only the
-narrow interfaces it needs — handlers get ``Services`` (services.py), the group
-coordinator a metadata view, a partition writer and a topic creator
-(coordinator_io.py), and every metadata change goes through the
-``LocalControllerChannel`` (combined mode). Nothing imports this module but the
-``serve`` command and tests.
+narrow interfaces it needs — handlers get ``Services`` (services.py), the controller
+listeners ``ControllerPlaneServices`` (the driver), the group coordinator a metadata
+view, a partition writer and a topic creator (coordinator_io.py), and every metadata
+change goes through the ``LocalControllerChannel`` (combined mode). Nothing imports
+this module but the ``serve`` command and tests.
 """
 
 from __future__ import annotations
@@ -37,25 +42,37 @@ from odradek.coordinator.transaction.producer_id_manager import ProducerIdManage
 from odradek.metadata.controller import METADATA_TOPIC, Controller
 from odradek.metadata.controller_channel import LocalControllerChannel
 from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.raft_writer import RaftMetadataWriter
 from odradek.metadata.snapshotter import SnapshotPolicy
 from odradek.metadata.view import Endpoint, endpoints_for_listener
-from odradek.metadata.writer import LocalMetadataWriter, MetadataSnapshotsUnusableError
+from odradek.metadata.writer import MetadataSnapshotsUnusableError
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
-from odradek.raft.snapshots import SNAPSHOT_SUFFIX
+from odradek.raft.config import RaftConfig
+from odradek.raft.control_records import leader_change_entry
+from odradek.raft.disk_log import DiskRaftLog
+from odradek.raft.driver import RaftDriver
+from odradek.raft.election_store import QUORUM_STATE_FILE, ElectionState, FileElectionStore
+from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.replica_manager import ReplicaManager
-from odradek.server.config import BROKER_CONFIGS, CONFIGS_BY_NAME, BrokerConfig, ConfigError
+from odradek.server.config import (
+    BROKER_CONFIGS,
+    CONFIGS_BY_NAME,
+    BrokerConfig,
+    ConfigError,
+    QuorumVoter,
+)
 from odradek.server.config_alter import BrokerConfigRules
 from odradek.server.coordinator_io import ChannelTopicCreator, ReplicaPartitionWriter
 from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane
-from odradek.server.services import Services
+from odradek.server.services import ControllerPlaneServices, Services
 from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
-from odradek.storage.log_loader import open_log
 from odradek.storage.log_manager import LogManager, LogManagerSettings
 from odradek.storage.meta_properties import (
     ensure_meta_properties,
@@ -77,6 +94,12 @@ METADATA_LOG_CONFIG: Final = LogConfig(
 
 # How often the time bound of metadata snapshots is checked (commits check the bytes).
 SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
+# Start-up polls the loader's progress towards the quorum's high watermark this often
+# (a single voter is there within one append linger), and logs the wait every 5 s.
+CATCH_UP_POLL_S: Final = 0.01
+CATCH_UP_LOG_EVERY_S: Final = 5.0
+# A node that is not the active controller retries its registration this often.
+REGISTRATION_RETRY_S: Final = 1.0
 
 
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
@@ -130,7 +153,14 @@ class Broker:
             reserved_dirs=frozenset({METADATA_LOG_DIR}),
         )
         self.metadata_log: Log | None = None
-        self.metadata_writer: LocalMetadataWriter | None = None
+        self.raft_log: DiskRaftLog | None = None
+        self.metadata_writer: RaftMetadataWriter | None = None
+        self.raft_driver: RaftDriver | None = None
+        # The CONTROLLER plane's listeners (a quorum is configured): a server of their
+        # own, accepting before the broker listeners do, since the quorum must run
+        # before this node can catch up.
+        self.controller_server: SocketServer | None = None
+        self._registration: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
@@ -190,6 +220,12 @@ class Broker:
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
         await loop.run_in_executor(None, self._load_metadata)
+        # Partition dirs against the image of the whole local log, before the quorum
+        # writes anything (quorum-state, a LeaderChange): a refusal changes nothing.
+        assert self.metadata_writer is not None
+        self.replica_manager.check_loaded_logs(self.metadata_writer.local_image)
+        controller_bound = await self._start_quorum()
+        # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
         bound = [
             self.server.bind(li.name, li.host, li.port, self.dispatchers[self.plane_of(li.name)])
@@ -201,12 +237,9 @@ class Broker:
             port = listener.port or ports.get(listener.name, listener.port)
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
-        await self.controller_channel.register_broker(
-            self.node_id, endpoints, self.config["broker.rack"]
-        )
-        # Combined mode: the local log is the whole committed log, so replaying it is
-        # catching up; a broker-only node calls catch_up once its loader reached the
-        # quorum's high watermark.
+        await self._register(endpoints)
+        # The loader caught up with the quorum's high watermark (_start_quorum): the
+        # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
         self.group_coordinator.on_metadata(self.image)
@@ -216,18 +249,110 @@ class Broker:
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
         self.server.start()
-        return [b.url() for b in bound]
+        return [b.url() for b in bound] + [b.url() for b in controller_bound]
 
-    def _open_metadata_log(self, recovery_point: int, clean: bool, log_start: int = 0) -> Log:
+    async def _start_quorum(self) -> list[Any]:
+        """Start the Raft driver over the opened metadata log (and the controller
+        listeners when a quorum is configured); return once the loader has applied
+        everything the quorum has committed (a single voter: once its LeaderChange
+        commits). Returns the bound controller listeners."""
+        raft_log, writer = self.raft_log, self.metadata_writer
+        assert raft_log is not None and writer is not None
+        voters: tuple[QuorumVoter, ...] = self.config.quorum_voters or (
+            QuorumVoter(self.node_id, "localhost", 0),  # alone: elects itself, no network
+        )
+        store = FileElectionStore(
+            raft_log.storage_log.directory, frozenset(v.node_id for v in voters), self.cluster_id
+        )
+        seed_election_epoch(store, raft_log, writer.snapshots)
+        try:
+            raft_config = RaftConfig.from_properties(self.config.original)
+        except ValueError as error:
+            raise ConfigError("controller.quorum", str(error)) from None
+        driver = self.raft_driver = RaftDriver(
+            self.node_id,
+            voters,
+            raft_log,
+            store,
+            writer.snapshots,
+            raft_config,
+            cluster_id=self.cluster_id,
+            node_options={"control_entry": leader_change_entry},
+        )
+        writer.attach(driver)
+        bound = []
+        if self.config.quorum_voters and self.config.controller_listeners:
+            self.controller_server = SocketServer(
+                Dispatcher(ControllerPlaneServices(raft=driver), Plane.CONTROLLER),
+                max_frame_bytes=self.config["socket.request.max.bytes"],
+                idle_timeout_ms=self.config["connections.max.idle.ms"],
+            )
+            bound = [
+                self.controller_server.bind(li.name, li.host, li.port)
+                for li in self.config.controller_listeners
+            ]
+            self.controller_server.start()
+        driver.start()
+        await self._wait_caught_up(writer, driver)
+        return bound
+
+    async def _wait_caught_up(self, writer: RaftMetadataWriter, driver: RaftDriver) -> None:
+        waited_s = 0.0
+        while not writer.caught_up():
+            if driver.listener_fault is not None:
+                raise MetadataLogDamagedError(
+                    f"the metadata log could not be applied: {driver.listener_fault}"
+                )
+            await asyncio.sleep(CATCH_UP_POLL_S)
+            waited_s += CATCH_UP_POLL_S
+            if waited_s >= CATCH_UP_LOG_EVERY_S:
+                waited_s = 0.0
+                logger.info(
+                    "waiting for the metadata quorum: leader %s, epoch %d, high watermark %d, "
+                    "applied up to %d",
+                    driver.leader_id,
+                    driver.epoch,
+                    driver.high_watermark,
+                    writer.applied_end,
+                )
+
+    async def _register(self, endpoints: list[tuple[str, str, int]]) -> None:
+        """Register this broker; a node whose controller is not the active one keeps
+        trying in the background (forwarding to the active controller comes later)."""
+        rack = self.config["broker.rack"]
+        try:
+            await self.controller_channel.register_broker(self.node_id, endpoints, rack)
+        except ControllerError as error:
+            if error.code != "NOT_CONTROLLER":
+                raise
+            logger.info("broker registration deferred: %s", error)
+            self._registration = asyncio.create_task(self._register_later(endpoints))
+
+    async def _register_later(self, endpoints: list[tuple[str, str, int]]) -> None:
+        rack = self.config["broker.rack"]
+        while True:
+            await asyncio.sleep(REGISTRATION_RETRY_S)
+            if self.metadata_writer is None or not self.metadata_writer.is_active:
+                continue
+            try:
+                await self.controller_channel.register_broker(self.node_id, endpoints, rack)
+            except ControllerError as error:
+                logger.info("broker registration deferred: %s", error)
+                continue
+            logger.info("broker %d registered", self.node_id)
+            return
+
+    def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
         directory = self.config.metadata_log_dir / METADATA_LOG_DIR
-        log, stats = open_log(
+        raft_log = DiskRaftLog.open(
             directory,
             METADATA_LOG_CONFIG,
             recovery_point=recovery_point,
-            log_start_offset=log_start,
             clean_shutdown=clean,
             strict=not self.truncate_damaged_metadata,
         )
+        stats = raft_log.load_stats
+        assert stats is not None
         if stats.recovered_segments:
             logger.info(
                 "recovered %s from offset %d: %d segment(s), %d batches, %d bytes in %d ms",
@@ -245,7 +370,7 @@ class Broker:
                 stats.bytes_truncated,
                 stats.corruption,
             )
-        return log
+        return raft_log
 
     def _load_metadata(self) -> None:
         """Open ``__cluster_metadata-0`` from its recovery point and replay it: the
@@ -265,7 +390,6 @@ class Broker:
                 f"{first_dir}: set metadata.log.dir={state.log_dir} (or move the directory)"
             )
         recovery_point, clean = (state.recovery_point, state.clean) if state else (0, True)
-        log_start = state.log_start_offset if state else 0
         partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
         directory = first_dir / METADATA_LOG_DIR
         # A snapshot is metadata too: the log below it may have been deleted.
@@ -274,10 +398,10 @@ class Broker:
         if partitions and not has_data and not self.truncate_damaged_metadata:
             # Checked before opening the log, which would create an empty one.
             raise MetadataLogDamagedError(_missing_message(directory, partitions))
-        opened: Log | None = None
+        opened: DiskRaftLog | None = None
         try:
-            log = opened = self._open_metadata_log(recovery_point, clean, log_start)
-            self.controller = self._local_controller(log)
+            raft_log = opened = self._open_metadata_log(recovery_point, clean)
+            self.controller = self._raft_controller(raft_log)
             self.controller.replay()
         except MetadataSnapshotsUnusableError as error:  # truncating cannot help
             raise MetadataLogDamagedError(str(error)) from None
@@ -288,11 +412,12 @@ class Broker:
                 "metadata log damaged (%s); keeping only the metadata before the damage", error
             )
             if opened is not None:
-                opened.close()
+                opened.storage_log.close()
             # full recovery: cut at the first bad batch
-            log = self._open_metadata_log(0, False, log_start)
-            self.controller = self._local_controller(log)
+            raft_log = self._open_metadata_log(0, False)
+            self.controller = self._raft_controller(raft_log)
             self.controller.replay()
+        log = raft_log.storage_log
         if log.log_end_offset == 0 and partitions and self.image.offset < 0:
             if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
                 raise MetadataLogDamagedError(_missing_message(directory, partitions))
@@ -301,16 +426,23 @@ class Broker:
                 len(partitions),
             )
         self.metadata_log = log
+        self.raft_log = raft_log
         self.log_manager.attach_reserved_log(METADATA_LOG_DIR, first_dir, log)
 
-    def _local_controller(self, log: Log) -> Controller:
-        """The single voter: its writer fsyncs ``log`` and feeds a fresh loader."""
+    def _raft_controller(self, raft_log: DiskRaftLog) -> Controller:
+        """The controller over the Raft writer of ``raft_log``, feeding a fresh loader
+        (the driver starts later, on the loop: ``_start_quorum``)."""
         self.metadata_loader = MetadataLoader()
         policy = SnapshotPolicy(
             self.config["metadata.log.max.record.bytes.between.snapshots"],
             self.config["metadata.log.max.snapshot.interval.ms"],
         )
-        writer = self.metadata_writer = LocalMetadataWriter(log, self.metadata_loader, policy)
+        writer = self.metadata_writer = RaftMetadataWriter(
+            raft_log,
+            self.metadata_loader,
+            FileSnapshotStore(raft_log.storage_log.directory),
+            policy,
+        )
         return Controller(writer, self.metadata_loader, self.node_id, self.dynamic_defaults)
 
     async def stop(self) -> None:
@@ -320,13 +452,20 @@ class Broker:
         for dispatcher in self.dispatchers.values():
             dispatcher.malformed.close()  # the counts the last interval suppressed
             dispatcher.unsupported.close()
-        for task in (self._housekeeping, self._snapshot_timer):
+        for task in (self._housekeeping, self._snapshot_timer, self._registration):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
         if self.metadata_writer is not None:
             await self.metadata_writer.wait_snapshot()  # before its log is closed
+        if self.raft_driver is not None:
+            # A leader hands over first (EndQuorumEpoch) so the others elect at once.
+            await self.raft_driver.shutdown(resign=True)
+            if self.metadata_writer is not None:
+                self.metadata_writer.fail_waiters("the controller is shutting down")
+        if self.controller_server is not None:
+            await self.controller_server.stop(grace_s=0.5)
         loop = asyncio.get_running_loop()
         failure: Exception | None = None
         try:
@@ -457,7 +596,11 @@ class BrokerMetadata:
 
     @property
     def controller_id(self) -> int:
-        return self._broker.node_id  # combined mode: this node is the controller
+        # Combined nodes: the quorum's leader is the active controller (the only one
+        # that accepts writes until forwarding lands); this node while none is known.
+        driver = self._broker.raft_driver
+        leader = None if driver is None else driver.leader_id
+        return self._broker.node_id if leader is None else leader
 
     @property
     def default_listener(self) -> str:
@@ -507,6 +650,26 @@ def _damaged_message(error: CommittedDataCorruptError, log_dir: Path) -> str:
         f"before position {error.position} of {Path(str(error.path)).name} (partitions it no "
         "longer knows are then set aside, not deleted)"
     )
+
+
+def seed_election_epoch(
+    store: FileElectionStore, raft_log: DiskRaftLog, snapshots: FileSnapshotStore
+) -> None:
+    """A metadata log without ``quorum-state`` (written by the single voter before the
+    quorum, or fresh): record the newest epoch it holds, so the first election's epoch
+    exceeds every epoch in the log (a leader must never append in an epoch another
+    leader's batches already use)."""
+    if store.path.exists():
+        return
+    latest = snapshots.latest()
+    epoch = max(raft_log.last_fetched_epoch, latest.epoch if latest is not None else 0)
+    if epoch > 0:
+        logger.info(
+            "%s absent: the metadata log holds epochs up to %d; the first election is past it",
+            QUORUM_STATE_FILE,
+            epoch,
+        )
+        store.write(ElectionState(epoch=epoch))
 
 
 def broker_config_names() -> list[str]:

@@ -679,7 +679,8 @@ class BrokerConfig:
 
     @property
     def controller_listeners(self) -> tuple[Listener, ...]:
-        """The listeners named by controller.listener.names (parsed, not served yet)."""
+        """The listeners named by controller.listener.names (the broker serves them when a
+        quorum is configured, on a server of their own)."""
         names = set(self.controller_listener_names)
         return tuple(li for li in self.values["listeners"] if li.name in names)
 
@@ -691,9 +692,9 @@ class BrokerConfig:
 
     @property
     def listeners(self) -> tuple[Listener, ...]:
-        # What ``serve`` binds. Controller listeners serve the quorum, not clients
-        # (KRaft); a single combined node keeps its quorum in-process, so they are
-        # not opened yet.
+        # What the broker's client-facing server binds. Controller listeners serve the
+        # quorum, not clients (KRaft): the broker binds them apart, before it waits for
+        # the quorum (controller_listeners).
         return self.broker_listeners
 
     @property

@@ -34,9 +34,16 @@ class BrokerProcess:
         self.process: subprocess.Popen[bytes] | None = None
         self.bootstrap = ""
         self.port = 0
+        self.urls: dict[str, str] = {}
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
     def start(self, listen: str = "127.0.0.1:0") -> BrokerProcess:
+        self.launch(listen)
+        return self.wait_ready()
+
+    def launch(self, listen: str = "127.0.0.1:0") -> BrokerProcess:
+        """Spawn the process without waiting for it to be ready (a quorum's nodes are
+        ready only once a majority runs: launch them all, then ``wait_ready``)."""
         assert self.process is None or self.process.poll() is not None
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
@@ -56,7 +63,13 @@ class BrokerProcess:
             preexec_fn=self.preexec_fn,
         )
         log.close()
+        return self
+
+    def wait_ready(self) -> BrokerProcess:
+        """Read the ready line: the first URL is the client listener; every URL is kept
+        by listener name in ``urls`` (controller listeners come last)."""
         line = self._read_ready_line()
+        self.urls = {u.split("://", 1)[0]: u.split("://", 1)[1] for u in line.split()[2:]}
         url = line.split()[2]
         self.bootstrap = url.split("://", 1)[1]
         self.port = int(self.bootstrap.rsplit(":", 1)[1])
