@@ -5,8 +5,10 @@ needs — a read-only view of the metadata, the replica manager, the controller
 channel, the group coordinator, config lookups, producer ids, the log dirs. Each part
 is a small Protocol, so a test fakes just the part a handler uses, and the cluster
 work can swap one (an RPC ``ControllerChannel`` on a broker-only node, a transaction
-coordinator) without touching handlers. A controller listener's handlers (the quorum
-APIs) get a ``ControllerServices`` instead: the Raft driver. ``broker.py`` is the
+coordinator) without touching handlers. A controller listener's handlers get a
+``ControllerServices`` instead: the Raft driver for the quorum APIs, and the same
+``AdminServices`` the broker's admin handlers use, over this node's own controller,
+for the admin requests brokers forward. ``broker.py`` is the
 composition root: it builds a ``Services`` from its parts and nothing imports it.
 
 Where the parts live: ``MetadataView`` in ``metadata/view.py`` and
@@ -85,12 +87,19 @@ class LogDirsView(Protocol):
     def log_dirs(self) -> Sequence[Path]: ...
 
 
-class BrokerServices(ConfigContext, Protocol):
-    @property
-    def replicas(self) -> ReplicaManager: ...
+class AdminServices(ConfigContext, Protocol):
+    """What the metadata-changing admin handlers (CreateTopics, DeleteTopics,
+    CreatePartitions, AlterConfigs, IncrementalAlterConfigs) need; both planes serve
+    them: a broker listener through its channel (forwarding, in a quorum), a
+    controller listener through this node's own controller."""
 
     @property
     def controller(self) -> ControllerChannel: ...
+
+
+class BrokerServices(AdminServices, Protocol):
+    @property
+    def replicas(self) -> ReplicaManager: ...
 
     @property
     def groups(self) -> GroupCoordinator: ...
@@ -108,8 +117,11 @@ class BrokerServices(ConfigContext, Protocol):
     def log_dirs(self) -> LogDirsView: ...
 
 
-class ControllerServices(Protocol):
-    """What the CONTROLLER plane's quorum handlers see: the node's Raft driver only."""
+class ControllerServices(AdminServices, Protocol):
+    """What the CONTROLLER plane's handlers see: the node's Raft driver (the quorum
+    APIs) and, for the forwarded admin requests, this node's image and config tables
+    and a channel to its own controller that answers NOT_CONTROLLER unless this node
+    is the active controller (``GatedControllerChannel``)."""
 
     @property
     def raft(self) -> RaftDriver: ...
@@ -120,6 +132,9 @@ class ControllerPlaneServices:
     """The plain holder of a controller listener's services."""
 
     raft: RaftDriver
+    metadata: MetadataView
+    config: ConfigView
+    controller: ControllerChannel
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +152,7 @@ class Services:
 
 
 __all__ = [
+    "AdminServices",
     "BrokerServices",
     "ConfigContext",
     "ConfigView",
