@@ -1,15 +1,18 @@
 """Admin requests sent to any broker of a quorum reach the active controller.
 
 Three combined ``odradek serve`` processes (test_kraft_cluster.py's ``cluster``). Raw
-Kafka requests on a *follower's* broker listener — CreateTopics, CreatePartitions,
-IncrementalAlterConfigs, DeleteTopics, InitProducerId (AllocateProducerIds behind
-it) — succeed, answered by the follower once its own image shows the change (a
-DescribeConfigs/Metadata on the same follower right after sees it), and every node
-then shows the change. Real admin clients bootstrapped with only the follower
-(confluent-kafka's AdminClient, kafka-python's KafkaAdminClient) and an idempotent
-confluent producer work too. After kill -9 of the active controller, a CreateTopics
-sent to a surviving follower at once is held by the forwarding until the survivors
-have elected a new leader, then succeeds. Every process is stopped by pid.
+Kafka requests on a *follower's* broker listener (CreateTopics, CreatePartitions,
+IncrementalAlterConfigs, DeleteTopics, InitProducerId with AllocateProducerIds behind
+it, auto-creation by Metadata and by FindCoordinator) succeed, answered by the
+follower once its own image shows the change (a DescribeConfigs/Metadata on the same
+follower right after sees it), and every node then shows the change. Real admin
+clients bootstrapped with only the follower (confluent-kafka's AdminClient,
+kafka-python's KafkaAdminClient) and an idempotent confluent producer work too; they
+send to Metadata's ``controller_id`` (the leader, the only registered broker until
+followers register), so they cover the forwarding from the leader's own broker.
+After kill -9 of the active controller, a CreateTopics sent to a surviving follower at
+once is held by the forwarding until the survivors have elected a new leader, then
+succeeds. Every process is stopped by pid.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ INCREMENTAL_ALTER_CONFIGS_KEY = 44
 DESCRIBE_CONFIGS_KEY = 32
 METADATA_KEY = 3
 INIT_PRODUCER_ID_KEY = 22
+FIND_COORDINATOR_KEY = 10
 TOPIC_TYPE = 2
 TIMEOUT = datetime.timedelta(seconds=30)
 
@@ -115,13 +119,20 @@ def delete_topic(client: WireClient, topic: str) -> Any:
     return result
 
 
-def partition_counts(client: WireClient) -> dict[str, int]:
+def partition_counts(client: WireClient, auto_create: str | None = None) -> dict[str, int]:
+    """Topic → partition count from Metadata v12 (every topic; or ``auto_create`` only,
+    created if missing)."""
+    topics = None
+    if auto_create is not None:
+        topics = (
+            request(METADATA_KEY, 12, "MetadataRequestTopic", name=auto_create, topic_id=None),
+        )
     response = client.request(
         request(
             METADATA_KEY,
             12,
-            topics=None,
-            allow_auto_topic_creation=False,
+            topics=topics,
+            allow_auto_topic_creation=auto_create is not None,
             include_topic_authorized_operations=False,
         )
     )
@@ -139,6 +150,10 @@ def init_producer_id(client: WireClient) -> Any:
             producer_epoch=-1,
         )
     )
+
+
+def find_coordinator(client: WireClient, group: str) -> Any:
+    return client.request(request(FIND_COORDINATOR_KEY, 3, key=group, key_type=0))
 
 
 def wait_everywhere(nodes: list[BrokerProcess], topic: str, partitions: int | None) -> None:
@@ -185,7 +200,16 @@ def test_admin_requests_on_a_follower_reach_the_active_controller(tmp_path: Path
 
             produced = init_producer_id(client)
             assert produced.error_code == ErrorCode.none and produced.producer_id >= 0
+
+            # Auto-creation on the follower goes the same way: a Metadata request that
+            # may create, and FindCoordinator creating __consumer_offsets.
+            assert partition_counts(client, auto_create="auto-created") == {"auto-created": 1}
+            found = find_coordinator(client, "a-group")
+            assert found.error_code == ErrorCode.none, found
+            assert found.node_id in nodes
         wait_everywhere(everyone, "forwarded", 5)
+        wait_everywhere(everyone, "auto-created", 1)
+        wait_everywhere(everyone, "__consumer_offsets", 50)
 
         with WireClient(follower.bootstrap) as client:
             result = delete_topic(client, "forwarded")
