@@ -278,6 +278,16 @@ def test_config_changes_incremental_and_replacing(tmp_path: Path) -> None:
                 validate_only=False,
             )
         assert raised.value.code == "INVALID_REQUEST"
+        for name in ("x", "-1"):  # not a broker id
+            with pytest.raises(ControllerError) as raised:
+                await s.remote.alter_configs(
+                    BROKER_RESOURCE,
+                    name,
+                    [ConfigOp("log.cleaner.threads", SET, "2")],
+                    replace=False,
+                    validate_only=False,
+                )
+            assert raised.value.code == "INVALID_REQUEST"
 
     run(tmp_path, body)
 
