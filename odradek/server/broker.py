@@ -336,6 +336,15 @@ class Broker:
                 for li in self.config.controller_listeners
             ]
             self.controller_server.start()
+            if self.remote_channel is not None and bound:
+                # Forwarding to this node goes to the listener it bound, whatever the
+                # voters entry says (port 0, a name only the other nodes resolve).
+                own = bound[0]
+                host = "127.0.0.1" if own.host in ("", "0.0.0.0") else own.host
+                host = "::1" if host == "::" else host
+                await self.remote_channel.client.set_address(
+                    QuorumVoter(self.node_id, host, own.port)
+                )
         driver.start()
         await self._wait_caught_up(writer, driver)
         return bound
