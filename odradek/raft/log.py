@@ -160,9 +160,12 @@ class RaftLog(Protocol):
         leader's entries, stored unchanged."""
         ...
 
-    def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
+    def read(
+        self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> list[LogEntry]:
         """Entries from ``start_offset`` (an entry boundary); at least one if any
-        exists, then up to max_bytes."""
+        exists, then up to max_bytes. With ``max_offset`` (an entry boundary, e.g. the
+        high watermark) only entries below it: nothing above it is read or decoded."""
         ...
 
     def truncate_to(self, offset: int) -> None:
@@ -280,11 +283,17 @@ class MemoryRaftLog:
             self._entries.append(entry)
             self._offsets.append(entry.offset)
 
-    def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
+    def read(
+        self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> list[LogEntry]:
         assert start_offset >= self._start_offset, (start_offset, self._start_offset)
         result: list[LogEntry] = []
         size = 0
+        limit = self.end_offset if max_offset is None else max_offset
         for entry in self._entries[self._index_of(start_offset) :]:
+            if entry.offset >= limit:
+                break
+            assert entry.next_offset <= limit, f"{limit} is inside an entry"
             if result and size + entry.size_bytes > max_bytes:
                 break
             result.append(entry)

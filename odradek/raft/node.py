@@ -299,11 +299,11 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             self._applied_offset = snapshot_id.end_offset
         assert self._applied_offset >= self.log.start_offset, "unapplied entries were deleted"
         if self._applied_offset < self.high_watermark:
-            entries = [
-                entry
-                for entry in self.log.read(self._applied_offset, POLL_MAX_BYTES)
-                if entry.offset < self.high_watermark
-            ]
+            # Only what is committed is read: an entry above the high watermark may yet
+            # be truncated, and a long uncommitted tail is not read to be thrown away.
+            entries = self.log.read(
+                self._applied_offset, POLL_MAX_BYTES, max_offset=self.high_watermark
+            )
             assert entries and entries[0].offset == self._applied_offset
             # The high watermark is an entry boundary: no entry straddles it.
             assert entries[-1].next_offset <= self.high_watermark, (
