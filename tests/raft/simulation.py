@@ -23,7 +23,9 @@ Checked after every step (``check_invariants``):
 * a node's epoch never decreases, across restarts too;
 * a committed entry (below any node's high watermark) never changes: every node's
   committed prefix agrees with the global record, a node never holds a high watermark
-  above its log end, and every new leader's log contains everything committed so far;
+  above its log end, and every new leader's log contains everything committed in an
+  earlier epoch (Raft's leader completeness; a candidate paused with its votes may win
+  an old epoch late, without what a later epoch committed, and can commit nothing);
 * each node's state machine sees the same sequence (a digest chain, also carried in
   snapshots);
 * a leader's high watermark never goes back;
@@ -55,6 +57,7 @@ from odradek.raft.election import (
     plain_control_entry,
 )
 from odradek.raft.log import LogEntry, stamped
+from odradek.raft.messages import REQUEST_TYPES, FetchRequest
 from odradek.raft.node import BackPressureError
 from odradek.records.codec import Record, encode_batch
 from tests.raft.invariants import InvariantChecks
@@ -83,7 +86,7 @@ SIM_CONFIG = RaftConfig(
     retry_backoff_ms=20,
     request_timeout_ms=400,
     append_linger_ms=25,
-    fetch_idle_interval_ms=100,
+    fetch_max_wait_ms=200,
     fetch_max_bytes=4096,
     snapshot_chunk_bytes=64,
 )
@@ -127,6 +130,12 @@ class Simulation(InvariantChecks):
         self.crashes = 0
         self.snapshots_taken = 0
         self.wipes = 0
+        # The long poll: (answering node, asker, correlation id) → the asker's
+        # incarnation when the request arrived. An answer goes back on that connection,
+        # so a parked fetch released after the asker restarted is dropped, as TCP would.
+        self.request_origins: dict[tuple[int, int, int], int] = {}
+        self.fetches_parked = 0
+        self.fetches_released = 0
 
     # --- scheduling ---------------------------------------------------------------------
 
@@ -301,12 +310,20 @@ class Simulation(InvariantChecks):
 
     # --- the network ----------------------------------------------------------------------
 
-    def send(self, source: SimNode, outbound: list[Outbound]) -> None:
+    def send(self, source: SimNode, outbound: list[Outbound], answering: int | None = None) -> None:
+        """``answering``: the correlation id of the request just handled, if any; an
+        answer to any other request is a parked fetch released."""
         scenario = self.scenario
         for message in outbound:
             destination = self.nodes.get(message.destination_id)
             if destination is None or destination.raft is None:
                 continue
+            destination_incarnation = destination.incarnation
+            if not isinstance(message.message, REQUEST_TYPES):
+                key = (source.node_id, destination.node_id, message.correlation_id)
+                destination_incarnation = self.request_origins.pop(key, destination_incarnation)
+                if message.correlation_id != answering:
+                    self.fetches_released += 1
             if frozenset((source.node_id, destination.node_id)) in self.partitioned:
                 continue
             if not self.calm and self.rng.random() < scenario.drop_probability:
@@ -328,7 +345,7 @@ class Simulation(InvariantChecks):
                     source.node_id,
                     source.incarnation,
                     destination.node_id,
-                    destination.incarnation,
+                    destination_incarnation,
                     inbound,
                 )
                 self.schedule(self.now + delay, event)
@@ -351,8 +368,17 @@ class Simulation(InvariantChecks):
             f"{self.now:10.3f} {source_id}->{destination_id} #{inbound.correlation_id} "
             f"{_brief(inbound.message)}"
         )
+        answering = None
+        if isinstance(inbound.message, REQUEST_TYPES):
+            answering = inbound.correlation_id
+            key = (destination_id, source_id, inbound.correlation_id)
+            self.request_origins[key] = source_incarnation  # type: ignore[assignment]
         outbound = destination.raft.handle(inbound, destination.local_ms(self.now))
-        self.send(destination, outbound)
+        if isinstance(inbound.message, FetchRequest) and not any(
+            out.correlation_id == answering and out.destination_id == source_id for out in outbound
+        ):
+            self.fetches_parked += 1
+        self.send(destination, outbound, answering)
         self.after_step(destination)
 
     # --- faults, clients, snapshots -------------------------------------------------------

@@ -49,7 +49,6 @@ CONFIG = RaftConfig(
     retry_backoff_ms=20,
     request_timeout_ms=500,
     append_linger_ms=5,
-    fetch_idle_interval_ms=20,
 )
 NODE_IDS = (1, 2, 3)
 
