@@ -68,6 +68,10 @@ class NodeCore:
         self._outbox: list[Outbound] = []
         # The leader's long-poll: fetches at its log end, by replica id (replication.py).
         self._parked_fetches: dict[int, ParkedFetch] = {}
+        # What the parked fetches were last checked against: role, (log end, HW).
+        self._parked_role: object = None
+        self._parked_state: tuple[int, int] | None = None
+        self._parked_deadline_ms_min = 2**62
         # defer_flush: the node never fsyncs itself; it raises _flush_requested and the
         # driver runs the log's prepare_flush / fsync (worker thread) / mark_flushed.
         self._defer_flush = defer_flush

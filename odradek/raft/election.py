@@ -307,13 +307,12 @@ class ElectionHandlers(NodeCore):
             if request.leader_epoch > self.epoch:
                 self._observe_leader(request.leader_epoch, request.leader_id, now_ms)
             role = self.quorum.role
-            if (
-                isinstance(role, FollowerState)
-                and role.leader_id == request.leader_id
-                and role.leader_resigned_election_ms is None
-            ):
-                delay = self._successor_delay_ms(request.preferred_candidates)
-                role.leader_resigned_election_ms = now_ms + delay
+            if isinstance(role, FollowerState) and role.leader_id == request.leader_id:
+                # The leader's order of successors wins over a guess made from its
+                # NOT_LEADER_OR_FOLLOWER answers (they go out in the same step).
+                at = now_ms + self._successor_delay_ms(request.preferred_candidates)
+                known = role.leader_resigned_election_ms
+                role.leader_resigned_election_ms = at if known is None else min(known, at)
         leader = self._current_leader()
         response = EndQuorumEpochResponse(
             error_code=error, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch

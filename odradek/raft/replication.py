@@ -46,6 +46,9 @@ from odradek.raft.messages import (
 from odradek.raft.roles import FollowerState, SnapshotFetch, UnattachedState, VotedState
 
 
+_NEVER = 2**62
+
+
 class ReplicationHandlers(NodeCore):
     # --- leader side ------------------------------------------------------------------
 
@@ -77,9 +80,11 @@ class ReplicationHandlers(NodeCore):
             and len(self._parked_fetches) < MAX_PARKED_FETCHES
         ):
             wait_ms = min(request.max_wait_ms, self.config.request_timeout_ms)
+            deadline_ms = now_ms + wait_ms
             self._parked_fetches[request.replica_id] = ParkedFetch(
-                inbound, request, leader, self.high_watermark, now_ms + wait_ms
+                inbound, request, leader, self.high_watermark, deadline_ms
             )
+            self._parked_deadline_ms_min = min(self._parked_deadline_ms_min, deadline_ms)
             return
         self._respond(inbound, response)
 
@@ -89,6 +94,13 @@ class ReplicationHandlers(NodeCore):
         if not self._parked_fetches:
             return
         role = self.quorum.role
+        state = (self.log.end_offset, self.high_watermark)
+        if (
+            role is self._parked_role
+            and state == self._parked_state
+            and now_ms < self._parked_deadline_ms_min
+        ):
+            return  # nothing changed since the last look (each step looks)
         for replica_id, parked in list(self._parked_fetches.items()):
             if (
                 parked.leader is not role
@@ -98,11 +110,13 @@ class ReplicationHandlers(NodeCore):
             ):
                 del self._parked_fetches[replica_id]
                 self._respond(parked.inbound, self._fetch_response(parked.request, now_ms))
+        self._parked_role, self._parked_state = role, state
+        self._parked_deadline_ms_min = min(
+            (parked.deadline_ms for parked in self._parked_fetches.values()), default=_NEVER
+        )
 
     def _parked_deadline_ms(self) -> int | None:
-        if not self._parked_fetches:
-            return None
-        return min(parked.deadline_ms for parked in self._parked_fetches.values())
+        return self._parked_deadline_ms_min if self._parked_fetches else None
 
     def _fetch_response(
         self, request: FetchRequest, now_ms: int, *, record: bool = False
@@ -262,7 +276,14 @@ class ReplicationHandlers(NodeCore):
     def _on_fetch_response(self, inbound: Inbound, response: FetchResponse, now_ms: int) -> None:
         role = self._claim_in_flight(inbound)
         leader = response.current_leader
-        if self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
+        # A leader that resigned names itself and says it does not lead (a parked fetch
+        # is answered so when it steps down): that is no news of a live leader, and a
+        # prospective must not go back to following it.
+        resigned = (
+            response.error_code == ErrorCode.not_leader_or_follower
+            and leader.leader_id == inbound.source_id
+        )
+        if not resigned and self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
             return
         if role is None or not self._from_our_leader(role, inbound, leader):
             if role is not None:
@@ -275,8 +296,10 @@ class ReplicationHandlers(NodeCore):
                 and role.leader_resigned_election_ms is None
             ):
                 # Our leader of this epoch says it no longer leads (it resigned or
-                # restarted): elect a successor now rather than after the fetch timeout.
-                role.leader_resigned_election_ms = now_ms
+                # restarted): elect a successor after an election timeout rather than
+                # the fetch timeout (its EndQuorumEpoch, if it sent one, names who
+                # goes first; every follower starting at once would split the vote).
+                role.leader_resigned_election_ms = now_ms + self._election_timeout_ms()
             return
         role.last_fetch_success_ms = now_ms
         role.fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
@@ -346,7 +369,11 @@ class ReplicationHandlers(NodeCore):
     ) -> None:
         role = self._claim_in_flight(inbound)
         leader = response.current_leader
-        if self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
+        resigned = (
+            response.error_code == ErrorCode.not_leader_or_follower
+            and leader.leader_id == inbound.source_id
+        )
+        if not resigned and self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
             return
         if role is None or not self._from_our_leader(role, inbound, leader):
             return
