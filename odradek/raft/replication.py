@@ -45,7 +45,6 @@ from odradek.raft.messages import (
 )
 from odradek.raft.roles import FollowerState, SnapshotFetch, UnattachedState, VotedState
 
-
 _NEVER = 2**62
 
 
