@@ -303,6 +303,10 @@ class ElectionHandlers(NodeCore):
         error = ErrorCode.none
         if request.leader_epoch < self.epoch:
             error = ErrorCode.fenced_leader_epoch
+        elif request.leader_id not in self.voters or request.leader_id == self.node_id:
+            # Only another voter can have led; anyone else naming a future epoch would
+            # move this node (even its leader) to that epoch and out of leadership.
+            error = ErrorCode.inconsistent_voter_set
         else:
             if request.leader_epoch > self.epoch:
                 self._observe_leader(request.leader_epoch, request.leader_id, now_ms)

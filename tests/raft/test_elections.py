@@ -241,3 +241,30 @@ def test_requests_from_another_cluster_are_refused() -> None:
     assert isinstance(replies[0], VoteResponse)
     assert replies[0].error_code == ErrorCode.inconsistent_cluster_id
     assert not replies[0].vote_granted and node.epoch == 0
+
+
+@pytest.mark.parametrize("leader_id", [7, -1, 1])
+def test_end_quorum_epoch_from_a_non_voter_or_itself_changes_nothing(leader_id: int) -> None:
+    """Regression (found fuzzing the controller plane): EndQuorumEpoch naming a node that
+    is not another voter, with an epoch far in the future, moved the single voter to
+    epoch 2^31-1, out of leadership for good (no election can go past that epoch)."""
+    node = RaftNode(
+        1,
+        [1],
+        MemoryRaftLog(),
+        MemoryElectionStore(),
+        MemorySnapshotStore(),
+        RaftConfig(),
+        random.Random(1),
+        0,
+        cluster_id="c",
+    )
+    node.tick(0)
+    assert node.is_leader
+    epoch = node.epoch
+    request = EndQuorumEpochRequest(
+        cluster_id="c", leader_id=leader_id, leader_epoch=2**31 - 1, preferred_candidates=(1,)
+    )
+    (out,) = node.handle(Inbound(leader_id, 5, request), 10)
+    assert out.message.error_code == ErrorCode.inconsistent_voter_set
+    assert node.is_leader and node.epoch == epoch
