@@ -456,7 +456,8 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
                 deadlines.append(role.next_fetch_ms)
         else:
             deadlines.append(role.in_flight_sent_ms + self.config.request_timeout_ms)
-        return min(deadlines)
+        # Nothing left (an observer waiting for its flush): the flush's tick wakes it.
+        return min(deadlines) if deadlines else role.fetch_deadline_ms + 3_600_000
 
     def _awaiting_flush(self) -> bool:
         return self._defer_flush and self.log.flushed_offset < self.log.end_offset

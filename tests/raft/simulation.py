@@ -136,6 +136,8 @@ class Simulation(InvariantChecks):
         self.request_origins: dict[tuple[int, int, int], int] = {}
         self.fetches_parked = 0
         self.fetches_released = 0
+        self.flushes_started = 0
+        self.flushes_voided = 0
 
     # --- scheduling ---------------------------------------------------------------------
 
@@ -241,9 +243,12 @@ class Simulation(InvariantChecks):
             self.take_snapshot(self.nodes[event[1]])  # type: ignore[index]
         elif kind == "calm":
             self.begin_calm()
+        elif kind == "flushed":
+            self.complete_flush(event)
 
     def start_node(self, node: SimNode) -> None:
         node.incarnation += 1
+        node.pending_flush = None
         node.tick_at = float("inf")
         node.applied_offset = 0
         node.digest = INITIAL_DIGEST
@@ -258,6 +263,7 @@ class Simulation(InvariantChecks):
             node.local_ms(self.now),
             cluster_id=CLUSTER_ID,
             control_entry=self.control_entry(),
+            defer_flush=self.scenario.split_flush,
         )
         if node.raft.epoch < node.max_epoch:
             raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")
@@ -500,7 +506,41 @@ class Simulation(InvariantChecks):
 
     def after_step(self, node: SimNode) -> None:
         self.apply_committed(node)
+        self.start_flush(node)
         self.schedule_tick(node)
+
+    def start_flush(self, node: SimNode) -> None:
+        """split_flush: prepare the flush the node asked for (one at a time, as the
+        driver does); the fsync finishes after a delay, unless the node crashes first."""
+        raft = node.raft
+        if raft is None or node.pending_flush is not None or not raft.take_flush_request():
+            return
+        node.pending_flush = node.log.prepare_flush()
+        self.flushes_started += 1
+        delay = self.rng.uniform(0.2, 12.0)
+        self.schedule(self.now + delay, ("flushed", node.node_id, node.incarnation))
+
+    def complete_flush(self, event: tuple[object, ...]) -> None:
+        _, node_id, incarnation = event
+        node = self.nodes[node_id]  # type: ignore[index]
+        if node.raft is None or node.incarnation != incarnation or node.pending_flush is None:
+            return  # crashed meanwhile: the fsync never finished
+        if self.now < node.paused_until:
+            self.schedule(node.paused_until, event)
+            return
+        pending = node.pending_flush
+        node.pending_flush = None
+        pending.fsync()  # type: ignore[attr-defined]
+        before = node.log.flushed_offset
+        node.log.mark_flushed(pending)  # type: ignore[arg-type]
+        if node.log.flushed_offset == before:
+            self.flushes_voided += 1
+        self.trace.append(
+            f"{self.now:10.3f} flushed {node_id} to {node.log.flushed_offset} "
+            f"(log end {node.log.end_offset})"
+        )
+        self.send(node, node.raft.tick(node.local_ms(self.now)))
+        self.after_step(node)
 
 
 def _brief(message: object) -> str:
@@ -550,6 +590,7 @@ def scenario_for(seed: int, voters: int) -> Scenario:
         reorder_probability=knobs.choice((0.0, 0.05, 0.2)),
         crash_interval_ms=(fault_gap_ms // 2, fault_gap_ms * 2),
         snapshot_interval_ms=knobs.choice(((200, 800), (500, 2500), (2000, 6000))),
+        split_flush=seed % 4 in (1, 2),
     )
 
 
