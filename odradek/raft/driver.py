@@ -14,8 +14,12 @@ it with the old connection.
 
 Requests from peers arrive through the CONTROLLER-plane handlers
 (``server/handlers/quorum.py``) as ``handle_request(source_id, message)``: the node
-handles it at once and the driver returns the Outbound answering it (matched by a
-local correlation id) and sends the rest.
+handles it at once, and the handler awaits the Outbound answering it (matched by a
+local correlation id). Most answers come out of that same step; a fetch the leader
+parks (the long poll, up to the fetcher's max wait) is answered by a later step — a
+tick, an append, another peer's fetch that moves the high watermark — whose output
+goes through the same routing: a response resolves the waiting handler (or is dropped
+if its connection went away meanwhile), a request goes to its peer.
 
 ``append`` (leader only) stamps the batch with the offset and epoch it gets, appends,
 and resolves once the high watermark has passed it — after the commit listener has
@@ -25,9 +29,15 @@ controller fails its pending writes, when leadership is lost before the commit.
 Committed entries and snapshot loads reach the listener in log order (``poll_committed``),
 called on the loop.
 
-The leader's fsync happens inside ``tick`` on the event loop (the log's ``flush``): the
-metadata log gets a few KB per change, which is acceptable for now; a disk log that
-wants its fsync on a worker thread needs a prepare/mark split in the core first.
+fsync off the loop: for a log with ``prepare_flush`` / ``mark_flushed`` (``DiskRaftLog``,
+and ``MemoryRaftLog``) the node runs with ``defer_flush`` and never fsyncs inside a
+step. After each step the driver takes the node's flush request, prepares the flush on
+the loop (staged index entries, the end it covers), runs ``fsync`` on a worker thread
+(``asyncio.to_thread``) while the loop keeps serving, then marks it flushed and ticks,
+which is when the leader's high watermark may move. One flush runs at a time; a
+request made meanwhile is taken after it. A failed fsync stops the driver like a failed
+step: pending and later appends fail with ``RaftStepError``, and peers' requests close
+their connections (``QuorumStoppedError``).
 
 ``shutdown(resign=True)``: a leader sends EndQuorumEpoch and gives it
 ``SHUTDOWN_RESIGN_WAIT_S`` to go out, then every task stops and connections close.

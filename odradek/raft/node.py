@@ -19,9 +19,23 @@ DescribeQuorum.
 
 A restarted node reads its election state (a node that was leader restarts Resigned in
 that epoch: it may not lead the same epoch twice), its latest snapshot and the log after
-it; the high watermark is relearned from the leader. The leader fsyncs its own appends
-in ``tick`` after ``controller.quorum.append.linger.ms`` (a disk log may do that fsync
-on a worker thread and then call ``tick``), and counts only its flushed end.
+it; the high watermark is relearned from the leader.
+
+Durability: the leader flushes its appends ``controller.quorum.append.linger.ms`` after
+the first unflushed one and counts only its flushed end towards the high watermark; a
+follower flushes what it appended before it fetches again. By default the node calls
+``log.flush()`` itself inside the step (the simulation's in-memory logs). With
+``defer_flush`` it never does I/O: it raises a flush request that the driver takes with
+``take_flush_request`` and carries out off the event loop (``prepare_flush`` on the
+loop, the fsync on a worker thread, ``mark_flushed`` and ``tick`` back on the loop);
+until then the high watermark and the follower's next fetch wait, and a truncation in
+between voids the flush (the node asks again).
+
+Long poll: a leader parks a valid fetch at its log end that carries a max wait, instead
+of answering it empty, and answers it from a later step — new entries, a new high
+watermark, a lost leadership, or the max wait (its deadline is part of
+``next_deadline_ms``). A response may therefore leave the node in a step other than
+the one that handled its request; it still carries the request's correlation id.
 """
 
 from __future__ import annotations

@@ -21,7 +21,16 @@ How this works and why (KIP-595 pull replication, KIP-630 snapshots):
   the snapshot's id; the follower copies it with FetchSnapshot in chunks, installs it
   (its log restarts at the snapshot's end) and goes on fetching after it.
 * Followers append, flush, and only then fetch again, so a fetch offset always names
-  flushed entries. They learn the high watermark from responses, never above their end.
+  flushed entries (with a deferred flush they wait for it). They learn the high
+  watermark from responses, never above their end.
+* Long poll: a follower's fetch carries a max wait (``controller.quorum`` fetch max wait,
+  at most half its fetch and request timeouts) and the high watermark it knows (Fetch
+  v18, KIP-1166). The leader parks a valid fetch that would come back empty — at its
+  log end, from a replica that knows its high watermark, which this very fetch did not
+  move — one per replica, and answers it on the next append, high-watermark change,
+  loss of leadership (with the error) or at the max wait. A parked fetch counted as the
+  replica's progress when it arrived. A resigned leader's NOT_LEADER_OR_FOLLOWER naming
+  itself is no news of a live leader (a prospective does not go back to following it).
 * Observers (non-voters) fetch the same way but never count towards the high
   watermark. An observer whose leader stops answering asks a random voter, whose
   NOT_LEADER_OR_FOLLOWER answer names the current leader.
