@@ -196,7 +196,9 @@ class ElectionHandlers(NodeCore):
 
     def _on_vote_request(self, inbound: Inbound, request: VoteRequest, now_ms: int) -> None:
         granted = False
-        if not self.is_voter or request.replica_id not in self.voters:
+        if request.voter_id >= 0 and request.voter_id != self.node_id:
+            error = ErrorCode.invalid_voter_key  # KIP-853: addressed to another voter
+        elif not self.is_voter or request.replica_id not in self.voters:
             error = ErrorCode.inconsistent_voter_set
         elif request.replica_id == self.node_id or request.last_offset < 0:
             error = ErrorCode.invalid_request
@@ -272,7 +274,9 @@ class ElectionHandlers(NodeCore):
         self, inbound: Inbound, request: BeginQuorumEpochRequest, now_ms: int
     ) -> None:
         error = ErrorCode.none
-        if request.leader_epoch < self.epoch:
+        if request.voter_id >= 0 and request.voter_id != self.node_id:
+            error = ErrorCode.invalid_voter_key  # KIP-853: addressed to another voter
+        elif request.leader_epoch < self.epoch:
             error = ErrorCode.fenced_leader_epoch
         elif request.leader_id not in self.voters or request.leader_id == self.node_id:
             error = ErrorCode.inconsistent_voter_set

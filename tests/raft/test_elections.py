@@ -37,11 +37,16 @@ def make_node(
 
 
 def vote_request(
-    epoch: int, candidate: int = 2, last_epoch: int = 0, end: int = 0, pre_vote: bool = False
+    epoch: int,
+    candidate: int = 2,
+    last_epoch: int = 0,
+    end: int = 0,
+    pre_vote: bool = False,
+    voter: int = 1,
 ) -> Inbound:
     request = VoteRequest(
         cluster_id=None,
-        voter_id=1,
+        voter_id=voter,
         replica_epoch=epoch,
         replica_id=candidate,
         last_offset_epoch=last_epoch,
@@ -203,7 +208,7 @@ def test_leader_behind_a_voters_epoch_steps_down_on_its_pre_vote() -> None:
     cluster.advance(200)
     leader = cluster.node(1)
     epoch = leader.epoch
-    stray = Inbound(2, 7, vote_request(epoch=epoch + 1, candidate=2).message)
+    stray = Inbound(2, 7, vote_request(epoch=epoch + 1, candidate=2, voter=3).message)
     cluster.node(3).handle(stray, cluster.now)
     assert cluster.node(3).epoch == epoch + 1
     pre_vote = Inbound(3, 8, vote_request(epoch=epoch + 2, candidate=3, pre_vote=True).message)
@@ -268,3 +273,14 @@ def test_end_quorum_epoch_from_a_non_voter_or_itself_changes_nothing(leader_id: 
     (out,) = node.handle(Inbound(leader_id, 5, request), 10)
     assert out.message.error_code == ErrorCode.inconsistent_voter_set
     assert node.is_leader and node.epoch == epoch
+
+
+def test_a_vote_addressed_to_another_voter_is_an_invalid_voter_key() -> None:
+    """KIP-853: Vote and BeginQuorumEpoch (v1+) name the voter they are for; a request
+    meant for another voter changes nothing here (-1, from v0, names none)."""
+    node = make_node(epoch=3)
+    refused = answer(node, vote_request(epoch=4, candidate=2, voter=3))
+    assert refused.error_code == ErrorCode.invalid_voter_key and not refused.vote_granted
+    assert node.epoch == 3
+    unnamed = answer(node, vote_request(epoch=4, candidate=2, voter=-1))
+    assert unnamed.error_code == ErrorCode.none and unnamed.vote_granted

@@ -393,6 +393,12 @@ def test_meaningful_but_wrong_quorum_requests_get_kafkas_errors(voter: Voter) ->
             if ErrorCode(response.error_code) != expected:
                 wrong.append(f"{name}: {ErrorCode(response.error_code).name}, not {expected.name}")
 
+        # KIP-853 (v1): a Vote or BeginQuorumEpoch addressed to another voter.
+        for message in (vote(voter_id=5, replica_id=NODE_ID), begin(voter_id=5)):
+            got = partition_error(ask(client, message, 1))
+            if got != ErrorCode.invalid_voter_key:
+                wrong.append(f"{type(message).__name__} for voter 5: {got.name}")
+
         # A fetch beyond the log end is a follower with a longer log: the leader answers
         # with where its epoch ends (the follower truncates), never with entries.
         response = ask(client, fetch(fetch_offset=10**12, last_fetched_epoch=epoch))
