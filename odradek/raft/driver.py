@@ -87,6 +87,9 @@ logger = logging.getLogger("odradek.raft.driver")
 # How long a resigning leader waits for its EndQuorumEpoch requests before closing: long
 # enough for a localhost/LAN round trip, short enough not to hold a shutdown up.
 SHUTDOWN_RESIGN_WAIT_S: Final = 0.5
+# How long shutdown waits for an fsync under way on the worker thread (a healthy disk
+# takes milliseconds; a dead one is not waited for).
+SHUTDOWN_FLUSH_WAIT_S: Final = 5.0
 # Longest sleep between ticks even when the node names a later deadline: a cheap guard
 # against a deadline computed before some state change the driver did not see.
 MAX_SLEEP_S: Final = 0.5
@@ -254,6 +257,10 @@ class RaftDriver:
                 await asyncio.wait(sent, timeout=SHUTDOWN_RESIGN_WAIT_S)
         self._fail_appends("the controller is shutting down")
         self._fail_answers()
+        if self._flush_task is not None:
+            # Let a running fsync finish: the owner closes the log after this returns,
+            # and the worker thread must not be inside it then.
+            await asyncio.wait({self._flush_task}, timeout=SHUTDOWN_FLUSH_WAIT_S)
         tasks = [t for t in (self._task, self._flush_task, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
