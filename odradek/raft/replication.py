@@ -321,10 +321,11 @@ class ReplicationHandlers(NodeCore):
             known = self.high_watermark
             new_high_watermark = min(response.high_watermark, self.log.end_offset)
             self.high_watermark = max(self.high_watermark, new_high_watermark)
+            wait_ms = self._fetch_wait_ms()
             if (
                 not response.records
                 and self.high_watermark == known
-                and now_ms - role.in_flight_sent_ms < self._fetch_wait_ms() // 2
+                and (wait_ms == 0 or now_ms - role.in_flight_sent_ms < wait_ms // 2)
             ):
                 # Nothing new and not parked (a leader that does not long-poll, or one
                 # with no room to park): do not spin; ask again after a backoff.

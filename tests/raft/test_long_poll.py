@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 from kio.schema.errors import ErrorCode
@@ -223,3 +224,21 @@ def _parked_id(out: list[Outbound], destination_id: int) -> int:
         for m in out
         if m.destination_id == destination_id and isinstance(m.message, FetchResponse)
     )
+
+
+def test_without_a_max_wait_an_idle_follower_backs_off_instead_of_spinning() -> None:
+    """fetch max wait 0 (or a leader that answers at once): empty answers that arrive
+    early are followed by retry.backoff.ms, not by an immediate refetch."""
+    cluster = Cluster([1, 2, 3], first=1)
+    no_wait = dataclasses.replace(LONG_POLL, fetch_max_wait_ms=0)
+    for member in cluster.members.values():
+        member.config = (
+            dataclasses.replace(FIRST, fetch_max_wait_ms=0) if member.node_id == 1 else no_wait
+        )
+    cluster.start()
+    cluster.advance(1000)
+    assert cluster.node(1).is_leader
+    mark = len(cluster.sent)
+    cluster.advance(1000)
+    sent = fetches_from(cluster, 2, mark)
+    assert 0 < sent <= 1000 // no_wait.retry_backoff_ms + 2, sent
