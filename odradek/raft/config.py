@@ -43,9 +43,10 @@ class RaftConfig:
     request_timeout_ms: int = 2000
     # The leader fsyncs appended entries at most this long after appending them.
     append_linger_ms: int = 25
-    # A follower whose last fetch returned nothing asks again after this; it stands in
-    # for the leader's long-poll (Kafka parks the fetch for up to 500 ms).
-    fetch_idle_interval_ms: int = 50
+    # A follower's Fetch max wait: the leader parks a fetch it has nothing new for up to
+    # this long (Kafka's raft client: 500 ms). Followers send at most half the fetch and
+    # request timeouts, so a parked fetch never looks like a dead leader.
+    fetch_max_wait_ms: int = 500
     # Bytes of log entries per Fetch response and of snapshot per FetchSnapshot chunk.
     fetch_max_bytes: int = 8 * 1024 * 1024
     snapshot_chunk_bytes: int = 1024 * 1024

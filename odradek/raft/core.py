@@ -16,6 +16,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.raft.config import RaftConfig
 from odradek.raft.election_store import ElectionStore
+from odradek.raft.leader_state import ParkedFetch
 from odradek.raft.log import RaftLog, SnapshotId
 from odradek.raft.messages import (
     NO_LEADER,
@@ -52,6 +53,7 @@ class NodeCore:
         config: RaftConfig,
         random: random_module.Random,
         cluster_id: str | None,
+        defer_flush: bool = False,
     ) -> None:
         assert voters, "a quorum needs at least one voter"
         self.node_id = node_id
@@ -64,6 +66,16 @@ class NodeCore:
         self.quorum = QuorumState(node_id, voters, store)
         self.high_watermark = 0
         self._outbox: list[Outbound] = []
+        # The leader's long-poll: fetches at its log end, by replica id (replication.py).
+        self._parked_fetches: dict[int, ParkedFetch] = {}
+        # What the parked fetches were last checked against: role, (log end, HW).
+        self._parked_role: object = None
+        self._parked_state: tuple[int, int] | None = None
+        self._parked_deadline_ms_min = 2**62
+        # defer_flush: the node never fsyncs itself; it raises _flush_requested and the
+        # driver runs the log's prepare_flush / fsync (worker thread) / mark_flushed.
+        self._defer_flush = defer_flush
+        self._flush_requested = False
         self._next_correlation_id = 0
         self._failed_elections = 0
         # Delivery to the state machine: the next offset to hand over, and a snapshot to
@@ -84,6 +96,13 @@ class NodeCore:
     @property
     def majority(self) -> int:
         return len(self.voters) // 2 + 1
+
+    def _flush_log(self) -> None:
+        """Make the log durable up to its end: now, or (deferred) by the driver soon."""
+        if self._defer_flush:
+            self._flush_requested = True
+        else:
+            self.log.flush()
 
     def _other_voters(self) -> list[int]:
         return sorted(voter for voter in self.voters if voter != self.node_id)

@@ -272,19 +272,22 @@ class DiskRaftLog:
 
     # --- RaftLog: reads -------------------------------------------------------------
 
-    def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
-        assert self._start_offset <= start_offset <= self.end_offset, (
-            start_offset,
-            self._start_offset,
-            self.end_offset,
-        )
+    def read(
+        self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> list[LogEntry]:
+        """Batch headers are walked and the walk stops at the first batch at or past
+        ``max_offset`` (the high watermark, for the state machine); only the batches
+        kept are read whole, so nothing above it is read into an entry or decoded."""
+        end = self.end_offset
+        limit = end if max_offset is None else min(max_offset, end)
+        assert self._start_offset <= start_offset <= end, (start_offset, self._start_offset, end)
         result: list[LogEntry] = []
-        if start_offset == self.end_offset:
+        if start_offset >= limit:
             return result
         size = 0
         offset = start_offset
         segment = self._log.segment_for(offset)
-        while segment is not None and offset < self.end_offset:
+        while segment is not None and offset < limit:
             first = segment.translate_offset(offset)
             if first is None:  # nothing here at or after offset: the next segment
                 following = self._log.segment_for(segment.next_offset)
@@ -295,6 +298,10 @@ class DiskRaftLog:
             headers: list[BatchHeader] = []
             full = False
             for header in segment.iter_headers(first.position):
+                if header.base_offset >= limit:
+                    full = True
+                    break
+                assert header.next_offset <= limit, f"{limit} is inside an entry"
                 cost = header.size + _ENTRY_OVERHEAD
                 if (result or headers) and size + cost > max_bytes:
                     full = True
@@ -304,7 +311,7 @@ class DiskRaftLog:
             if headers:
                 result.extend(_entries(segment, headers))
                 offset = headers[-1].next_offset
-            if full or segment.next_offset >= self.end_offset:
+            if full or segment.next_offset >= limit:
                 break
             following = self._log.segment_for(segment.next_offset)
             segment = following if following is not segment else None

@@ -14,8 +14,12 @@ it with the old connection.
 
 Requests from peers arrive through the CONTROLLER-plane handlers
 (``server/handlers/quorum.py``) as ``handle_request(source_id, message)``: the node
-handles it at once and the driver returns the Outbound answering it (matched by a
-local correlation id) and sends the rest.
+handles it at once, and the handler awaits the Outbound answering it (matched by a
+local correlation id). Most answers come out of that same step; a fetch the leader
+parks (the long poll, up to the fetcher's max wait) is answered by a later step — a
+tick, an append, another peer's fetch that moves the high watermark — whose output
+goes through the same routing: a response resolves the waiting handler (or is dropped
+if its connection went away meanwhile), a request goes to its peer.
 
 ``append`` (leader only) stamps the batch with the offset and epoch it gets, appends,
 and resolves once the high watermark has passed it — after the commit listener has
@@ -25,9 +29,15 @@ controller fails its pending writes, when leadership is lost before the commit.
 Committed entries and snapshot loads reach the listener in log order (``poll_committed``),
 called on the loop.
 
-The leader's fsync happens inside ``tick`` on the event loop (the log's ``flush``): the
-metadata log gets a few KB per change, which is acceptable for now; a disk log that
-wants its fsync on a worker thread needs a prepare/mark split in the core first.
+fsync off the loop: for a log with ``prepare_flush`` / ``mark_flushed`` (``DiskRaftLog``,
+and ``MemoryRaftLog``) the node runs with ``defer_flush`` and never fsyncs inside a
+step. After each step the driver takes the node's flush request, prepares the flush on
+the loop (staged index entries, the end it covers), runs ``fsync`` on a worker thread
+(``asyncio.to_thread``) while the loop keeps serving, then marks it flushed and ticks,
+which is when the leader's high watermark may move. One flush runs at a time; a
+request made meanwhile is taken after it. A failed fsync stops the driver like a failed
+step: pending and later appends fail with ``RaftStepError``, and peers' requests close
+their connections (``QuorumStoppedError``).
 
 ``shutdown(resign=True)``: a leader sends EndQuorumEpoch and gives it
 ``SHUTDOWN_RESIGN_WAIT_S`` to go out, then every task stops and connections close.
@@ -77,6 +87,9 @@ logger = logging.getLogger("odradek.raft.driver")
 # How long a resigning leader waits for its EndQuorumEpoch requests before closing: long
 # enough for a localhost/LAN round trip, short enough not to hold a shutdown up.
 SHUTDOWN_RESIGN_WAIT_S: Final = 0.5
+# How long shutdown waits for an fsync under way on the worker thread (a healthy disk
+# takes milliseconds; a dead one is not waited for).
+SHUTDOWN_FLUSH_WAIT_S: Final = 5.0
 # Longest sleep between ticks even when the node names a later deadline: a cheap guard
 # against a deadline computed before some state change the driver did not see.
 MAX_SLEEP_S: Final = 0.5
@@ -101,6 +114,18 @@ class NotControllerError(Exception):
 class RaftStepError(Exception):
     """A step of the node failed (e.g. the log's fsync on a full disk): the node's state
     is unknown, so the driver stopped; pending and later appends fail with this."""
+
+
+class QuorumStoppedError(Exception):
+    """The driver stopped (shutdown or a failed step): a peer's request gets no answer
+    from this node; the handler closes the connection and the peer goes elsewhere."""
+
+
+class SplitFlushLog(Protocol):
+    """A log whose fsync can run off the event loop (``DiskRaftLog``)."""
+
+    def prepare_flush(self) -> Any: ...
+    def mark_flushed(self, pending: Any) -> None: ...
 
 
 class VoterAddress(Protocol):
@@ -175,6 +200,13 @@ class RaftDriver:
         self._peers = {
             v.node_id: _Peer(v.node_id, v.host, v.port) for v in addresses if v.node_id != node_id
         }
+        # A log that splits its flush gets its fsync on a worker thread; any other
+        # (the in-memory one) is flushed by the node inside tick.
+        self._split_log: SplitFlushLog | None = None
+        if callable(getattr(log, "prepare_flush", None)) and callable(
+            getattr(log, "mark_flushed", None)
+        ):
+            self._split_log = log  # type: ignore[assignment]
         self.node = RaftNode(
             node_id,
             frozenset(v.node_id for v in addresses),
@@ -185,6 +217,7 @@ class RaftDriver:
             random or random_module.Random(),
             clock_ms(),
             cluster_id=cluster_id,
+            defer_flush=self._split_log is not None,
             **(node_options or {}),
         )
         self._wake = asyncio.Event()
@@ -192,6 +225,10 @@ class RaftDriver:
         self._tasks: set[asyncio.Task[Any]] = set()
         self._appends: list[_PendingAppend] = []
         self._inbound_ids = 0
+        # Peers' requests awaiting the node's answer (a parked fetch waits here), by the
+        # inbound correlation id the driver gave them.
+        self._answers: dict[int, tuple[int, asyncio.Future[Response]]] = {}
+        self._flush_task: asyncio.Task[None] | None = None
         self._stopping = False
         self._listener_fault: BaseException | None = None
         self._step_fault: RaftStepError | None = None
@@ -219,7 +256,12 @@ class RaftDriver:
             if sent:
                 await asyncio.wait(sent, timeout=SHUTDOWN_RESIGN_WAIT_S)
         self._fail_appends("the controller is shutting down")
-        tasks = [t for t in (self._task, *self._tasks) if t is not None]
+        self._fail_answers()
+        if self._flush_task is not None:
+            # Let a running fsync finish: the owner closes the log after this returns,
+            # and the worker thread must not be inside it then.
+            await asyncio.wait({self._flush_task}, timeout=SHUTDOWN_FLUSH_WAIT_S)
+        tasks = [t for t in (self._task, self._flush_task, *self._tasks) if t is not None]
         for task in tasks:
             task.cancel()
         for task in tasks:
@@ -306,29 +348,38 @@ class RaftDriver:
         return await future
 
     async def handle_request(self, source_id: int, message: Request) -> Response:
-        """A peer's request (from a CONTROLLER-plane handler): the node's answer to it."""
+        """A peer's request (from a CONTROLLER-plane handler): the node's answer to it.
+
+        Most answers come out of the same step; a fetch the leader parks (long poll) is
+        answered by a later step — an append, a new high watermark, a lost leadership or
+        its max wait — and this awaits it. ``QuorumStoppedError`` when the driver stopped
+        (or stops meanwhile)."""
         if not isinstance(message, REQUEST_TYPES):
             raise TypeError(f"not a quorum request: {type(message).__name__}")
+        if self._stopping or self._step_fault is not None:
+            raise QuorumStoppedError(f"node {self.node_id}: the quorum driver stopped")
         self._inbound_ids += 1
         correlation_id = self._inbound_ids
-        outbound = self.node.handle(Inbound(source_id, correlation_id, message), self._clock_ms())
-        answer: Response | None = None
-        rest = []
-        for out in outbound:
-            if (
-                answer is None
-                and out.destination_id == source_id
-                and out.correlation_id == correlation_id
-                and not isinstance(out.message, REQUEST_TYPES)
-            ):
-                answer = out.message
-            else:
-                rest.append(out)
-        self._send_all(rest)
-        self._after_step()
-        if answer is None:
-            raise RuntimeError(f"node {self.node_id} did not answer {type(message).__name__}")
-        return answer
+        future: asyncio.Future[Response] = asyncio.get_running_loop().create_future()
+        self._answers[correlation_id] = (source_id, future)
+        try:
+            outbound = self.node.handle(
+                Inbound(source_id, correlation_id, message), self._clock_ms()
+            )
+            self._send_all(outbound)
+            self._after_step()
+            self._wake.set()  # a parked fetch (or a role change) moved the deadline
+            # The node answers within the request's max wait (capped by the request
+            # timeout); the bound here only guards against a bug leaving it parked.
+            limit_s = 2 * self.config.request_timeout_ms / 1000 + MAX_SLEEP_S
+            try:
+                return await asyncio.wait_for(future, limit_s)
+            except TimeoutError:
+                raise QuorumStoppedError(
+                    f"node {self.node_id} did not answer {type(message).__name__}"
+                ) from None
+        finally:
+            self._answers.pop(correlation_id, None)
 
     # --- the loop -------------------------------------------------------------------
 
@@ -336,24 +387,58 @@ class RaftDriver:
         while not self._stopping:
             self._wake.clear()
             try:
+                if self._step_fault is not None:
+                    raise self._step_fault  # the fsync on the worker thread failed
                 self._send_all(self.node.tick(self._clock_ms()))
                 self._after_step()
+                self._maybe_start_flush()
             except Exception as error:
                 # The node's state is unknown (a flush half done): stop, and fail the
                 # appends waiting and to come rather than leave them hanging.
                 logger.error(
                     "node %d: raft step failed, the quorum stops here: %r", self.node_id, error
                 )
-                self._step_fault = RaftStepError(f"the metadata log failed: {error}")
+                if self._step_fault is None:
+                    self._step_fault = RaftStepError(f"the metadata log failed: {error}")
                 for pending in self._appends:
                     if not pending.future.done():
                         pending.future.set_exception(self._step_fault)
                 self._appends = []
+                self._fail_answers()
                 raise
             delay_s = (self.node.next_deadline_ms() - self._clock_ms()) / 1000
             if delay_s > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(delay_s, MAX_SLEEP_S))
+
+    def _maybe_start_flush(self) -> None:
+        """Start the fsync the node asked for, unless one is running (the node asks
+        again after that one if it still needs it)."""
+        log = self._split_log
+        if log is None or self._flush_task is not None or not self.node.take_flush_request():
+            return
+        pending = log.prepare_flush()  # on the loop: staged index entries, the target
+        self._flush_task = asyncio.get_running_loop().create_task(
+            self._flush(log, pending), name=f"raft-fsync-{self.node_id}"
+        )
+
+    async def _flush(self, log: SplitFlushLog, pending: Any) -> None:
+        """The fsync on a worker thread while the loop serves; then, on the loop, the
+        flushed offset moves (unless a truncation voided it) and the node ticks."""
+        try:
+            await asyncio.to_thread(pending.fsync)
+        except Exception as error:
+            self._step_fault = RaftStepError(f"the metadata log failed: {error}")
+        else:
+            log.mark_flushed(pending)
+        finally:
+            self._flush_task = None
+            self._wake.set()
+
+    def _fail_answers(self) -> None:
+        for _, future in self._answers.values():
+            if not future.done():
+                future.set_exception(QuorumStoppedError("the quorum driver stopped"))
 
     def _after_step(self) -> None:
         self._deliver_commits()
@@ -414,8 +499,17 @@ class RaftDriver:
     def _send_all(self, outbound: list[Outbound]) -> list[asyncio.Task[None]]:
         tasks = []
         for out in outbound:
+            if not isinstance(out.message, REQUEST_TYPES):
+                waiting = self._answers.get(out.correlation_id)
+                if waiting is not None and waiting[0] == out.destination_id:
+                    if not waiting[1].done():
+                        waiting[1].set_result(out.message)
+                else:
+                    # The peer's handler gave up (its connection closed): as TCP would.
+                    logger.debug("node %d: answer to a gone request: %r", self.node_id, out)
+                continue
             peer = self._peers.get(out.destination_id)
-            if peer is None or not isinstance(out.message, REQUEST_TYPES):
+            if peer is None:
                 # A response is only ever returned by handle_request; anything else
                 # addressed elsewhere is a bug in the caller's routing, not the peer's.
                 logger.warning("node %d: cannot route %r", self.node_id, out)

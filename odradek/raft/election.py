@@ -196,7 +196,9 @@ class ElectionHandlers(NodeCore):
 
     def _on_vote_request(self, inbound: Inbound, request: VoteRequest, now_ms: int) -> None:
         granted = False
-        if not self.is_voter or request.replica_id not in self.voters:
+        if request.voter_id >= 0 and request.voter_id != self.node_id:
+            error = ErrorCode.invalid_voter_key  # KIP-853: addressed to another voter
+        elif not self.is_voter or request.replica_id not in self.voters:
             error = ErrorCode.inconsistent_voter_set
         elif request.replica_id == self.node_id or request.last_offset < 0:
             error = ErrorCode.invalid_request
@@ -272,7 +274,9 @@ class ElectionHandlers(NodeCore):
         self, inbound: Inbound, request: BeginQuorumEpochRequest, now_ms: int
     ) -> None:
         error = ErrorCode.none
-        if request.leader_epoch < self.epoch:
+        if request.voter_id >= 0 and request.voter_id != self.node_id:
+            error = ErrorCode.invalid_voter_key  # KIP-853: addressed to another voter
+        elif request.leader_epoch < self.epoch:
             error = ErrorCode.fenced_leader_epoch
         elif request.leader_id not in self.voters or request.leader_id == self.node_id:
             error = ErrorCode.inconsistent_voter_set
@@ -303,17 +307,20 @@ class ElectionHandlers(NodeCore):
         error = ErrorCode.none
         if request.leader_epoch < self.epoch:
             error = ErrorCode.fenced_leader_epoch
+        elif request.leader_id not in self.voters or request.leader_id == self.node_id:
+            # Only another voter can have led; anyone else naming a future epoch would
+            # move this node (even its leader) to that epoch and out of leadership.
+            error = ErrorCode.inconsistent_voter_set
         else:
             if request.leader_epoch > self.epoch:
                 self._observe_leader(request.leader_epoch, request.leader_id, now_ms)
             role = self.quorum.role
-            if (
-                isinstance(role, FollowerState)
-                and role.leader_id == request.leader_id
-                and role.leader_resigned_election_ms is None
-            ):
-                delay = self._successor_delay_ms(request.preferred_candidates)
-                role.leader_resigned_election_ms = now_ms + delay
+            if isinstance(role, FollowerState) and role.leader_id == request.leader_id:
+                # The leader's order of successors wins over a guess made from its
+                # NOT_LEADER_OR_FOLLOWER answers (they go out in the same step).
+                at = now_ms + self._successor_delay_ms(request.preferred_candidates)
+                known = role.leader_resigned_election_ms
+                role.leader_resigned_election_ms = at if known is None else min(known, at)
         leader = self._current_leader()
         response = EndQuorumEpochResponse(
             error_code=error, leader_id=leader.leader_id, leader_epoch=leader.leader_epoch

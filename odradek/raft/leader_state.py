@@ -14,6 +14,10 @@ observers are tracked for DescribeQuorum but never counted. Two rules keep it sa
 Check-quorum: the leader also tracks when each voter last fetched; if it cannot show a
 majority fetched within the fetch timeout, it must resign (it may be partitioned away
 while the rest elect a new leader).
+
+Long poll: a valid fetch at the leader's log end with a max wait is parked
+(``ParkedFetch``, held by the node: replication.py) instead of answered empty; its
+arrival already counted as the replica's progress and liveness.
 """
 
 from __future__ import annotations
@@ -21,10 +25,25 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from odradek.raft.election_store import ElectionState
+from odradek.raft.messages import FetchRequest, Inbound
 
 # Observers tracked for DescribeQuorum; the oldest-seen is forgotten beyond this, so a
 # stream of probing clients cannot grow the leader's memory without bound.
 MAX_TRACKED_OBSERVERS = 256
+# Fetches the leader keeps parked at once: one per replica, and a bound on replica ids
+# (a stream of made-up ids gets answered at once rather than held).
+MAX_PARKED_FETCHES = 1024
+
+
+@dataclass(slots=True)
+class ParkedFetch:
+    """A fetch at the leader's log end, held until there is news or max wait passes."""
+
+    inbound: Inbound
+    request: FetchRequest
+    leader: LeaderState  # the leadership it was parked under; any other answers it
+    high_watermark: int  # what the answer would have said
+    deadline_ms: int
 
 
 @dataclass(slots=True)

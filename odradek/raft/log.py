@@ -160,9 +160,12 @@ class RaftLog(Protocol):
         leader's entries, stored unchanged."""
         ...
 
-    def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
+    def read(
+        self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> list[LogEntry]:
         """Entries from ``start_offset`` (an entry boundary); at least one if any
-        exists, then up to max_bytes."""
+        exists, then up to max_bytes. With ``max_offset`` (an entry boundary, e.g. the
+        high watermark) only entries below it: nothing above it is read or decoded."""
         ...
 
     def truncate_to(self, offset: int) -> None:
@@ -197,8 +200,25 @@ def stamped(entry: LogEntry) -> LogEntry:
     return LogEntry(entry.offset, entry.epoch, bytes(payload), entry.control, entry.count)
 
 
+@dataclass(slots=True)
+class MemoryPendingFlush:
+    """MemoryRaftLog's half of a split flush (DiskRaftLog's PendingFlush): the end it
+    covers, and the truncation generation it was prepared in."""
+
+    target: int
+    generation: int
+    fsynced: bool = False
+
+    def fsync(self) -> None:
+        self.fsynced = True
+
+
 class MemoryRaftLog:
     """RaftLog in a list; ``crash()`` keeps only what was flushed.
+
+    ``prepare_flush`` / ``MemoryPendingFlush.fsync`` / ``mark_flushed`` split a flush as
+    the disk log does (the simulation runs them apart in time, with truncations and
+    crashes in between: a truncation voids a prepared flush).
 
     ``stamp_batches``: payloads are v2 batches, and leader appends are stamped as the
     production contract says (module docstring); the disk log's tests compare with it.
@@ -211,6 +231,7 @@ class MemoryRaftLog:
         self._start_offset = 0
         self._start_epoch = 0
         self._flushed_offset = 0
+        self._generation = 0  # bumped by every truncation and reset
         # (epoch, start offset) of each epoch in the log; the first is the floor that the
         # snapshot (or the empty log) provides, the rest are the entries' epochs.
         self._epoch_starts: list[tuple[int, int]] = [(0, 0)]
@@ -280,11 +301,17 @@ class MemoryRaftLog:
             self._entries.append(entry)
             self._offsets.append(entry.offset)
 
-    def read(self, start_offset: int, max_bytes: int) -> list[LogEntry]:
+    def read(
+        self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> list[LogEntry]:
         assert start_offset >= self._start_offset, (start_offset, self._start_offset)
         result: list[LogEntry] = []
         size = 0
+        limit = self.end_offset if max_offset is None else max_offset
         for entry in self._entries[self._index_of(start_offset) :]:
+            if entry.offset >= limit:
+                break
+            assert entry.next_offset <= limit, f"{limit} is inside an entry"
             if result and size + entry.size_bytes > max_bytes:
                 break
             result.append(entry)
@@ -299,9 +326,19 @@ class MemoryRaftLog:
         while len(self._epoch_starts) > 1 and self._epoch_starts[-1][1] >= offset:
             self._epoch_starts.pop()
         self._flushed_offset = min(self._flushed_offset, offset)
+        self._generation += 1
 
     def flush(self) -> None:
         self._flushed_offset = self.end_offset
+
+    def prepare_flush(self) -> MemoryPendingFlush:
+        return MemoryPendingFlush(self.end_offset, self._generation)
+
+    def mark_flushed(self, pending: MemoryPendingFlush) -> None:
+        assert pending.fsynced, "mark_flushed before the fsync"
+        if pending.generation == self._generation:
+            assert pending.target <= self.end_offset
+            self._flushed_offset = max(self._flushed_offset, pending.target)
 
     def delete_before(self, snapshot_id: SnapshotId) -> None:
         end = snapshot_id.end_offset
@@ -323,6 +360,7 @@ class MemoryRaftLog:
         self._start_epoch = snapshot_id.epoch
         self._flushed_offset = snapshot_id.end_offset
         self._epoch_starts = [(snapshot_id.epoch, snapshot_id.end_offset)]
+        self._generation += 1
 
     def crash(self) -> None:
         """A power cut: whatever was not flushed is gone."""

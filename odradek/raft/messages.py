@@ -24,6 +24,9 @@ from kio.schema.errors import ErrorCode
 from odradek.raft.log import NO_EPOCH, NO_OFFSET, LogEntry, SnapshotId
 
 NO_LEADER = -1
+# Fetch v18's HighWatermark default: the replica does not report the HW it knows
+# (older versions), so the leader cannot tell and parks as before KIP-1166.
+HIGH_WATERMARK_NOT_REPORTED = 2**63 - 1
 __all__ = ["NO_EPOCH", "NO_OFFSET", "SnapshotId"]  # re-exported: they are wire values too
 
 
@@ -100,6 +103,12 @@ class FetchRequest:
     last_fetched_epoch: int
     log_start_offset: int
     partition_max_bytes: int
+    # FetchRequest.MaxWaitMs: how long the leader may park a fetch it has nothing new
+    # for (0: answer at once).
+    max_wait_ms: int = 0
+    # KIP-1166 (Fetch v18) FetchPartition.HighWatermark: the high watermark the replica
+    # knows; -1 unknown, UNKNOWN_HIGH_WATERMARK_SUPPORT from a peer that cannot say.
+    high_watermark: int = HIGH_WATERMARK_NOT_REPORTED
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -19,9 +19,23 @@ DescribeQuorum.
 
 A restarted node reads its election state (a node that was leader restarts Resigned in
 that epoch: it may not lead the same epoch twice), its latest snapshot and the log after
-it; the high watermark is relearned from the leader. The leader fsyncs its own appends
-in ``tick`` after ``controller.quorum.append.linger.ms`` (a disk log may do that fsync
-on a worker thread and then call ``tick``), and counts only its flushed end.
+it; the high watermark is relearned from the leader.
+
+Durability: the leader flushes its appends ``controller.quorum.append.linger.ms`` after
+the first unflushed one and counts only its flushed end towards the high watermark; a
+follower flushes what it appended before it fetches again. By default the node calls
+``log.flush()`` itself inside the step (the simulation's in-memory logs). With
+``defer_flush`` it never does I/O: it raises a flush request that the driver takes with
+``take_flush_request`` and carries out off the event loop (``prepare_flush`` on the
+loop, the fsync on a worker thread, ``mark_flushed`` and ``tick`` back on the loop);
+until then the high watermark and the follower's next fetch wait, and a truncation in
+between voids the flush (the node asks again).
+
+Long poll: a leader parks a valid fetch at its log end that carries a max wait, instead
+of answering it empty, and answers it from a later step — new entries, a new high
+watermark, a lost leadership, or the max wait (its deadline is part of
+``next_deadline_ms``). A response may therefore leave the node in a step other than
+the one that handled its request; it still carries the request's correlation id.
 """
 
 from __future__ import annotations
@@ -135,12 +149,22 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         now_ms: int,
         cluster_id: str | None = None,
         control_entry: ControlEntryBuilder = plain_control_entry,
+        defer_flush: bool = False,
     ) -> None:
         """``control_entry`` builds the payload (and offset count) of the LeaderChange
         entry a new leader appends: ``control_records.leader_change_entry`` for a disk
-        log (a real control batch), the plain-text default for opaque payloads."""
+        log (a real control batch), the plain-text default for opaque payloads.
+        ``defer_flush``: the node does not fsync; see ``take_flush_request``."""
         super().__init__(
-            node_id, frozenset(voters), log, store, snapshots, config, random, cluster_id
+            node_id,
+            frozenset(voters),
+            log,
+            store,
+            snapshots,
+            config,
+            random,
+            cluster_id,
+            defer_flush,
         )
         self._control_entry = control_entry
         self._load_snapshot_and_log()
@@ -242,11 +266,17 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
                 break
         else:
             raise AssertionError(f"node {self.node_id}: roles keep changing in one step")
+        self._release_parked_fetches(now_ms)
         outbox, self._outbox = self._outbox, []
         return outbox
 
     def next_deadline_ms(self) -> int:
         """When ``tick`` next has something to do (node clock, ms)."""
+        deadline = self._role_deadline_ms()
+        parked = self._parked_deadline_ms()
+        return deadline if parked is None else min(deadline, parked)
+
+    def _role_deadline_ms(self) -> int:
         role = self.quorum.role
         if isinstance(role, UnattachedState):
             if self.is_voter:
@@ -266,6 +296,16 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         if isinstance(role, FollowerState):
             return self._follower_deadline_ms(role)
         return self._leader_deadline_ms(role)
+
+    def take_flush_request(self) -> bool:
+        """(``defer_flush`` only.) True once when the log should be flushed: the
+        driver then calls ``log.prepare_flush()``, runs the fsync off the event loop,
+        calls ``log.mark_flushed`` and ``tick``. Until then a follower sends no fetch
+        (fetch offsets name flushed entries) and the leader's high watermark counts only
+        its flushed end; a truncation in between voids the flush, and the node asks
+        again."""
+        requested, self._flush_requested = self._flush_requested, False
+        return requested
 
     def append(self, payload: bytes, now_ms: int, count: int = 1) -> int:
         """Append one entry (a record batch of ``count`` records, taking ``count``
@@ -299,11 +339,11 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             self._applied_offset = snapshot_id.end_offset
         assert self._applied_offset >= self.log.start_offset, "unapplied entries were deleted"
         if self._applied_offset < self.high_watermark:
-            entries = [
-                entry
-                for entry in self.log.read(self._applied_offset, POLL_MAX_BYTES)
-                if entry.offset < self.high_watermark
-            ]
+            # Only what is committed is read: an entry above the high watermark may yet
+            # be truncated, and a long uncommitted tail is not read to be thrown away.
+            entries = self.log.read(
+                self._applied_offset, POLL_MAX_BYTES, max_offset=self.high_watermark
+            )
             assert entries and entries[0].offset == self._applied_offset
             # The high watermark is an entry boundary: no entry straddles it.
             assert entries[-1].next_offset <= self.high_watermark, (
@@ -398,6 +438,11 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             if now_ms >= role.fetch_deadline_ms:
                 self._start_prospective(now_ms)
                 return True
+        if self.log.flushed_offset < self.log.end_offset:
+            # Fetch offsets must name flushed entries (e.g. an old leader's lingering tail).
+            self._flush_log()
+            if self._awaiting_flush():
+                return False
         in_flight = role.in_flight_correlation_id
         if (
             in_flight is not None
@@ -421,10 +466,15 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             if role.leader_resigned_election_ms is not None:
                 deadlines.append(role.leader_resigned_election_ms)
         if role.in_flight_correlation_id is None:
-            deadlines.append(role.next_fetch_ms)
+            if not self._awaiting_flush():  # else the driver ticks once it flushed
+                deadlines.append(role.next_fetch_ms)
         else:
             deadlines.append(role.in_flight_sent_ms + self.config.request_timeout_ms)
-        return min(deadlines)
+        # Nothing left (an observer waiting for its flush): the flush's tick wakes it.
+        return min(deadlines) if deadlines else role.fetch_deadline_ms + 3_600_000
+
+    def _awaiting_flush(self) -> bool:
+        return self._defer_flush and self.log.flushed_offset < self.log.end_offset
 
     def _check_quorum_window_ms(self) -> int:
         # Kafka gives the leader 1.5 fetch timeouts before it resigns for lack of quorum.
@@ -433,7 +483,7 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
     def _drive_leader(self, leader: LeaderState, now_ms: int) -> bool:
         first_unflushed = leader.first_unflushed_append_ms
         if first_unflushed is not None and now_ms >= first_unflushed + self.config.append_linger_ms:
-            self.log.flush()
+            self._flush_log()
             leader.first_unflushed_append_ms = None
         self._update_leader_high_watermark(leader)
         window_ms = self._check_quorum_window_ms()

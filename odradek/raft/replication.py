@@ -21,7 +21,16 @@ How this works and why (KIP-595 pull replication, KIP-630 snapshots):
   the snapshot's id; the follower copies it with FetchSnapshot in chunks, installs it
   (its log restarts at the snapshot's end) and goes on fetching after it.
 * Followers append, flush, and only then fetch again, so a fetch offset always names
-  flushed entries. They learn the high watermark from responses, never above their end.
+  flushed entries (with a deferred flush they wait for it). They learn the high
+  watermark from responses, never above their end.
+* Long poll: a follower's fetch carries a max wait (``controller.quorum`` fetch max wait,
+  at most half its fetch and request timeouts) and the high watermark it knows (Fetch
+  v18, KIP-1166). The leader parks a valid fetch that would come back empty — at its
+  log end, from a replica that knows its high watermark, which this very fetch did not
+  move — one per replica, and answers it on the next append, high-watermark change,
+  loss of leadership (with the error) or at the max wait. A parked fetch counted as the
+  replica's progress when it arrived. A resigned leader's NOT_LEADER_OR_FOLLOWER naming
+  itself is no news of a live leader (a prospective does not go back to following it).
 * Observers (non-voters) fetch the same way but never count towards the high
   watermark. An observer whose leader stops answering asks a random voter, whose
   NOT_LEADER_OR_FOLLOWER answer names the current leader.
@@ -32,7 +41,7 @@ from __future__ import annotations
 from kio.schema.errors import ErrorCode
 
 from odradek.raft.core import NodeCore
-from odradek.raft.leader_state import LeaderState
+from odradek.raft.leader_state import MAX_PARKED_FETCHES, LeaderState, ParkedFetch
 from odradek.raft.log import LogEntry, SnapshotId
 from odradek.raft.messages import (
     EpochEndOffset,
@@ -45,6 +54,8 @@ from odradek.raft.messages import (
 )
 from odradek.raft.roles import FollowerState, SnapshotFetch, UnattachedState, VotedState
 
+_NEVER = 2**62
+
 
 class ReplicationHandlers(NodeCore):
     # --- leader side ------------------------------------------------------------------
@@ -56,6 +67,70 @@ class ReplicationHandlers(NodeCore):
         return error
 
     def _on_fetch_request(self, inbound: Inbound, request: FetchRequest, now_ms: int) -> None:
+        # A newer fetch from the same replica means it gave up on the parked one: answer
+        # that one now (its answer is ignored) and consider this one.
+        superseded = self._parked_fetches.pop(request.replica_id, None)
+        if superseded is not None:
+            self._respond(superseded.inbound, self._fetch_response(superseded.request, now_ms))
+        hw_before = self.high_watermark
+        response = self._fetch_response(request, now_ms, record=True)
+        leader = self.quorum.role
+        if (
+            isinstance(leader, LeaderState)
+            and request.max_wait_ms > 0
+            and response.error_code == ErrorCode.none
+            and not response.records
+            and response.diverging_epoch.epoch < 0
+            and not response.snapshot_id.present
+            # KIP-1166: a replica that does not know our high watermark learns it now;
+            # so does one whose own fetch just moved it.
+            and request.high_watermark >= self.high_watermark == hw_before
+            and len(self._parked_fetches) < MAX_PARKED_FETCHES
+        ):
+            wait_ms = min(request.max_wait_ms, self.config.request_timeout_ms)
+            deadline_ms = now_ms + wait_ms
+            self._parked_fetches[request.replica_id] = ParkedFetch(
+                inbound, request, leader, self.high_watermark, deadline_ms
+            )
+            self._parked_deadline_ms_min = min(self._parked_deadline_ms_min, deadline_ms)
+            return
+        self._respond(inbound, response)
+
+    def _release_parked_fetches(self, now_ms: int) -> None:
+        """Answer the parked fetches that have something to say: new entries, a new high
+        watermark, a lost leadership (the answer carries the error), or max wait."""
+        if not self._parked_fetches:
+            return
+        role = self.quorum.role
+        state = (self.log.end_offset, self.high_watermark)
+        if (
+            role is self._parked_role
+            and state == self._parked_state
+            and now_ms < self._parked_deadline_ms_min
+        ):
+            return  # nothing changed since the last look (each step looks)
+        for replica_id, parked in list(self._parked_fetches.items()):
+            if (
+                parked.leader is not role
+                or self.log.end_offset > parked.request.fetch_offset
+                or self.high_watermark != parked.high_watermark
+                or now_ms >= parked.deadline_ms
+            ):
+                del self._parked_fetches[replica_id]
+                self._respond(parked.inbound, self._fetch_response(parked.request, now_ms))
+        self._parked_role, self._parked_state = role, state
+        self._parked_deadline_ms_min = min(
+            (parked.deadline_ms for parked in self._parked_fetches.values()), default=_NEVER
+        )
+
+    def _parked_deadline_ms(self) -> int | None:
+        return self._parked_deadline_ms_min if self._parked_fetches else None
+
+    def _fetch_response(
+        self, request: FetchRequest, now_ms: int, *, record: bool = False
+    ) -> FetchResponse:
+        """The answer to ``request`` as of now; ``record``: it is the fetch's arrival (a
+        valid one counts as the replica's progress; a parked one's release does not)."""
         error = self._fetch_error(request.current_leader_epoch)
         if error == ErrorCode.none and (
             request.fetch_offset < 0
@@ -84,11 +159,12 @@ class ReplicationHandlers(NodeCore):
             elif not self.log.is_boundary(request.fetch_offset):
                 error = ErrorCode.invalid_request  # inside an entry: no honest replica
             else:
-                self._record_valid_fetch(leader, request, now_ms)
+                if record:
+                    self._record_valid_fetch(leader, request, now_ms)
                 if request.fetch_offset < self.log.end_offset:
                     max_bytes = min(request.partition_max_bytes, self.config.fetch_max_bytes)
                     records = tuple(self.log.read(request.fetch_offset, max(max_bytes, 1)))
-        response = FetchResponse(
+        return FetchResponse(
             error_code=error,
             high_watermark=self.high_watermark,
             log_start_offset=self.log.start_offset,
@@ -97,7 +173,6 @@ class ReplicationHandlers(NodeCore):
             snapshot_id=snapshot_id,
             records=records,
         )
-        self._respond(inbound, response)
 
     def _record_valid_fetch(self, leader: LeaderState, request: FetchRequest, now_ms: int) -> None:
         leader.record_fetch(request.replica_id, request.fetch_offset, self.log.end_offset, now_ms)
@@ -151,11 +226,21 @@ class ReplicationHandlers(NodeCore):
             )
             correlation_id = self._send(destination_id, snapshot_request)
         else:
-            correlation_id = self._send(destination_id, self._fetch_request())
+            request = self._fetch_request(self._fetch_wait_ms())
+            correlation_id = self._send(destination_id, request)
         role.in_flight_correlation_id = correlation_id
         role.in_flight_sent_ms = now_ms
 
-    def _fetch_request(self) -> FetchRequest:
+    def _fetch_wait_ms(self) -> int:
+        """The max wait a follower asks for: the configured one, but at most half the
+        fetch timeout (a parked fetch must come back before the follower would call an
+        election) and half the request timeout (before it gives the request up)."""
+        config = self.config
+        return min(
+            config.fetch_max_wait_ms, config.fetch_timeout_ms // 2, config.request_timeout_ms // 2
+        )
+
+    def _fetch_request(self, max_wait_ms: int) -> FetchRequest:
         return FetchRequest(
             cluster_id=self.cluster_id,
             replica_id=self.node_id,
@@ -165,6 +250,8 @@ class ReplicationHandlers(NodeCore):
             last_fetched_epoch=self.log.last_fetched_epoch,
             log_start_offset=self.log.start_offset,
             partition_max_bytes=self.config.fetch_max_bytes,
+            max_wait_ms=max_wait_ms,
+            high_watermark=self.high_watermark,
         )
 
     def _send_discovery_fetch(self, role: UnattachedState, now_ms: int) -> None:
@@ -173,7 +260,8 @@ class ReplicationHandlers(NodeCore):
         if not candidates:
             return
         destination = candidates[self._random.randrange(len(candidates))]
-        role.discovery_correlation_id = self._send(destination, self._fetch_request())
+        # No max wait: the probe wants the leader's name, not entries.
+        role.discovery_correlation_id = self._send(destination, self._fetch_request(0))
         role.next_discovery_ms = now_ms + self.config.request_timeout_ms
 
     def _claim_in_flight(self, inbound: Inbound) -> FollowerState | None:
@@ -196,7 +284,14 @@ class ReplicationHandlers(NodeCore):
     def _on_fetch_response(self, inbound: Inbound, response: FetchResponse, now_ms: int) -> None:
         role = self._claim_in_flight(inbound)
         leader = response.current_leader
-        if self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
+        # A leader that resigned names itself and says it does not lead (a parked fetch
+        # is answered so when it steps down): that is no news of a live leader, and a
+        # prospective must not go back to following it.
+        resigned = (
+            response.error_code == ErrorCode.not_leader_or_follower
+            and leader.leader_id == inbound.source_id
+        )
+        if not resigned and self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
             return
         if role is None or not self._from_our_leader(role, inbound, leader):
             if role is not None:
@@ -209,8 +304,10 @@ class ReplicationHandlers(NodeCore):
                 and role.leader_resigned_election_ms is None
             ):
                 # Our leader of this epoch says it no longer leads (it resigned or
-                # restarted): elect a successor now rather than after the fetch timeout.
-                role.leader_resigned_election_ms = now_ms
+                # restarted): elect a successor after an election timeout rather than
+                # the fetch timeout (its EndQuorumEpoch, if it sent one, names who
+                # goes first; every follower starting at once would split the vote).
+                role.leader_resigned_election_ms = now_ms + self._election_timeout_ms()
             return
         role.last_fetch_success_ms = now_ms
         role.fetch_deadline_ms = now_ms + self.config.fetch_timeout_ms
@@ -221,10 +318,18 @@ class ReplicationHandlers(NodeCore):
             role.snapshot_fetch = SnapshotFetch(response.snapshot_id)
             self.snapshots.begin(response.snapshot_id)
         elif self._append_as_follower(response.records):
+            known = self.high_watermark
             new_high_watermark = min(response.high_watermark, self.log.end_offset)
             self.high_watermark = max(self.high_watermark, new_high_watermark)
-            if not response.records:
-                role.next_fetch_ms = now_ms + self.config.fetch_idle_interval_ms
+            wait_ms = self._fetch_wait_ms()
+            if (
+                not response.records
+                and self.high_watermark == known
+                and (wait_ms == 0 or now_ms - role.in_flight_sent_ms < wait_ms // 2)
+            ):
+                # Nothing new and not parked (a leader that does not long-poll, or one
+                # with no room to park): do not spin; ask again after a backoff.
+                role.next_fetch_ms = now_ms + self.config.retry_backoff_ms
         else:
             role.next_fetch_ms = now_ms + self.config.retry_backoff_ms
 
@@ -265,7 +370,7 @@ class ReplicationHandlers(NodeCore):
             last_epoch = entry.epoch
         if records:
             self.log.append(list(records))
-            self.log.flush()  # fetch offsets must name flushed entries
+            self._flush_log()  # fetch offsets must name flushed entries
         return True
 
     def _on_fetch_snapshot_response(
@@ -273,7 +378,11 @@ class ReplicationHandlers(NodeCore):
     ) -> None:
         role = self._claim_in_flight(inbound)
         leader = response.current_leader
-        if self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
+        resigned = (
+            response.error_code == ErrorCode.not_leader_or_follower
+            and leader.leader_id == inbound.source_id
+        )
+        if not resigned and self._observe_leader(leader.leader_epoch, leader.leader_id, now_ms):
             return
         if role is None or not self._from_our_leader(role, inbound, leader):
             return

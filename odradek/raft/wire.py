@@ -17,7 +17,10 @@ Versions (what each adds, and which Kafka speaks it):
   directory ids, leader endpoints; EndQuorumEpoch v1 names candidates with directories.
 * Fetch 12–17: v12 (KIP-595) diverging epoch, current leader, snapshot id, flexible;
   v13 topic ids; v15 ``replica_state`` replaces ``replica_id``; v16 node endpoints; v17
-  replica directory id. Kafka 3.7 controllers fetch at 16, 3.9–4.0 at 17.
+  replica directory id; v18 (4.1, KIP-1166) the high watermark the fetching replica
+  knows, so a leader parks a fetch only from a replica that knows its high watermark.
+  Kafka 3.7 controllers fetch at 16, 3.9–4.0 at 17, 4.1 at 18. MaxWait carries the
+  long poll (``FetchRequest.max_wait_ms``).
 * DescribeQuorum 0–2: v1 fetch/caught-up timestamps; v2 error message, directory ids,
   nodes.
 
@@ -50,6 +53,7 @@ from kio.static.primitive import Records
 from odradek.protocol.build import has_field, make
 from odradek.raft.log import LogEntry, SnapshotId
 from odradek.raft.messages import (
+    HIGH_WATERMARK_NOT_REPORTED,
     BeginQuorumEpochRequest,
     BeginQuorumEpochResponse,
     EndQuorumEpochRequest,
@@ -93,7 +97,7 @@ FETCH_SNAPSHOT_KEY: Final = 59
 
 # The versions served and sent (see the module docstring for what each adds).
 VERSIONS: Final[dict[int, tuple[int, int]]] = {
-    FETCH_KEY: (12, 17),
+    FETCH_KEY: (12, 18),
     VOTE_KEY: (0, 2),
     BEGIN_QUORUM_EPOCH_KEY: (0, 1),
     END_QUORUM_EPOCH_KEY: (0, 1),
@@ -367,6 +371,7 @@ def _fetch_request(message: FetchRequest, version: int) -> Any:
         log_start_offset=message.log_start_offset,
         partition_max_bytes=message.partition_max_bytes,
         replica_directory_id=None,
+        high_watermark=message.high_watermark,
     )
     replica_state = None
     if hasattr(module, "ReplicaState"):
@@ -378,7 +383,7 @@ def _fetch_request(message: FetchRequest, version: int) -> Any:
         cluster_id=message.cluster_id,
         replica_id=message.replica_id,
         replica_state=replica_state,
-        max_wait=datetime.timedelta(0),  # the core polls; no long poll (yet)
+        max_wait=datetime.timedelta(milliseconds=message.max_wait_ms),
         min_bytes=0,
         max_bytes=message.partition_max_bytes,
         isolation_level=0,
@@ -410,6 +415,12 @@ def _fetch_snapshot_request(message: FetchSnapshotRequest, version: int) -> Any:
         max_bytes=message.max_bytes,
         topics=(_topic(module, "TopicSnapshot", (partition,)),),
     )
+
+
+def _milliseconds(value: datetime.timedelta) -> int:
+    """A kio i32 duration in whole milliseconds (a negative MaxWait is the peer's: the
+    core treats anything ≤ 0 as "answer at once")."""
+    return value // datetime.timedelta(milliseconds=1)
 
 
 def request_from_kio(entity: Any) -> Request:
@@ -462,6 +473,8 @@ def request_from_kio(entity: Any) -> Request:
             last_fetched_epoch=p.last_fetched_epoch,
             log_start_offset=p.log_start_offset,
             partition_max_bytes=p.partition_max_bytes,
+            max_wait_ms=_milliseconds(entity.max_wait),
+            high_watermark=getattr(p, "high_watermark", HIGH_WATERMARK_NOT_REPORTED),
         )
     if api_key == FETCH_SNAPSHOT_KEY:
         p = _single_partition(entity)

@@ -33,6 +33,11 @@ class InvariantChecks:
         # offset -> (first offset, epoch, payload) of the entry that holds it
         self.committed: dict[int, tuple[int, int, bytes]] = {}
         self.committed_end = 0
+        # offset -> the lowest epoch any node was in when it saw the offset committed: an
+        # upper bound of the epoch that committed it. Raft promises the entry to every
+        # leader of a *later* epoch only (a candidate of an older epoch, paused with its
+        # votes, may still win that older epoch without it, and can commit nothing).
+        self.commit_epochs: dict[int, int] = {}
         self.digests: dict[int, bytes] = {0: INITIAL_DIGEST}  # offset -> digest before it
         self.leader_high_watermarks: dict[tuple[int, int], int] = {}
         self.leaders_checked: set[tuple[int, int]] = set()
@@ -97,6 +102,8 @@ class InvariantChecks:
             self.trace.append(f"{self.now:10.3f} leader {node.node_id} epoch {epoch}")
             log = node.log
             for offset in range(log.start_offset, self.committed_end):
+                if self.commit_epochs.get(offset, -1) >= epoch:
+                    continue
                 entry = log.entry_at(offset) if offset < log.end_offset else None
                 if entry is None or _value(entry) != self.committed[offset]:
                     raise self.fail(
@@ -122,6 +129,7 @@ class InvariantChecks:
             entry = log.entry_at(offset)
             value = _value(entry)
             known = self.committed.setdefault(offset, value)
+            self.commit_epochs[offset] = min(self.commit_epochs.get(offset, raft.epoch), raft.epoch)
             if known != value:
                 raise self.fail(
                     f"node {node.node_id} committed {value} at {offset}, others committed {known}"

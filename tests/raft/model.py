@@ -42,6 +42,9 @@ class Scenario:
     snapshot_interval_ms: tuple[int, int] = (500, 2500)
     # Every node keeps its log in a DiskRaftLog (real v2 batches, files in a temp dir).
     disk: bool = False
+    # Nodes do not fsync inside a step: they ask, and the fsync completes a while later
+    # (as the driver's worker thread does), with truncations and crashes in between.
+    split_flush: bool = False
 
 
 class CountingLog(MemoryRaftLog):
@@ -128,6 +131,8 @@ class SimNode:
     # A stop-the-world pause (GC, VM steal): nothing runs until then, messages queue up,
     # and the clock keeps going, so the node wakes up with every timer expired.
     paused_until: float = 0.0
+    # A flush prepared and under way (split_flush runs): completes with a "flushed" event.
+    pending_flush: object | None = None
 
     def local_ms(self, now: float) -> int:
         return int(self.clock_offset_ms + now * self.clock_rate)

@@ -35,6 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     failures: list[int] = []
     events = commits = elections = crashes = snapshots = runs = truncated = installs = 0
+    parked = released = flushes = voided = 0
     for seed in seeds:
         voters = voters_for(seed, args.voters)
         try:
@@ -53,12 +54,18 @@ def main(argv: list[str] | None = None) -> int:
         snapshots += sim.snapshots_taken
         truncated += sim.truncated_entries
         installs += sim.snapshot_installs
+        parked += sim.fetches_parked
+        released += sim.fetches_released
+        flushes += sim.flushes_started
+        voided += sim.flushes_voided
     elapsed = time.monotonic() - started
     print(
         f"{runs} seeds passed, {len(failures)} failed in {elapsed:.1f} s: {events} events, "
         f"{elections} leaders elected, {crashes} crashes, {snapshots} snapshots, "
         f"{commits} entries committed, {truncated} divergent entries truncated, "
-        f"{installs} snapshots installed from the leader"
+        f"{installs} snapshots installed from the leader, {parked} fetches parked by "
+        f"leaders and {released} released later, {flushes} split fsyncs "
+        f"({voided} voided or no-ops)"
     )
     if failures:
         print(f"FAIL seeds: {failures}")

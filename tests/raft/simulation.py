@@ -23,7 +23,9 @@ Checked after every step (``check_invariants``):
 * a node's epoch never decreases, across restarts too;
 * a committed entry (below any node's high watermark) never changes: every node's
   committed prefix agrees with the global record, a node never holds a high watermark
-  above its log end, and every new leader's log contains everything committed so far;
+  above its log end, and every new leader's log contains everything committed in an
+  earlier epoch (Raft's leader completeness; a candidate paused with its votes may win
+  an old epoch late, without what a later epoch committed, and can commit nothing);
 * each node's state machine sees the same sequence (a digest chain, also carried in
   snapshots);
 * a leader's high watermark never goes back;
@@ -55,6 +57,7 @@ from odradek.raft.election import (
     plain_control_entry,
 )
 from odradek.raft.log import LogEntry, stamped
+from odradek.raft.messages import REQUEST_TYPES, FetchRequest
 from odradek.raft.node import BackPressureError
 from odradek.records.codec import Record, encode_batch
 from tests.raft.invariants import InvariantChecks
@@ -83,7 +86,7 @@ SIM_CONFIG = RaftConfig(
     retry_backoff_ms=20,
     request_timeout_ms=400,
     append_linger_ms=25,
-    fetch_idle_interval_ms=100,
+    fetch_max_wait_ms=200,
     fetch_max_bytes=4096,
     snapshot_chunk_bytes=64,
 )
@@ -127,6 +130,14 @@ class Simulation(InvariantChecks):
         self.crashes = 0
         self.snapshots_taken = 0
         self.wipes = 0
+        # The long poll: (answering node, asker, correlation id) → the asker's
+        # incarnation when the request arrived. An answer goes back on that connection,
+        # so a parked fetch released after the asker restarted is dropped, as TCP would.
+        self.request_origins: dict[tuple[int, int, int], int] = {}
+        self.fetches_parked = 0
+        self.fetches_released = 0
+        self.flushes_started = 0
+        self.flushes_voided = 0
 
     # --- scheduling ---------------------------------------------------------------------
 
@@ -232,9 +243,12 @@ class Simulation(InvariantChecks):
             self.take_snapshot(self.nodes[event[1]])  # type: ignore[index]
         elif kind == "calm":
             self.begin_calm()
+        elif kind == "flushed":
+            self.complete_flush(event)
 
     def start_node(self, node: SimNode) -> None:
         node.incarnation += 1
+        node.pending_flush = None
         node.tick_at = float("inf")
         node.applied_offset = 0
         node.digest = INITIAL_DIGEST
@@ -249,6 +263,7 @@ class Simulation(InvariantChecks):
             node.local_ms(self.now),
             cluster_id=CLUSTER_ID,
             control_entry=self.control_entry(),
+            defer_flush=self.scenario.split_flush,
         )
         if node.raft.epoch < node.max_epoch:
             raise self.fail(f"node {node.node_id} restarted in epoch {node.raft.epoch}")
@@ -301,12 +316,20 @@ class Simulation(InvariantChecks):
 
     # --- the network ----------------------------------------------------------------------
 
-    def send(self, source: SimNode, outbound: list[Outbound]) -> None:
+    def send(self, source: SimNode, outbound: list[Outbound], answering: int | None = None) -> None:
+        """``answering``: the correlation id of the request just handled, if any; an
+        answer to any other request is a parked fetch released."""
         scenario = self.scenario
         for message in outbound:
             destination = self.nodes.get(message.destination_id)
             if destination is None or destination.raft is None:
                 continue
+            destination_incarnation = destination.incarnation
+            if not isinstance(message.message, REQUEST_TYPES):
+                key = (source.node_id, destination.node_id, message.correlation_id)
+                destination_incarnation = self.request_origins.pop(key, destination_incarnation)
+                if message.correlation_id != answering:
+                    self.fetches_released += 1
             if frozenset((source.node_id, destination.node_id)) in self.partitioned:
                 continue
             if not self.calm and self.rng.random() < scenario.drop_probability:
@@ -328,7 +351,7 @@ class Simulation(InvariantChecks):
                     source.node_id,
                     source.incarnation,
                     destination.node_id,
-                    destination.incarnation,
+                    destination_incarnation,
                     inbound,
                 )
                 self.schedule(self.now + delay, event)
@@ -351,8 +374,17 @@ class Simulation(InvariantChecks):
             f"{self.now:10.3f} {source_id}->{destination_id} #{inbound.correlation_id} "
             f"{_brief(inbound.message)}"
         )
+        answering = None
+        if isinstance(inbound.message, REQUEST_TYPES):
+            answering = inbound.correlation_id
+            key = (destination_id, source_id, inbound.correlation_id)
+            self.request_origins[key] = source_incarnation  # type: ignore[assignment]
         outbound = destination.raft.handle(inbound, destination.local_ms(self.now))
-        self.send(destination, outbound)
+        if isinstance(inbound.message, FetchRequest) and not any(
+            out.correlation_id == answering and out.destination_id == source_id for out in outbound
+        ):
+            self.fetches_parked += 1
+        self.send(destination, outbound, answering)
         self.after_step(destination)
 
     # --- faults, clients, snapshots -------------------------------------------------------
@@ -474,7 +506,41 @@ class Simulation(InvariantChecks):
 
     def after_step(self, node: SimNode) -> None:
         self.apply_committed(node)
+        self.start_flush(node)
         self.schedule_tick(node)
+
+    def start_flush(self, node: SimNode) -> None:
+        """split_flush: prepare the flush the node asked for (one at a time, as the
+        driver does); the fsync finishes after a delay, unless the node crashes first."""
+        raft = node.raft
+        if raft is None or node.pending_flush is not None or not raft.take_flush_request():
+            return
+        node.pending_flush = node.log.prepare_flush()
+        self.flushes_started += 1
+        delay = self.rng.uniform(0.2, 12.0)
+        self.schedule(self.now + delay, ("flushed", node.node_id, node.incarnation))
+
+    def complete_flush(self, event: tuple[object, ...]) -> None:
+        _, node_id, incarnation = event
+        node = self.nodes[node_id]  # type: ignore[index]
+        if node.raft is None or node.incarnation != incarnation or node.pending_flush is None:
+            return  # crashed meanwhile: the fsync never finished
+        if self.now < node.paused_until:
+            self.schedule(node.paused_until, event)
+            return
+        pending = node.pending_flush
+        node.pending_flush = None
+        pending.fsync()  # type: ignore[attr-defined]
+        before = node.log.flushed_offset
+        node.log.mark_flushed(pending)  # type: ignore[arg-type]
+        if node.log.flushed_offset == before:
+            self.flushes_voided += 1
+        self.trace.append(
+            f"{self.now:10.3f} flushed {node_id} to {node.log.flushed_offset} "
+            f"(log end {node.log.end_offset})"
+        )
+        self.send(node, node.raft.tick(node.local_ms(self.now)))
+        self.after_step(node)
 
 
 def _brief(message: object) -> str:
@@ -524,6 +590,7 @@ def scenario_for(seed: int, voters: int) -> Scenario:
         reorder_probability=knobs.choice((0.0, 0.05, 0.2)),
         crash_interval_ms=(fault_gap_ms // 2, fault_gap_ms * 2),
         snapshot_interval_ms=knobs.choice(((200, 800), (500, 2500), (2000, 6000))),
+        split_flush=seed % 4 in (1, 2),
     )
 
 

@@ -173,6 +173,15 @@ class RaftLogComparison(RuleBasedStateMachine):
         near = data.draw(st.sampled_from(sizes), label="entries' size")
         max_bytes = max(1, near + data.draw(st.integers(-1, 1), label="plus"))
         assert self.disk.read(start, max_bytes) == self.memory.read(start, max_bytes)
+        # Bounded by an entry boundary at or after start (as poll_committed bounds by the
+        # high watermark): nothing at or past it comes back, on either log.
+        bound = data.draw(
+            st.sampled_from([b for b in self.boundaries() if b >= start]), label="max offset"
+        )
+        bounded = self.disk.read(start, max_bytes, max_offset=bound)
+        assert bounded == self.memory.read(start, max_bytes, max_offset=bound)
+        assert all(entry.next_offset <= bound for entry in bounded)
+        assert bounded == [e for e in self.disk.read(start, max_bytes) if e.offset < bound]
 
     @rule(clean=st.booleans())
     def close_and_reopen(self, clean: bool) -> None:

@@ -36,6 +36,7 @@ from odradek.raft import (
     wire,
 )
 from odradek.raft.driver import NotControllerError, RaftDriver
+from odradek.raft.messages import FetchRequest
 from odradek.records.codec import encode_batch, new_records
 from odradek.server.config import QuorumVoter
 from odradek.server.dispatcher import Dispatcher
@@ -49,7 +50,6 @@ CONFIG = RaftConfig(
     retry_backoff_ms=20,
     request_timeout_ms=500,
     append_linger_ms=5,
-    fetch_idle_interval_ms=20,
 )
 NODE_IDS = (1, 2, 3)
 
@@ -405,5 +405,45 @@ def test_a_node_that_lost_its_log_catches_up_from_a_snapshot(tmp_path: Path) -> 
             return lagging.has(after)
 
         await wait_until(fetched_after, 3.0, "entries after the snapshot")
+
+    run(scenario, tmp_path)
+
+
+def test_an_idle_quorum_long_polls_over_sockets(tmp_path: Path) -> None:
+    """Over real connections: the leader parks its followers' fetches, so an idle
+    quorum exchanges a few fetches a second (max wait here: half the 500 ms request
+    timeout), not one per 20 ms; and a commit still reaches the followers at once."""
+
+    async def scenario(cluster: Cluster) -> None:
+        leader = await cluster.wait_for_leader(5.0)
+        assert leader.driver is not None
+        offset = await leader.driver.append(batch(b"warm-up"))
+
+        async def everyone_has(at: int) -> bool:
+            return all(n.has(at) for n in cluster.running())
+
+        await wait_until(lambda: everyone_has(offset), 3.0, "the first commit everywhere")
+        fetches: list[float] = []
+        real = leader.driver.handle_request
+
+        async def counting(source_id: int, message: Any) -> Any:
+            if isinstance(message, FetchRequest):
+                fetches.append(time.monotonic())
+            return await real(source_id, message)
+
+        leader.services.raft = SimpleNamespace(
+            handle_request=counting,
+            stopped=False,
+            describe_quorum=leader.driver.describe_quorum,
+            voters=leader.driver.voters,
+        )
+        await asyncio.sleep(2.0)
+        # Two followers, at most 4 fetches a second each when idle (more under load is
+        # impossible: a parked fetch holds its follower). Polling at 20 ms made ~200.
+        assert len(fetches) <= 24, len(fetches)
+        assert leader.driver.is_leader
+        second = await leader.driver.append(batch(b"after idle"))
+        await wait_until(lambda: everyone_has(second), 3.0, "the commit everywhere")
+        leader.services.raft = leader.driver
 
     run(scenario, tmp_path)

@@ -37,11 +37,16 @@ def make_node(
 
 
 def vote_request(
-    epoch: int, candidate: int = 2, last_epoch: int = 0, end: int = 0, pre_vote: bool = False
+    epoch: int,
+    candidate: int = 2,
+    last_epoch: int = 0,
+    end: int = 0,
+    pre_vote: bool = False,
+    voter: int = 1,
 ) -> Inbound:
     request = VoteRequest(
         cluster_id=None,
-        voter_id=1,
+        voter_id=voter,
         replica_epoch=epoch,
         replica_id=candidate,
         last_offset_epoch=last_epoch,
@@ -203,7 +208,7 @@ def test_leader_behind_a_voters_epoch_steps_down_on_its_pre_vote() -> None:
     cluster.advance(200)
     leader = cluster.node(1)
     epoch = leader.epoch
-    stray = Inbound(2, 7, vote_request(epoch=epoch + 1, candidate=2).message)
+    stray = Inbound(2, 7, vote_request(epoch=epoch + 1, candidate=2, voter=3).message)
     cluster.node(3).handle(stray, cluster.now)
     assert cluster.node(3).epoch == epoch + 1
     pre_vote = Inbound(3, 8, vote_request(epoch=epoch + 2, candidate=3, pre_vote=True).message)
@@ -241,3 +246,41 @@ def test_requests_from_another_cluster_are_refused() -> None:
     assert isinstance(replies[0], VoteResponse)
     assert replies[0].error_code == ErrorCode.inconsistent_cluster_id
     assert not replies[0].vote_granted and node.epoch == 0
+
+
+@pytest.mark.parametrize("leader_id", [7, -1, 1])
+def test_end_quorum_epoch_from_a_non_voter_or_itself_changes_nothing(leader_id: int) -> None:
+    """Regression (found fuzzing the controller plane): EndQuorumEpoch naming a node that
+    is not another voter, with an epoch far in the future, moved the single voter to
+    epoch 2^31-1, out of leadership for good (no election can go past that epoch)."""
+    node = RaftNode(
+        1,
+        [1],
+        MemoryRaftLog(),
+        MemoryElectionStore(),
+        MemorySnapshotStore(),
+        RaftConfig(),
+        random.Random(1),
+        0,
+        cluster_id="c",
+    )
+    node.tick(0)
+    assert node.is_leader
+    epoch = node.epoch
+    request = EndQuorumEpochRequest(
+        cluster_id="c", leader_id=leader_id, leader_epoch=2**31 - 1, preferred_candidates=(1,)
+    )
+    (out,) = node.handle(Inbound(leader_id, 5, request), 10)
+    assert out.message.error_code == ErrorCode.inconsistent_voter_set
+    assert node.is_leader and node.epoch == epoch
+
+
+def test_a_vote_addressed_to_another_voter_is_an_invalid_voter_key() -> None:
+    """KIP-853: Vote and BeginQuorumEpoch (v1+) name the voter they are for; a request
+    meant for another voter changes nothing here (-1, from v0, names none)."""
+    node = make_node(epoch=3)
+    refused = answer(node, vote_request(epoch=4, candidate=2, voter=3))
+    assert refused.error_code == ErrorCode.invalid_voter_key and not refused.vote_granted
+    assert node.epoch == 3
+    unnamed = answer(node, vote_request(epoch=4, candidate=2, voter=-1))
+    assert unnamed.error_code == ErrorCode.none and unnamed.vote_granted

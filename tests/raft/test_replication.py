@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from kio.schema.errors import ErrorCode
 
-from odradek.raft import Inbound
+from odradek.raft import Inbound, LogEntry, MemoryRaftLog
 from odradek.raft.messages import FetchRequest, FetchResponse
+from odradek.raft.node import CommittedEntries
 from tests.raft.harness import Cluster, entries
 
 
@@ -194,3 +195,55 @@ def test_nonsense_fetches_get_invalid_request_not_a_crash() -> None:
         assert isinstance(response, FetchResponse)
         assert response.error_code == ErrorCode.invalid_request
     assert leader.is_leader
+
+
+class ReadSpyLog(MemoryRaftLog):
+    """Records the offsets every read hands back, to see what the core asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.returned: list[int] = []
+
+    def read(
+        self, start_offset: int, max_bytes: int, *, max_offset: int | None = None
+    ) -> list[LogEntry]:
+        result = super().read(start_offset, max_bytes, max_offset=max_offset)
+        self.returned.extend(entry.offset for entry in result)
+        return result
+
+
+def test_committed_entries_are_read_only_up_to_the_high_watermark() -> None:
+    """poll_committed hands the state machine what is committed, and reads nothing else:
+    a long uncommitted tail (the followers are cut off) is never read or decoded."""
+    cluster = Cluster([1, 2, 3], first=1)
+    spy = cluster.members[1].log = ReadSpyLog()
+    cluster.start()
+    cluster.advance(300)
+    leader = cluster.node(1)
+    assert leader.is_leader
+    committed_end = leader.high_watermark
+    assert committed_end > 0  # the LeaderChange, not handed over yet
+    cluster.cut(1, 2)
+    cluster.cut(1, 3)
+    for index in range(200):
+        leader.append(f"tail-{index}".encode() * 100, cluster.now)
+    cluster.advance(50)
+    assert leader.is_leader and leader.high_watermark == committed_end
+    spy.returned.clear()
+    (event,) = leader.poll_committed()
+    assert isinstance(event, CommittedEntries)
+    assert [entry.offset for entry in event.entries] == list(range(committed_end))
+    assert spy.returned == list(range(committed_end))
+    assert leader.poll_committed() == []
+    # Healed, the tail commits and is handed over in bounded pieces, each below the HW.
+    cluster.heal()
+    cluster.advance(300)
+    assert leader.high_watermark == leader.log_end_offset
+    delivered = []
+    while events := leader.poll_committed():
+        for event in events:
+            assert isinstance(event, CommittedEntries)
+            assert event.entries[-1].next_offset <= leader.high_watermark
+            delivered.extend(entry.offset for entry in event.entries)
+    assert delivered == list(range(committed_end, leader.log_end_offset))
+    assert max(spy.returned) < leader.high_watermark

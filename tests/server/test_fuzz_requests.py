@@ -37,7 +37,7 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_writer
 
 from odradek.protocol.bounds import read_uvarint, traced_positions
-from odradek.server.handlers import supported_versions
+from odradek.server.handlers import Plane, supported_versions
 from tests.server.test_protocol import API_VERSIONS, assert_clean_log, metadata, request
 from tests.support.broker import BrokerProcess, running_broker
 from tests.support.kio_samples import full_entity, uvarint
@@ -51,8 +51,8 @@ RANDOM_BODIES_PER_VERSION = 8
 RANDOM_RAW_CONNECTIONS = 300
 
 
-def served_requests() -> Iterator[tuple[int, int, Any]]:
-    for key, (low, high) in sorted(supported_versions().items()):
+def served_requests(plane: Plane = Plane.BROKER) -> Iterator[tuple[int, int, Any]]:
+    for key, (low, high) in sorted(supported_versions(plane).items()):
         for version in range(low, high + 1):
             try:
                 yield key, version, load_request_schema(key, version)
@@ -79,10 +79,10 @@ def encode_full_body(schema: Any) -> bytes:
     return buffer.getvalue()
 
 
-def inflated_frames() -> list[bytes]:
+def inflated_frames(plane: Plane = Plane.BROKER) -> list[bytes]:
     """Every count and length of every served request, inflated in turn."""
     frames = []
-    for _key, _version, schema in served_requests():
+    for _key, _version, schema in served_requests(plane):
         whole = encode_header(schema) + encode_full_body(schema)
         for pos, width in traced_positions(schema, schema.__header_schema__, whole):
             if width == "int16":
@@ -96,11 +96,11 @@ def inflated_frames() -> list[bytes]:
     return frames
 
 
-def null_frames() -> list[bytes]:
+def null_frames(plane: Plane = Plane.BROKER) -> list[bytes]:
     """Every count and length of every served request set to null (-1, or 0 for the
     compact forms) in turn: refused where the schema allows no null, else handled."""
     frames = []
-    for _key, _version, schema in served_requests():
+    for _key, _version, schema in served_requests(plane):
         whole = encode_header(schema) + encode_full_body(schema)
         for pos, width in traced_positions(schema, schema.__header_schema__, whole):
             if width == "int16":
@@ -113,11 +113,11 @@ def null_frames() -> list[bytes]:
     return frames
 
 
-def random_frames(rng: random.Random) -> list[bytes]:
+def random_frames(rng: random.Random, plane: Plane = Plane.BROKER) -> list[bytes]:
     """Random bodies behind a valid header, and full requests with a few bytes of the
     body changed at random, for every served key and version."""
     frames = []
-    for _key, _version, schema in served_requests():
+    for _key, _version, schema in served_requests(plane):
         header = encode_header(schema)
         body = encode_full_body(schema)
         for _ in range(RANDOM_BODIES_PER_VERSION):

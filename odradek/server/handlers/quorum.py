@@ -25,7 +25,7 @@ from odradek.network.connection import CloseConnection
 from odradek.protocol.build import make
 from odradek.protocol.messages import Request
 from odradek.raft import wire
-from odradek.raft.driver import source_id_of
+from odradek.raft.driver import QuorumStoppedError, source_id_of
 from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
@@ -40,7 +40,10 @@ async def _quorum_request(services: ControllerServices, request: Request) -> Any
         message = wire.request_from_kio(request.body)
     except wire.WireError as error:
         return wire.error_response(api_key, version, error.code)
-    response = await services.raft.handle_request(source_id_of(message), message)
+    try:
+        response = await services.raft.handle_request(source_id_of(message), message)
+    except QuorumStoppedError:
+        raise CloseConnection() from None  # stopped meanwhile: as on shutdown
     return wire.response_to_kio(response, api_key, version)
 
 
