@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench bench-tools lint serve clean kcat demo chaos simulate
+.PHONY: test bench bench-tools lint serve clean kcat demo chaos simulate cluster
 
 # '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
 # the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
@@ -70,6 +70,14 @@ lint: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/odradek serve
+
+# Three combined KRaft nodes from examples/cluster/node{1,2,3}.properties (brokers on
+# localhost:9092-9094, controllers on 19093-19095, data in var/cluster/nodeN), formatted
+# once with one cluster id; prints the bootstrap string and stops all three on Ctrl-C.
+# CLUSTER_ARGS='--port 29092 --controller-port 29192 --data-dir var/c2' moves them.
+CLUSTER_ARGS ?=
+cluster: $(STAMP)
+	$(BIN)/odradek cluster $(CLUSTER_ARGS)
 
 # The Spark pipeline of examples/clickstream end to end: a broker on an ephemeral port
 # (data in var/demo, stopped by pid at the end), the click generator and the Structured
