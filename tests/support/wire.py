@@ -117,13 +117,14 @@ def create_topic(
     return result
 
 
-def cluster_metadata(client: WireClient) -> Any:
-    """Metadata v12 for no topic: the brokers, the cluster id and ``controller_id``."""
+def cluster_metadata(client: WireClient, all_topics: bool = False) -> Any:
+    """Metadata v12 for no topic (or every topic): the brokers, the cluster id and
+    ``controller_id``."""
     module = load_payload_module(METADATA_KEY, 12, EntityType.request)
     return client.request(
         make(
             module.MetadataRequest,
-            topics=(),
+            topics=None if all_topics else (),
             allow_auto_topic_creation=False,
             include_topic_authorized_operations=False,
         )
