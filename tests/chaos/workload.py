@@ -348,10 +348,13 @@ def read_log(
 
 ADMIN_TIMEOUT_S = 10.0
 ADMIN_GIVE_UP_S = 120.0  # re-asking an operation this long before it counts as unanswered
-# Errors that mean "ask again": the controller moved or is being elected, or the
-# request did not get an answer in time (it may or may not have been done).
+# Errors that mean "ask again": the controller moved or is being elected, the request
+# did not get an answer in time (it may or may not have been done), or no broker is
+# registered and unfenced to place a replica on right now (INVALID_REPLICATION_FACTOR,
+# as Kafka answers while every broker is fenced: the killed ones come back).
 RETRIABLE_ADMIN = frozenset(
     {
+        "INVALID_REPLICATION_FACTOR",
         "NOT_CONTROLLER",
         "REQUEST_TIMED_OUT",
         "_TIMED_OUT",
