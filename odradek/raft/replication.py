@@ -88,9 +88,15 @@ class ReplicationHandlers(NodeCore):
                 if request.fetch_offset < self.log.end_offset:
                     max_bytes = min(request.partition_max_bytes, self.config.fetch_max_bytes)
                     records = tuple(self.log.read(request.fetch_offset, max(max_bytes, 1)))
+        # A new leader's high watermark is not the quorum's until an entry of its own
+        # epoch commits (it may lag what the last leader committed): answer -1 until
+        # then, as Kafka does, so no follower takes it for everything committed.
+        established = isinstance(leader, LeaderState) and (
+            self.high_watermark > leader.epoch_start_offset
+        )
         response = FetchResponse(
             error_code=error,
-            high_watermark=self.high_watermark,
+            high_watermark=self.high_watermark if established else -1,
             log_start_offset=self.log.start_offset,
             diverging_epoch=diverging,
             current_leader=self._current_leader(),
@@ -221,8 +227,10 @@ class ReplicationHandlers(NodeCore):
             role.snapshot_fetch = SnapshotFetch(response.snapshot_id)
             self.snapshots.begin(response.snapshot_id)
         elif self._append_as_follower(response.records):
-            new_high_watermark = min(response.high_watermark, self.log.end_offset)
-            self.high_watermark = max(self.high_watermark, new_high_watermark)
+            if response.high_watermark >= 0:  # -1: the leader's is not established yet
+                new_high_watermark = min(response.high_watermark, self.log.end_offset)
+                self.high_watermark = max(self.high_watermark, new_high_watermark)
+                role.high_watermark_known = True
             if not response.records:
                 role.next_fetch_ms = now_ms + self.config.fetch_idle_interval_ms
         else:
