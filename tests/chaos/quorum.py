@@ -45,7 +45,13 @@ from tests.chaos.checks import (
 )
 from tests.chaos.cluster import Cluster
 from tests.chaos.faults import LEADER, QuorumFault, QuorumOutcome, QuorumPlan
-from tests.chaos.workload import AdminRunner, ProducerRunner, create_topic, read_log, topics_on
+from tests.chaos.workload import (
+    AdminRunner,
+    ProducerRunner,
+    create_topic_retrying,
+    read_log,
+    topics_on,
+)
 
 TOPIC = "chaos"
 ADMIN_PREFIX = "admin-"
@@ -158,7 +164,7 @@ def run_quorum(
     report = Report(Counter(), [], 0)
     try:
         cluster.start()
-        create_topic(cluster.bootstrap, TOPIC, config.partitions)
+        create_topic_retrying(cluster.bootstrap, TOPIC, config.partitions)
         producer = ProducerRunner(
             cluster.bootstrap,
             TOPIC,

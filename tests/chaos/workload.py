@@ -445,6 +445,31 @@ class AdminRunner(Runner):
             self.stopping.wait(self.interval_s)
 
 
+def create_topic_retrying(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 120.0
+) -> None:
+    """``create_topic`` asked again (a new client each time) until it is answered: a
+    client whose first Metadata came from a node that had not yet applied the
+    controller's registration waits for a controller it never re-asks for."""
+    deadline = time.monotonic() + timeout_s
+    retried = False
+    while True:
+        try:
+            create_topic(bootstrap, topic, partitions, 15.0)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if retried and isinstance(error, KafkaError) and error.name() == "TOPIC_ALREADY_EXISTS":
+                return
+            if time.monotonic() > deadline:
+                raise
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+        retried = True
+        time.sleep(0.5)
+
+
 def topics_on(address: str, timeout_s: float = 30.0) -> set[str]:
     """The topic names one broker's Metadata lists (all topics), asked of it alone."""
     from tests.support.wire import WireClient, cluster_metadata
