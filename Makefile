@@ -51,7 +51,10 @@ bench: $(STAMP) bench-tools
 # The crash harness of tests/chaos for many cycles (tests/chaos/test_chaos.py runs a short
 # one in `make test`): kills, pauses and restarts one broker under an idempotent producer
 # and a committing group, then prints a table and PASS/FAIL. CHAOS_SEED=N replays a fault
-# schedule; CHAOS_ARGS='--cycles 100 --rate 5000' changes the run.
+# schedule; CHAOS_ARGS='--cycles 100 --rate 5000' changes the run. CHAOS_ARGS='--quorum
+# --cycles 40' runs it on three KRaft nodes instead (tests/chaos/quorum.py): faults on one
+# or two nodes at once, the active controller among them, under an admin client creating
+# and deleting topics beside the idempotent producer.
 CHAOS_ARGS ?= --cycles 60
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)

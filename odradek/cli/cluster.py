@@ -113,6 +113,10 @@ class Node:
         return self.config.node_id
 
 
+class UsageError(Exception):
+    """Options or files that cannot make a cluster (one line, exit status 2)."""
+
+
 class Stop:
     """Set by SIGINT/SIGTERM; the main loop polls it (no work in the handler)."""
 
@@ -133,7 +137,7 @@ def node_overrides(args: argparse.Namespace, index: int, node_id: int) -> list[s
     host = args.host or "localhost"
     if args.port is not None or args.controller_port is not None or args.host:
         if args.port is None or args.controller_port is None:
-            raise ConfigError("--host, --port and --controller-port go together")
+            raise UsageError("--host, --port and --controller-port go together")
         broker = f"PLAINTEXT://{host}:{args.port + index}"
         overrides += [
             f"listeners={broker},CONTROLLER://{host}:{args.controller_port + index}",
@@ -148,11 +152,11 @@ def load_nodes(args: argparse.Namespace) -> list[Node]:
     files = args.config or list(DEFAULT_CONFIGS)
     for path in files:
         if not path.is_file():
-            raise ConfigError(f"no config file {path} (run from the repository or pass --config)")
+            raise UsageError(f"no config file {path} (run from the repository or pass --config)")
     first = [BrokerConfig.load(path, args.override) for path in files]
     ids = [config.node_id for config in first]
     if len(set(ids)) != len(ids):
-        raise ConfigError(f"two config files share a node.id: {ids}")
+        raise UsageError(f"two config files share a node.id: {ids}")
     voters: list[str] = []
     if args.controller_port is not None:
         host = args.host or "localhost"
@@ -292,7 +296,7 @@ def stop_all(nodes: list[Node], timeout_s: float) -> bool:
 def run(args: argparse.Namespace) -> int:
     try:
         nodes = load_nodes(args)
-    except ConfigError as error:
+    except (ConfigError, UsageError) as error:
         _error(str(error))
         return EXIT_USAGE
     try:

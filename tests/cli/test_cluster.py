@@ -190,3 +190,26 @@ def test_ports_move_every_listener_and_the_voters(tmp_path: Path) -> None:
             "controller.quorum.voters=1@127.0.0.1:41000,2@127.0.0.1:41001,3@127.0.0.1:41002"
             in node.overrides
         )
+
+
+def test_bad_usage_is_one_line_and_status_2(tmp_path: Path) -> None:
+    for extra in (["--port", "30000"], ["--config", str(tmp_path / "missing.properties")]):
+        result = subprocess.run(
+            [sys.executable, "-m", "odradek", "cluster", "--data-dir", str(tmp_path), *extra],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 2, result
+        assert result.stderr.count("\n") == 1 and result.stderr.startswith("odradek cluster: ")
+        assert "Traceback" not in result.stderr
+    same = [str(REPO / DEFAULT_CONFIGS[0])] * 2
+    result = subprocess.run(
+        [sys.executable, "-m", "odradek", "cluster", "--config", same[0], "--config", same[1]],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2 and "share a node.id" in result.stderr
