@@ -34,6 +34,7 @@ The table prints each goal beside the measurement; ``--strict`` exits 1 on a mis
 from __future__ import annotations
 
 import argparse
+import asyncio
 import signal
 import statistics
 import sys
@@ -48,9 +49,10 @@ from kio.schema.errors import ErrorCode
 
 from bench._support import finish, load_average, show_load, warn_if_busy
 from bench.metadata_restart import append_history, history
+from odradek.cli.metadata_quorum import QuorumToolError, describe
 from odradek.server.broker import METADATA_LOG_DIR
 from tests.support.broker import BrokerProcess
-from tests.support.kraft import Quorum
+from tests.support.kraft import HOST, Quorum
 from tests.support.wire import WireClient, create_topic
 
 SERVE_ARGS = ("--log-level", "WARNING")
@@ -144,6 +146,21 @@ def failovers(quorum: Quorum, rounds: int, hard: bool, progress: bool) -> list[t
     return results
 
 
+def wait_converged(quorum: Quorum) -> None:
+    """Until every voter's log ends at the leader's high watermark."""
+    addresses = [(HOST, port) for port in quorum.controller_ports.values()]
+    deadline = time.monotonic() + ROUND_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            state = asyncio.run(describe(addresses))
+        except QuorumToolError:
+            state = None
+        if state is not None and {v.log_end_offset for v in state.voters} == {state.high_watermark}:
+            return
+        time.sleep(0.1)
+    raise RuntimeError("the voters' logs did not converge")
+
+
 def snapshot_files(quorum: Quorum, node_id: int) -> list[Path]:
     return sorted((quorum.data_dir(node_id) / METADATA_LOG_DIR).glob("*.checkpoint"))
 
@@ -156,8 +173,11 @@ def restart_times(base: Path, rounds: int) -> tuple[list[float], list[float], in
     quorum = Quorum(base / "restart", properties=never, serve_args=SERVE_ARGS)
     try:
         quorum.start()
-        quorum.wait_for_leader(ROUND_TIMEOUT_S)
-        for node_id in quorum.node_ids:
+        leader, _ = quorum.wait_for_leader(ROUND_TIMEOUT_S)
+        # Every log as long as the leader's before the stop, and the leader stopped last
+        # (a follower stopped after it would elect itself and write a LeaderChange).
+        wait_converged(quorum)
+        for node_id in sorted(quorum.node_ids, key=lambda n: n == leader):
             quorum.stop(node_id)
         records = history("churn")
         ends = {append_history(quorum.data_dir(n), records) for n in quorum.node_ids}
@@ -213,6 +233,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kills", type=int, default=20)
     parser.add_argument("--terms", type=int, default=10)
     parser.add_argument("--restarts", type=int, default=3, help="rounds per restart case")
+    parser.add_argument(
+        "--parts",
+        default="creates,failover,restart",
+        help="which parts to run (comma-separated: creates, failover, restart)",
+    )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--verbose", action="store_true", help="print every failover round")
     args = parser.parse_args(argv)
@@ -290,9 +315,13 @@ def main(argv: list[str]) -> int:
             ratio = statistics.median(snap) / statistics.median(plain)
             lines.append(f"{'  snapshot / no snapshot, median':<44} {'':>10} {ratio:>9.2f}")
 
-        measured("CreateTopics latency", creates)
-        measured("failover", failover)
-        measured("restart", restarts)
+        parts = set(args.parts.split(","))
+        if "creates" in parts:
+            measured("CreateTopics latency", creates)
+        if "failover" in parts:
+            measured("failover", failover)
+        if "restart" in parts:
+            measured("restart", restarts)
     print(
         f"{'measurement':<44} {'goal':>10} {'p50':>9} {'p99':>9} {'max':>9} {'':<3} {'n':>4}",
         flush=True,
