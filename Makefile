@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench bench-tools lint serve clean kcat demo chaos simulate
+.PHONY: test bench bench-tools lint serve clean kcat demo chaos simulate cluster
 
 # '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
 # the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
@@ -51,7 +51,10 @@ bench: $(STAMP) bench-tools
 # The crash harness of tests/chaos for many cycles (tests/chaos/test_chaos.py runs a short
 # one in `make test`): kills, pauses and restarts one broker under an idempotent producer
 # and a committing group, then prints a table and PASS/FAIL. CHAOS_SEED=N replays a fault
-# schedule; CHAOS_ARGS='--cycles 100 --rate 5000' changes the run.
+# schedule; CHAOS_ARGS='--cycles 100 --rate 5000' changes the run. CHAOS_ARGS='--quorum
+# --cycles 40' runs it on three KRaft nodes instead (tests/chaos/quorum.py): faults on one
+# or two nodes at once, the active controller among them, under an admin client creating
+# and deleting topics beside the idempotent producer.
 CHAOS_ARGS ?= --cycles 60
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)
@@ -70,6 +73,14 @@ lint: $(STAMP)
 
 serve: $(STAMP)
 	$(BIN)/odradek serve
+
+# Three combined KRaft nodes from examples/cluster/node{1,2,3}.properties (brokers on
+# localhost:9092-9094, controllers on 19093-19095, data in var/cluster/nodeN), formatted
+# once with one cluster id; prints the bootstrap string and stops all three on Ctrl-C.
+# CLUSTER_ARGS='--port 29092 --controller-port 29192 --data-dir var/c2' moves them.
+CLUSTER_ARGS ?=
+cluster: $(STAMP)
+	$(BIN)/odradek cluster $(CLUSTER_ARGS)
 
 # The Spark pipeline of examples/clickstream end to end: a broker on an ephemeral port
 # (data in var/demo, stopped by pid at the end), the click generator and the Structured

@@ -143,19 +143,26 @@ def prepare(base: Path, case: str) -> Path:
     data_dir = base / f"{case}-template"
     _, process = serve(data_dir)  # formats the dir and registers the broker
     stop_process(process)
+    append_history(data_dir, history(case))
+    return data_dir
+
+
+def append_history(data_dir: Path, records: list[MetadataRecord], epoch: int | None = None) -> int:
+    """Append ``records`` to a stopped node's metadata log, in the log's latest epoch (or
+    ``epoch``), as its leader would have written them; the new log end offset."""
     log, _ = open_log(data_dir / METADATA_LOG_DIR, METADATA_LOG_CONFIG)
-    records = history(case)
+    epoch = epoch if epoch is not None else max(log.latest_epoch or 1, 1)
     for first in range(0, len(records), BATCH_RECORDS):
         chunk = records[first : first + BATCH_RECORDS]
         encoded = [Record(i, TIMESTAMP_MS, *r.encode()) for i, r in enumerate(chunk)]
-        log.append_as_leader(encode_batch(encoded), 1)
+        log.append_as_leader(encode_batch(encoded), epoch)
     log.flush()
     end = log.log_end_offset
     log.close()
     points = read_offset_checkpoint(data_dir / RECOVERY_POINT_CHECKPOINT)
     points[("__cluster_metadata", 0)] = end
     write_offset_checkpoint(data_dir / RECOVERY_POINT_CHECKPOINT, points)
-    return data_dir
+    return end
 
 
 def add_snapshot(data_dir: Path) -> int:

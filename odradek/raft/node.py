@@ -221,13 +221,15 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
     @property
     def high_watermark_current(self) -> bool:
         """Is ``high_watermark`` the quorum's, as of this epoch? A leader's once an entry
-        of its own epoch committed; a follower's once a fetch from its leader succeeded.
-        (Before that it is only what this node knew last, e.g. its snapshot's end.)"""
+        of its own epoch committed; a follower's once a fetch response from its leader
+        carried that established high watermark (a new leader answers -1 before). Before
+        that it is only what this node knew last, e.g. its snapshot's end, and may lag
+        what an earlier leader committed."""
         role = self.quorum.role
         if isinstance(role, LeaderState):
             return self.high_watermark > role.epoch_start_offset
         if isinstance(role, FollowerState):
-            return role.last_fetch_success_ms is not None
+            return role.high_watermark_known
         return False
 
     # --- the driver's interface -----------------------------------------------------------

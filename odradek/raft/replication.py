@@ -84,7 +84,9 @@ class ReplicationHandlers(NodeCore):
             and not response.snapshot_id.present
             # KIP-1166: a replica that does not know our high watermark learns it now;
             # so does one whose own fetch just moved it.
-            and request.high_watermark >= self.high_watermark == hw_before
+            # (A leader whose own is not established yet answers -1: parked until it is.)
+            and request.high_watermark >= response.high_watermark
+            and self.high_watermark == hw_before
             and len(self._parked_fetches) < MAX_PARKED_FETCHES
         ):
             wait_ms = min(request.max_wait_ms, self.config.request_timeout_ms)
@@ -164,9 +166,15 @@ class ReplicationHandlers(NodeCore):
                 if request.fetch_offset < self.log.end_offset:
                     max_bytes = min(request.partition_max_bytes, self.config.fetch_max_bytes)
                     records = tuple(self.log.read(request.fetch_offset, max(max_bytes, 1)))
+        # A new leader's high watermark is not the quorum's until an entry of its own
+        # epoch commits (it may lag what the last leader committed): answer -1 until
+        # then, as Kafka does, so no follower takes it for everything committed.
+        established = isinstance(leader, LeaderState) and (
+            self.high_watermark > leader.epoch_start_offset
+        )
         return FetchResponse(
             error_code=error,
-            high_watermark=self.high_watermark,
+            high_watermark=self.high_watermark if established else -1,
             log_start_offset=self.log.start_offset,
             diverging_epoch=diverging,
             current_leader=self._current_leader(),
@@ -319,16 +327,19 @@ class ReplicationHandlers(NodeCore):
             self.snapshots.begin(response.snapshot_id)
         elif self._append_as_follower(response.records):
             known = self.high_watermark
-            new_high_watermark = min(response.high_watermark, self.log.end_offset)
-            self.high_watermark = max(self.high_watermark, new_high_watermark)
+            if response.high_watermark >= 0:  # -1: the leader's is not established yet
+                new_high_watermark = min(response.high_watermark, self.log.end_offset)
+                self.high_watermark = max(self.high_watermark, new_high_watermark)
+                role.high_watermark_known = True
             wait_ms = self._fetch_wait_ms()
             if (
                 not response.records
                 and self.high_watermark == known
                 and (wait_ms == 0 or now_ms - role.in_flight_sent_ms < wait_ms // 2)
             ):
-                # Nothing new and not parked (a leader that does not long-poll, or one
-                # with no room to park): do not spin; ask again after a backoff.
+                # Nothing new and not parked (a leader that does not long-poll, one with
+                # no room to park, or one whose high watermark is not established yet):
+                # do not spin; ask again after a backoff.
                 role.next_fetch_ms = now_ms + self.config.retry_backoff_ms
         else:
             role.next_fetch_ms = now_ms + self.config.retry_backoff_ms

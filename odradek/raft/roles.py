@@ -89,6 +89,9 @@ class FollowerState:
     in_flight_correlation_id: int | None = None
     in_flight_sent_ms: int = 0
     last_fetch_success_ms: int | None = None
+    # A fetch response of this epoch carried the leader's established high watermark
+    # (not -1): only then is this node's high watermark the quorum's.
+    high_watermark_known: bool = False
     # Set by EndQuorumEpoch: the leader resigned; elect a successor at this time.
     leader_resigned_election_ms: int | None = None
     snapshot_fetch: SnapshotFetch | None = None

@@ -277,3 +277,86 @@ def check_history(history: History) -> Report:
     report.add(check_monotonic(history.high_watermarks, "hw_backwards", "high watermark"))
     report.add(check_consumed(history.acked, history.consumed))
     return report
+
+
+# -- the quorum: topics the admin workload was told about, and the metadata logs -----------
+
+QUORUM_KINDS = ("topic_missing", "topic_not_deleted", "topics_differ", "metadata_diverged")
+NO_PARTITION = -1
+
+
+def check_topics(
+    created: Iterable[str],
+    deleted: Iterable[str],
+    delete_sent: Iterable[str],
+    per_node: Mapping[str, set[str]],
+    prefix: str,
+) -> list[Violation]:
+    """On every node: each acknowledged create whose topic no delete was sent for is
+    listed; no acknowledged delete's topic is; and the nodes list the same topics of
+    the admin workload (names starting with ``prefix``)."""
+    violations = []
+    must_exist = set(created) - set(delete_sent)
+    gone = set(deleted)
+    for node, topics in sorted(per_node.items()):
+        for name in sorted(must_exist - topics):
+            violations.append(
+                Violation("topic_missing", NO_PARTITION, f"{node}: {name} was created, not listed")
+            )
+        for name in sorted(gone & topics):
+            violations.append(
+                Violation("topic_not_deleted", NO_PARTITION, f"{node}: {name} was deleted, listed")
+            )
+    mine = {node: {t for t in topics if t.startswith(prefix)} for node, topics in per_node.items()}
+    if len({frozenset(topics) for topics in mine.values()}) > 1:
+        union = set().union(*mine.values())
+        for node, topics in sorted(mine.items()):
+            absent = sorted(union - topics)[:5]
+            if absent:
+                violations.append(
+                    Violation("topics_differ", NO_PARTITION, f"{node} lacks {absent}")
+                )
+    return violations
+
+
+def check_metadata_logs(
+    batches: Mapping[str, Mapping[int, bytes]],
+    log_end: Mapping[str, int],
+    high_watermark: int,
+) -> list[Violation]:
+    """The nodes' ``__cluster_metadata`` logs (base offset -> raw batch) hold the same
+    batches below the quorum's high watermark, where more than one node still has them
+    (a snapshot may have deleted a prefix), and every log reaches the high watermark."""
+    violations = []
+    for node, end in sorted(log_end.items()):
+        if end < high_watermark:
+            violations.append(
+                Violation(
+                    "metadata_diverged",
+                    NO_PARTITION,
+                    f"{node}: log ends at {end}, below the high watermark {high_watermark}",
+                )
+            )
+    offsets = sorted({o for node in batches.values() for o in node if o < high_watermark})
+    for node, found in sorted(batches.items()):
+        start = min(found, default=high_watermark)
+        missing = [o for o in offsets if o >= start and o not in found]
+        if missing:
+            violations.append(
+                Violation(
+                    "metadata_diverged",
+                    NO_PARTITION,
+                    f"{node}: no batch at offsets {missing[:5]} that other nodes hold",
+                )
+            )
+    for offset in offsets:
+        held = {node: found[offset] for node, found in batches.items() if offset in found}
+        if len(set(held.values())) > 1:
+            violations.append(
+                Violation(
+                    "metadata_diverged",
+                    NO_PARTITION,
+                    f"batch at offset {offset} differs between {sorted(held)}",
+                )
+            )
+    return violations

@@ -6,9 +6,12 @@ can be paused (SIGSTOP) and resumed (SIGCONT), and times each start until its
 ``odradek ready`` line (the recovery time after a crash). Every signal goes to the pid
 this node started, never to a name.
 
-A ``Cluster`` is the list of nodes a run started and stops: one node today (combined
-broker+controller); the multi-broker and controller-quorum issues add nodes with
-their own ids and quorum arguments, and faults already name the node they hit.
+A ``Cluster`` is the list of nodes a run started and stops: one combined
+broker+controller (``single``), or three combined nodes of one KRaft quorum
+(``quorum``: ``tests/support/kraft.py`` writes their properties files, formats their
+dirs with one cluster id and fixes their ports). A quorum's nodes are launched
+together and waited for together (a node is ready only once a majority runs), and
+``leader()`` asks the running, unpaused nodes' controllers which node leads.
 """
 
 from __future__ import annotations
@@ -22,13 +25,23 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.broker import BrokerProcess
+from tests.support.kraft import Quorum
 
 
 class Node:
-    def __init__(self, name: str, data_dir: Path, extra_args: Sequence[str] = ()) -> None:
+    def __init__(
+        self,
+        name: str,
+        data_dir: Path,
+        extra_args: Sequence[str] = (),
+        broker: BrokerProcess | None = None,
+        listen: str = "127.0.0.1:0",
+        node_id: int = 1,
+    ) -> None:
         self.name = name
-        self.broker = BrokerProcess(data_dir, extra_args)
-        self.listen = "127.0.0.1:0"
+        self.node_id = node_id
+        self.broker = broker or BrokerProcess(data_dir, extra_args)
+        self.listen = listen
         self.paused = False
         self.starts = 0
 
@@ -50,10 +63,17 @@ class Node:
     def start(self) -> float:
         """Start (again, on the same port) and return the seconds until it was ready."""
         began = time.monotonic()
-        self.broker.start(self.listen)
+        self.launch()
+        self.wait_ready()
+        return time.monotonic() - began
+
+    def launch(self) -> None:
+        self.broker.launch(self.listen)
+
+    def wait_ready(self) -> None:
+        self.broker.wait_ready()
         self.listen = f"127.0.0.1:{self.broker.port}"
         self.starts += 1
-        return time.monotonic() - began
 
     def start_and_crash(self, after_s: float) -> bool:
         """Start again and SIGKILL it ``after_s`` later, ready or not (a crash during
@@ -107,17 +127,54 @@ class Cluster:
         assert nodes
         self.nodes = list(nodes)
 
+        self.quorum: Quorum | None = None
+
     @classmethod
     def single(cls, workdir: Path, extra_args: Sequence[str] = ()) -> Cluster:
         return cls([Node("broker-1", workdir / "broker-1", extra_args)])
 
+    @classmethod
+    def kraft(
+        cls, workdir: Path, properties: dict[str, str], extra_args: Sequence[str] = ()
+    ) -> Cluster:
+        """Three combined nodes of one quorum, formatted, not yet started."""
+        quorum = Quorum(workdir, properties=properties, serve_args=extra_args)
+        cluster = cls(
+            [
+                Node(f"node-{n}", quorum.data_dir(n), (), quorum.nodes[n], quorum.listen[n], n)
+                for n in quorum.node_ids
+            ]
+        )
+        cluster.quorum = quorum
+        return cluster
+
     @property
     def bootstrap(self) -> str:
-        return ",".join(node.bootstrap for node in self.nodes)
+        return ",".join(node.listen for node in self.nodes)
 
     def start(self) -> None:
-        for node in self.nodes:
-            node.start()
+        self.start_nodes(self.nodes)
+
+    def start_nodes(self, nodes: Sequence[Node]) -> float:
+        """Launch every node of ``nodes``, then wait for each (a quorum's node is ready
+        only once a majority runs); the seconds until the last was ready."""
+        began = time.monotonic()
+        for node in nodes:
+            node.launch()
+        for node in nodes:
+            node.wait_ready()
+        return time.monotonic() - began
+
+    def leader(self) -> int | None:
+        """The index in ``nodes`` of the active controller, as the running, unpaused
+        nodes' controllers report it (None: no leader now, or not a quorum)."""
+        if self.quorum is None:
+            return None
+        asked = [n.node_id for n in self.nodes if n.alive() and not n.paused]
+        seen = self.quorum.leader(asked) if asked else None
+        if seen is None:
+            return None
+        return next((i for i, n in enumerate(self.nodes) if n.node_id == seen[0]), None)
 
     def close(self) -> None:
         """Stop every node this cluster started (SIGTERM, then SIGKILL by pid)."""

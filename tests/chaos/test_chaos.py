@@ -8,6 +8,11 @@ in each partition (past recovery's 4 MiB chunk), and killed once more at the end
 Every check of ``checks.py`` must pass. The seed is random unless ``CHAOS_SEED`` is
 set, and also picks the producer's codec; a failure prints how to replay it.
 ``make chaos`` runs the same for many more cycles (``python -m tests.chaos.run``).
+
+The quorum's short run: three combined KRaft nodes, each fault kind once and a few
+more, on one node or two at once (the active controller among the targets), under an
+idempotent producer and an admin client creating and deleting topics; every check of
+``tests/chaos/quorum.py`` must pass (``make chaos CHAOS_ARGS=--quorum`` for long runs).
 """
 
 from __future__ import annotations
@@ -18,8 +23,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.chaos.faults import FaultPlan
-from tests.chaos.run import details, table
+from tests.chaos.faults import FaultPlan, QuorumPlan
+from tests.chaos.quorum import QuorumConfig, run_quorum
+from tests.chaos.run import details, quorum_table, table
 from tests.chaos.scenario import Config, run
 
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -49,3 +55,33 @@ def test_acknowledged_records_and_commits_survive_kills_pauses_and_restarts(
     assert result.report is not None and result.report.verified == result.acked > 0
     assert {o.fault.kind for o in result.outcomes} == {"kill", "pause", "term", "crashloop"}
     assert result.bytes_per_partition > 8 * 2**20  # well past one 4 MiB recovery chunk
+
+
+QUORUM_PLAN = QuorumPlan(
+    cycles=7,
+    first_after_s=4.0,
+    gap_s=(1.5, 3.0),
+    pause_s=(0.5, 3.0),
+    down_s=(0.0, 1.0),
+    pair=0.3,
+    every_kind=True,
+)
+
+
+@pytest.mark.slow
+def test_a_quorum_keeps_acknowledged_topics_and_records_through_faults_on_any_node(
+    tmp_path: Path,
+) -> None:
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
+    result = run_quorum(QuorumConfig(seed=seed, plan=QUORUM_PLAN, tail_s=2.0), tmp_path)
+    summary = quorum_table(result)
+    print(summary)
+    assert result.passed, (
+        f"{summary}\n{details(result, 40)}\n"
+        f"replay: CHAOS_SEED={seed} python -m pytest tests/chaos/test_chaos.py -k quorum"
+    )
+    assert result.report is not None and result.report.verified == result.acked > 0
+    assert result.created > 0 and result.deleted > 0
+    assert {o.fault.kind for o in result.outcomes} == {"kill", "pause", "term", "crashloop"}
+    # The final kill always hits the active controller.
+    assert any(o.leader is not None and o.leader in o.nodes for o in result.outcomes)

@@ -16,6 +16,7 @@ librdkafka retries through the faults on its own; the runners only count errors.
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from array import array
@@ -341,3 +342,138 @@ def read_log(
     finally:
         consumer.close()
     return logs
+
+
+# -- the quorum's admin workload -----------------------------------------------------------
+
+ADMIN_TIMEOUT_S = 10.0
+ADMIN_GIVE_UP_S = 120.0  # re-asking an operation this long before it counts as unanswered
+# Errors that mean "ask again": the controller moved or is being elected, the request
+# did not get an answer in time (it may or may not have been done), or no broker is
+# registered and unfenced to place a replica on right now (INVALID_REPLICATION_FACTOR,
+# as Kafka answers while every broker is fenced: the killed ones come back).
+RETRIABLE_ADMIN = frozenset(
+    {
+        "INVALID_REPLICATION_FACTOR",
+        "NOT_CONTROLLER",
+        "REQUEST_TIMED_OUT",
+        "_TIMED_OUT",
+        "_TRANSPORT",
+        "_ALL_BROKERS_DOWN",
+        "NETWORK_EXCEPTION",
+        "BROKER_NOT_AVAILABLE",
+        "COORDINATOR_NOT_AVAILABLE",
+        "LEADER_NOT_AVAILABLE",
+        "UNKNOWN_SERVER_ERROR",
+        "_WAIT_COORD",
+        "_DESTROY",
+    }
+)
+
+
+class AdminRunner(Runner):
+    """Creates topics ``admin-<n>`` (RF=1, one partition) one after the other with a
+    confluent-kafka AdminClient and deletes some it was told exist, re-asking each
+    operation until the cluster answers it (librdkafka sends admin requests to the
+    controller Metadata names; NOT_CONTROLLER or a timeout make it ask again).
+
+    What is recorded is what the cluster acknowledged: ``created`` (success, or
+    TOPIC_ALREADY_EXISTS on a re-ask: an earlier attempt was done), ``deleted`` (success,
+    or UNKNOWN_TOPIC_OR_PART on a re-ask), and every name a delete was sent for
+    (``delete_sent``: such a topic may be gone even without an answer)."""
+
+    def __init__(self, bootstrap: str, interval_s: float, seed: int, delete_every: int = 3):
+        super().__init__("chaos-admin")
+        self.bootstrap = bootstrap
+        self.interval_s = interval_s
+        self.delete_every = delete_every
+        self.rng = random.Random(seed)
+        self.created: list[str] = []
+        self.deleted: list[str] = []
+        self.delete_sent: set[str] = set()
+        self.unanswered: list[str] = []
+        self.attempts = 0
+        self.errors: Counter[str] = Counter()
+
+    def _ask(self, admin: AdminClient, operation: str, name: str) -> bool:
+        """Re-ask until answered; True when the cluster confirmed it."""
+        deadline = time.monotonic() + ADMIN_GIVE_UP_S
+        retried = False
+        while time.monotonic() < deadline:
+            self.attempts += 1
+            if operation == "create":
+                futures = admin.create_topics(
+                    [NewTopic(name, 1, 1)], request_timeout=ADMIN_TIMEOUT_S
+                )
+            else:
+                self.delete_sent.add(name)
+                futures = admin.delete_topics([name], request_timeout=ADMIN_TIMEOUT_S)
+            try:
+                futures[name].result(timeout=ADMIN_TIMEOUT_S + 5)
+                return True
+            except KafkaException as exc:
+                error = exc.args[0]
+                code = error.name() if isinstance(error, KafkaError) else str(error)
+            except Exception as exc:  # the future's own timeout
+                code = type(exc).__name__
+            self.errors[f"{operation}:{code}"] += 1
+            if retried and (
+                (operation == "create" and code == "TOPIC_ALREADY_EXISTS")
+                or (operation == "delete" and code == "UNKNOWN_TOPIC_OR_PART")
+            ):
+                return True
+            if code not in RETRIABLE_ADMIN and code != "TimeoutError":
+                raise RuntimeError(f"{operation} {name}: {code}")
+            retried = True
+            time.sleep(0.2)
+        self.unanswered.append(f"{operation} {name}")
+        return False
+
+    def work(self) -> None:
+        admin = AdminClient({"bootstrap.servers": self.bootstrap, **QUIET})
+        count = 0
+        while not self.stopping.is_set():
+            name = f"admin-{count}"
+            count += 1
+            if self._ask(admin, "create", name):
+                self.created.append(name)
+            live = [t for t in self.created if t not in self.delete_sent]
+            if live and count % self.delete_every == 0:
+                victim = self.rng.choice(live)
+                if self._ask(admin, "delete", victim):
+                    self.deleted.append(victim)
+            self.stopping.wait(self.interval_s)
+
+
+def create_topic_retrying(
+    bootstrap: str, topic: str, partitions: int, timeout_s: float = 120.0
+) -> None:
+    """``create_topic`` asked again (a new client each time) until it is answered: a
+    client whose first Metadata came from a node that had not yet applied the
+    controller's registration waits for a controller it never re-asks for."""
+    deadline = time.monotonic() + timeout_s
+    retried = False
+    while True:
+        try:
+            create_topic(bootstrap, topic, partitions, 15.0)
+            return
+        except KafkaException as exc:
+            error = exc.args[0]
+            if retried and isinstance(error, KafkaError) and error.name() == "TOPIC_ALREADY_EXISTS":
+                return
+            if time.monotonic() > deadline:
+                raise
+        except TimeoutError:
+            if time.monotonic() > deadline:
+                raise
+        retried = True
+        time.sleep(0.5)
+
+
+def topics_on(address: str, timeout_s: float = 30.0) -> set[str]:
+    """The topic names one broker's Metadata lists (all topics), asked of it alone."""
+    from tests.support.wire import WireClient, cluster_metadata
+
+    with WireClient(address, timeout_s=timeout_s) as client:
+        response = cluster_metadata(client, all_topics=True)
+    return {topic.name for topic in response.topics if topic.error_code == 0}

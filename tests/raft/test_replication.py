@@ -247,3 +247,41 @@ def test_committed_entries_are_read_only_up_to_the_high_watermark() -> None:
             delivered.extend(entry.offset for entry in event.entries)
     assert delivered == list(range(committed_end, leader.log_end_offset))
     assert max(spy.returned) < leader.high_watermark
+
+
+def test_a_new_leader_hides_its_high_watermark_until_its_epoch_commits() -> None:
+    # Entries of epoch 1 sit on every log but no node knows they committed (HW 0: the
+    # leader that committed them died before telling anyone). Node 1 leads epoch 2; until
+    # its LeaderChange commits, its high watermark is not the quorum's: it answers
+    # fetches with -1, and its follower must not take a fetch from it as "caught up"
+    # (a broker restarting then built its partitions from an image missing committed
+    # topics, and set their logs aside as strays).
+    cluster = seeded([1, 2, 3], {1: (1, 1, 1), 2: (1, 1, 1), 3: (1, 1, 1)}, 1)
+    cluster.cut(1, 3)
+    cluster.cut(2, 3)
+    leader, follower = cluster.node(1), cluster.node(2)
+    request = FetchRequest(
+        cluster_id=None,
+        replica_id=3,
+        replica_epoch=-1,
+        current_leader_epoch=2,
+        fetch_offset=3,
+        last_fetched_epoch=1,
+        log_start_offset=0,
+        partition_max_bytes=1000,
+    )
+    windows = 0
+    for _ in range(500):
+        cluster.advance(1)
+        if leader.high_watermark_current:
+            break
+        if leader.is_leader:
+            windows += 1
+            replies = leader.handle(Inbound(3, 77, request), cluster.now)
+            response = next(o.message for o in replies if o.correlation_id == 77)
+            assert isinstance(response, FetchResponse) and response.high_watermark == -1
+            assert not follower.high_watermark_current, follower.high_watermark
+    assert windows > 0 and leader.is_leader and leader.epoch == 2
+    cluster.advance(300)
+    assert follower.high_watermark_current
+    assert follower.high_watermark == leader.high_watermark == leader.log_end_offset

@@ -15,6 +15,7 @@ from kio.static.constants import EntityType
 from odradek.protocol.build import make
 
 CREATE_TOPICS_KEY = 19
+METADATA_KEY = 3
 
 
 def read_frame(sock: socket.socket) -> bytes:
@@ -114,3 +115,17 @@ def create_topic(
     )
     (result,) = response.topics
     return result
+
+
+def cluster_metadata(client: WireClient, all_topics: bool = False) -> Any:
+    """Metadata v12 for no topic (or every topic): the brokers, the cluster id and
+    ``controller_id``."""
+    module = load_payload_module(METADATA_KEY, 12, EntityType.request)
+    return client.request(
+        make(
+            module.MetadataRequest,
+            topics=None if all_topics else (),
+            allow_auto_topic_creation=False,
+            include_topic_authorized_operations=False,
+        )
+    )

@@ -1,0 +1,174 @@
+"""A KRaft quorum of combined ``odradek serve`` processes for tests, chaos runs and benches.
+
+``Quorum(workdir)`` writes one ``examples/cluster``-style properties file per node
+(process.roles=broker,controller, ``controller.quorum.voters`` over fixed free ports,
+a CONTROLLER listener on each), formats every node's dir with one cluster id (``odradek
+storage format``), and keeps one ``BrokerProcess`` per node. ``start()`` launches all
+nodes before waiting for any (a node is ready only once a majority runs); each node's
+broker port is kept across restarts, so clients reconnect to the addresses they
+bootstrapped from. Every process is stopped by pid (``close``: SIGTERM, then SIGKILL).
+
+``leader()`` asks the controllers the quorum's state in-process, with the requests
+``odradek metadata-quorum --bootstrap-controller`` sends (DescribeCluster, then
+DescribeQuorum to the leader), so polling for a new leader costs no interpreter start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from odradek.cli.metadata_quorum import QuorumToolError, describe
+from tests.support.broker import BrokerProcess
+
+NODE_IDS = (1, 2, 3)
+HOST = "127.0.0.1"
+
+
+def free_ports(count: int) -> list[int]:
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket()
+            sock.bind((HOST, 0))
+            sockets.append(sock)
+        return [sock.getsockname()[1] for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def odradek(*args: str, timeout: float = 30) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "odradek", *args], capture_output=True, text=True, timeout=timeout
+    )
+
+
+class Quorum:
+    def __init__(
+        self,
+        workdir: Path,
+        node_ids: Iterable[int] = NODE_IDS,
+        properties: Mapping[str, str] | None = None,
+        serve_args: Iterable[str] = (),
+    ) -> None:
+        self.workdir = workdir
+        self.node_ids = tuple(node_ids)
+        self.controller_ports = dict(
+            zip(self.node_ids, free_ports(len(self.node_ids)), strict=True)
+        )
+        broker_ports = free_ports(len(self.node_ids))
+        self.listen = {n: f"{HOST}:{p}" for n, p in zip(self.node_ids, broker_ports, strict=True)}
+        self.cluster_id = odradek("storage", "random-uuid").stdout.strip()
+        self.nodes: dict[int, BrokerProcess] = {}
+        workdir.mkdir(parents=True, exist_ok=True)
+        for node_id in self.node_ids:
+            config = self._write_properties(node_id, properties or {})
+            formatted = odradek("storage", "format", "-t", self.cluster_id, "-c", str(config))
+            if formatted.returncode != 0:
+                raise RuntimeError(f"format node {node_id}: {formatted.stderr.strip()}")
+            self.nodes[node_id] = BrokerProcess(
+                self.data_dir(node_id), ["--config", str(config), *serve_args]
+            )
+
+    def data_dir(self, node_id: int) -> Path:
+        return self.workdir / f"node{node_id}"
+
+    def config_file(self, node_id: int) -> Path:
+        return self.workdir / f"node{node_id}.properties"
+
+    def _write_properties(self, node_id: int, extra: Mapping[str, str]) -> Path:
+        voters = ",".join(f"{n}@{HOST}:{port}" for n, port in self.controller_ports.items())
+        lines = {
+            "process.roles": "broker,controller",
+            "node.id": str(node_id),
+            "controller.quorum.voters": voters,
+            "listeners": f"PLAINTEXT://{self.listen[node_id]},"
+            f"CONTROLLER://{HOST}:{self.controller_ports[node_id]}",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "controller.listener.names": "CONTROLLER",
+            "log.dirs": str(self.data_dir(node_id)),
+            **extra,
+        }
+        path = self.config_file(node_id)
+        path.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+        return path
+
+    # -- processes ---------------------------------------------------------------------
+
+    def start(self) -> Quorum:
+        for node_id, node in self.nodes.items():
+            node.launch(self.listen[node_id])
+        for node in self.nodes.values():
+            node.wait_ready()
+        return self
+
+    def start_node(self, node_id: int) -> float:
+        """Start one node again on its own port; seconds until it was ready."""
+        began = time.monotonic()
+        self.nodes[node_id].start(self.listen[node_id])
+        return time.monotonic() - began
+
+    def kill(self, node_id: int) -> None:
+        self.nodes[node_id].kill()
+
+    def stop(self, node_id: int) -> int:
+        return self.nodes[node_id].stop()
+
+    def close(self) -> None:
+        gc.collect()  # librdkafka handles in reference cycles close their sockets first
+        for node in self.nodes.values():
+            try:
+                node.stop()
+            except Exception:
+                pass
+            finally:
+                node.kill()
+
+    def __enter__(self) -> Quorum:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- addresses and state -----------------------------------------------------------
+
+    @property
+    def bootstrap(self) -> str:
+        return ",".join(self.listen[n] for n in self.node_ids)
+
+    def broker_address(self, node_id: int) -> str:
+        return self.listen[node_id]
+
+    def leader(self, among: Iterable[int] | None = None) -> tuple[int, int] | None:
+        """(leader id, epoch) as the controllers of ``among`` (default all) see it now."""
+        addresses = [(HOST, self.controller_ports[n]) for n in (among or self.node_ids)]
+        try:
+            quorum = asyncio.run(describe(addresses))
+        except QuorumToolError:
+            return None
+        return quorum.leader_id, quorum.leader_epoch
+
+    def wait_for_leader(
+        self,
+        timeout_s: float,
+        not_in: frozenset[int] = frozenset(),
+        among: Iterable[int] | None = None,
+        poll_s: float = 0.05,
+    ) -> tuple[int, int]:
+        """(leader id, epoch) once a node outside ``not_in`` leads."""
+        deadline = time.monotonic() + timeout_s
+        seen = None
+        asked = tuple(among or self.node_ids)
+        while time.monotonic() < deadline:
+            seen = self.leader(asked)
+            if seen is not None and seen[0] not in not_in:
+                return seen
+            time.sleep(poll_s)
+        raise AssertionError(f"no leader outside {set(not_in)} within {timeout_s} s: {seen}")
