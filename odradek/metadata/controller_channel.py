@@ -2,13 +2,13 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), auto-create, producer-id blocks, broker registration — goes
+IncrementalAlterConfigs), auto-create, producer-id blocks — goes
 through this Protocol, never to ``Controller`` directly. Today there is one
 implementation, ``LocalControllerChannel``: combined mode, the controller is in this
 process. A broker-only node will get an RPC implementation that forwards over the
 controller listener (Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/
-AlterConfigs/IncrementalAlterConfigs as an envelope and has AllocateProducerIds and
-BrokerRegistration RPCs), so the signatures follow what a request can carry:
+AlterConfigs/IncrementalAlterConfigs as an envelope and has an AllocateProducerIds
+RPC), so the signatures follow what a request can carry:
 
 - plain data in (names, counts, ``NewTopic``, ``ConfigOp``), never callables or images;
 - results out as Kafka error codes: a call about many items returns one
@@ -108,12 +108,6 @@ class ControllerChannel(Protocol):
         """Reserve a block of producer ids for ``broker_id``; raises ControllerError."""
         ...
 
-    async def register_broker(
-        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
-        """Register (or update) a broker's endpoints; raises ControllerError."""
-        ...
-
 
 class ConfigRules(Protocol):
     """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
@@ -186,13 +180,6 @@ class LocalControllerChannel:
         assert broker_id == controller.node_id, "combined mode: blocks for this node only"
         first, count = await controller.allocate_producer_ids()
         return ProducerIdBlock(first, count)
-
-    async def register_broker(
-        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
-        controller = self._controller()
-        assert broker_id == controller.node_id, "combined mode: registers this node only"
-        await controller.register_broker(endpoints, rack)
 
 
 __all__ = [
