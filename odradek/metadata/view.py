@@ -47,13 +47,18 @@ class MetadataView(Protocol):
         ...
 
     def endpoints(self, image: MetadataImage, listener: str) -> list[Endpoint]:
-        """Each broker of ``image`` with an endpoint on ``listener``, by node id."""
+        """Each unfenced broker of ``image`` with an endpoint on ``listener``, by node id."""
         ...
 
 
 def endpoints_for_listener(image: MetadataImage, listener: str) -> list[Endpoint]:
+    """The live brokers' endpoints on ``listener``: a fenced broker (registered but not
+    caught up, or silent past ``broker.session.timeout.ms``) is left out, as Kafka's
+    metadata cache lists only alive brokers (Metadata, DescribeCluster, FindCoordinator)."""
     endpoints = []
     for broker in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        if broker.fenced:
+            continue
         for name, host, port in broker.endpoints:
             if name == listener:
                 endpoints.append(Endpoint(broker.broker_id, host, port, broker.rack))

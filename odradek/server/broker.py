@@ -10,12 +10,16 @@ voters of ``controller.quorum.voters`` over the controller listeners, or this no
 alone, which elects itself without any network — and wait until the loader has
 applied the quorum's high watermark of the current epoch; only then check partition
 dirs against the image, bind the broker listeners (so port 0 becomes a real port),
-register this broker with those endpoints (only the active controller can write:
-elsewhere the registration is retried in the background), create the partitions the
-image assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, and
-only then accept client connections and print the ready line.
-Shutdown runs the other way: stop accepting, let in-flight requests finish, resign
-and stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
+start the broker lifecycle (broker_lifecycle.py: BrokerRegistration with those
+endpoints, then BrokerHeartbeats, to the active controller over the controller
+listeners, or in-process on the zero-config node), create the partitions the image
+assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, wait until
+the controller has unfenced this broker, and only then accept client connections and
+print the ready line. The active controller's session timer (``_session_ticks``)
+fences brokers that stopped heartbeating.
+Shutdown runs the other way: a controlled shutdown (want_shut_down, a brief wait for
+the controller's answer), stop accepting, let in-flight requests finish, resign and
+stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
 marker.
 
 This module is the composition root: it builds the parts and hands each only the
@@ -39,8 +43,10 @@ from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
+from odradek.metadata.broker_heartbeats import BrokerRegistration
 from odradek.metadata.controller import METADATA_TOPIC, Controller
 from odradek.metadata.controller_channel import LocalControllerChannel
+from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
@@ -58,6 +64,17 @@ from odradek.raft.driver import RaftDriver
 from odradek.raft.election_store import QUORUM_STATE_FILE, ElectionState, FileElectionStore
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.replica_manager import ReplicaManager
+from odradek.server.broker_lifecycle import (
+    VERSIONS as LIFECYCLE_VERSIONS,
+)
+from odradek.server.broker_lifecycle import (
+    BrokerLifecycle,
+    BrokerLifecycleManager,
+    LifecycleTransport,
+    LocalLifecycleTransport,
+    RemoteLifecycleTransport,
+    new_incarnation_id,
+)
 from odradek.server.config import (
     BROKER_CONFIGS,
     CONFIGS_BY_NAME,
@@ -77,6 +94,7 @@ from odradek.storage.log_manager import LogManager, LogManagerSettings
 from odradek.storage.meta_properties import (
     ensure_meta_properties,
     random_uuid,
+    read_meta_properties,
     require_formatted,
 )
 
@@ -98,8 +116,8 @@ SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
 # (a single voter is there within one append linger), and logs the wait every 5 s.
 CATCH_UP_POLL_S: Final = 0.01
 CATCH_UP_LOG_EVERY_S: Final = 5.0
-# A node that is not the active controller retries its registration this often.
-REGISTRATION_RETRY_S: Final = 1.0
+# How long a SIGTERM'd broker waits for the controller's should_shut_down.
+CONTROLLED_SHUTDOWN_WAIT_S: Final = 1.0
 
 
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
@@ -160,7 +178,10 @@ class Broker:
         # own, accepting before the broker listeners do, since the quorum must run
         # before this node can catch up.
         self.controller_server: SocketServer | None = None
-        self._registration: asyncio.Task[None] | None = None
+        # One per process start: the controller tells this run from an earlier one.
+        self.incarnation_id = new_incarnation_id()
+        self.lifecycle: BrokerLifecycleManager | None = None
+        self._session_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
@@ -237,7 +258,8 @@ class Broker:
             port = listener.port or ports.get(listener.name, listener.port)
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
-        await self._register(endpoints)
+        self._start_lifecycle(endpoints)
+        self._session_timer = asyncio.create_task(self._session_ticks())
         # The loader caught up with the quorum's high watermark (_start_quorum): the
         # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
@@ -248,6 +270,8 @@ class Broker:
         self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
+        assert self.lifecycle is not None
+        await self.lifecycle.wait_unfenced()
         self.server.start()
         return [b.url() for b in bound] + [b.url() for b in controller_bound]
 
@@ -283,7 +307,10 @@ class Broker:
         bound = []
         if self.config.quorum_voters and self.config.controller_listeners:
             self.controller_server = SocketServer(
-                Dispatcher(ControllerPlaneServices(raft=driver), Plane.CONTROLLER),
+                Dispatcher(
+                    ControllerPlaneServices(raft=driver, brokers=self.controller),
+                    Plane.CONTROLLER,
+                ),
                 max_frame_bytes=self.config["socket.request.max.bytes"],
                 idle_timeout_ms=self.config["connections.max.idle.ms"],
             )
@@ -316,31 +343,62 @@ class Broker:
                     writer.applied_end,
                 )
 
-    async def _register(self, endpoints: list[tuple[str, str, int]]) -> None:
-        """Register this broker; a node whose controller is not the active one keeps
-        trying in the background (forwarding to the active controller comes later)."""
-        rack = self.config["broker.rack"]
-        try:
-            await self.controller_channel.register_broker(self.node_id, endpoints, rack)
-        except ControllerError as error:
-            if error.code != "NOT_CONTROLLER":
-                raise
-            logger.info("broker registration deferred: %s", error)
-            self._registration = asyncio.create_task(self._register_later(endpoints))
+    def _start_lifecycle(self, endpoints: list[tuple[str, str, int]]) -> None:
+        """Register this broker and keep heartbeating (broker_lifecycle.py): over the
+        controller listeners to the active controller when a quorum is configured,
+        in-process on the zero-config node."""
+        log_dirs = []
+        for log_dir in self.config.log_dirs:
+            directory_id = read_meta_properties(log_dir).get("directory.id")
+            if directory_id:
+                log_dirs.append(directory_id)
+        registration = BrokerRegistration(
+            self.node_id,
+            self.incarnation_id,
+            tuple(endpoints),
+            self.config["broker.rack"],
+            (),  # no feature levels yet (ApiVersions finalizes none either)
+            tuple(log_dirs),
+        )
+        interval_ms = self.config["broker.heartbeat.interval.ms"]
+        transport: LifecycleTransport
+        if self.config.quorum_voters:
+            client = ControllerClient(
+                self.config.quorum_voters,
+                lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
+                connector(client_id=f"broker-{self.node_id}", versions=LIFECYCLE_VERSIONS),
+                retry_backoff_s=self.config["controller.quorum.retry.backoff.ms"] / 1000,
+            )
+            transport = RemoteLifecycleTransport(
+                client, self.cluster_id, max(interval_ms, 1000) / 1000, self.config.protocol_map
+            )
+        else:
+            transport = LocalLifecycleTransport(lambda: self.controller)
+        self.lifecycle = BrokerLifecycleManager(
+            BrokerLifecycle(registration, interval_ms),
+            transport,
+            lambda: self.metadata_loader.image.offset,
+        )
+        self.lifecycle.start()
 
-    async def _register_later(self, endpoints: list[tuple[str, str, int]]) -> None:
-        rack = self.config["broker.rack"]
+    async def _session_ticks(self) -> None:
+        """The active controller fences brokers whose heartbeats stopped (elsewhere
+        this does nothing)."""
+        timeout_ms = self.config["broker.session.timeout.ms"]
+        tick_s = max(0.05, min(0.5, timeout_ms / 4000))
         while True:
-            await asyncio.sleep(REGISTRATION_RETRY_S)
-            if self.metadata_writer is None or not self.metadata_writer.is_active:
-                continue
+            await asyncio.sleep(tick_s)
             try:
-                await self.controller_channel.register_broker(self.node_id, endpoints, rack)
-            except ControllerError as error:
-                logger.info("broker registration deferred: %s", error)
+                fenced = await self.controller.fence_stale_brokers()
+            except ControllerError as error:  # lost leadership or a full disk: next tick
+                logger.debug("fencing stale brokers: %s", error)
                 continue
-            logger.info("broker %d registered", self.node_id)
-            return
+            if fenced:
+                logger.info(
+                    "fenced broker(s) %s: no heartbeat for broker.session.timeout.ms=%d",
+                    ", ".join(map(str, fenced)),
+                    timeout_ms,
+                )
 
     def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
         directory = self.config.metadata_log_dir / METADATA_LOG_DIR
@@ -443,16 +501,29 @@ class Broker:
             FileSnapshotStore(raft_log.storage_log.directory),
             policy,
         )
-        return Controller(writer, self.metadata_loader, self.node_id, self.dynamic_defaults)
+        controller = Controller(
+            writer,
+            self.metadata_loader,
+            self.node_id,
+            self.dynamic_defaults,
+            session_timeout_ms=self.config["broker.session.timeout.ms"],
+        )
+        # This node's broker runs in this process: its older incarnation is dead.
+        controller.heartbeats.local_incarnation_id = self.incarnation_id
+        return controller
 
     async def stop(self) -> None:
+        if self.lifecycle is not None:
+            # Controlled shutdown while the controller listeners and the quorum still run.
+            await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+            await self.lifecycle.stop()
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
         for dispatcher in self.dispatchers.values():
             dispatcher.malformed.close()  # the counts the last interval suppressed
             dispatcher.unsupported.close()
-        for task in (self._housekeeping, self._snapshot_timer, self._registration):
+        for task in (self._housekeeping, self._snapshot_timer, self._session_timer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

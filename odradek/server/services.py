@@ -6,7 +6,8 @@ channel, the group coordinator, config lookups, producer ids, the log dirs. Each
 is a small Protocol, so a test fakes just the part a handler uses, and the cluster
 work can swap one (an RPC ``ControllerChannel`` on a broker-only node, a transaction
 coordinator) without touching handlers. A controller listener's handlers (the quorum
-APIs) get a ``ControllerServices`` instead: the Raft driver. ``broker.py`` is the
+APIs, broker registration and heartbeats) get a ``ControllerServices`` instead: the
+Raft driver and the node's controller's broker decisions. ``broker.py`` is the
 composition root: it builds a ``Services`` from its parts and nothing imports it.
 
 Where the parts live: ``MetadataView`` in ``metadata/view.py`` and
@@ -27,6 +28,11 @@ from odradek.metadata.view import Endpoint, MetadataView
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.metadata.broker_heartbeats import (
+        BrokerHeartbeat,
+        BrokerRegistration,
+        HeartbeatReply,
+    )
     from odradek.raft.driver import RaftDriver
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
@@ -108,11 +114,27 @@ class BrokerServices(ConfigContext, Protocol):
     def log_dirs(self) -> LogDirsView: ...
 
 
+class BrokerControl(Protocol):
+    """The controller's broker decisions (``metadata.controller.Controller`` fits)."""
+
+    async def register_broker(self, request: BrokerRegistration) -> int:
+        """The broker epoch; raises ControllerError."""
+        ...
+
+    async def broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
+        """Raises ControllerError."""
+        ...
+
+
 class ControllerServices(Protocol):
-    """What the CONTROLLER plane's quorum handlers see: the node's Raft driver only."""
+    """What the CONTROLLER plane's handlers see: the node's Raft driver, and its
+    controller's broker registration and heartbeats."""
 
     @property
     def raft(self) -> RaftDriver: ...
+
+    @property
+    def brokers(self) -> BrokerControl: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +142,7 @@ class ControllerPlaneServices:
     """The plain holder of a controller listener's services."""
 
     raft: RaftDriver
+    brokers: BrokerControl
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +160,7 @@ class Services:
 
 
 __all__ = [
+    "BrokerControl",
     "BrokerServices",
     "ConfigContext",
     "ConfigView",

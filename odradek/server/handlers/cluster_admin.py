@@ -1,7 +1,7 @@
 """DescribeCluster (key 60) and DescribeLogDirs (key 35).
 
-DescribeCluster answers with the brokers' endpoints on the listener the request came
-in on (as Metadata does) and this node as controller; a node serving clients
+DescribeCluster answers with the unfenced brokers' endpoints on the listener the
+request came in on (as Metadata does) and the active controller; a node serving clients
 describes brokers only, so endpoint_type 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE,
 as on a Kafka broker. DescribeLogDirs lists every log dir with the size of each
 partition in it; there are no future replicas or intra-broker moves yet, so
