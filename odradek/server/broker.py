@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -93,6 +94,7 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
 from odradek.storage.meta_properties import (
     ensure_meta_properties,
+    parse_uuid,
     random_uuid,
     read_meta_properties,
     require_formatted,
@@ -350,8 +352,8 @@ class Broker:
         log_dirs = []
         for log_dir in self.config.log_dirs:
             directory_id = read_meta_properties(log_dir).get("directory.id")
-            if directory_id:
-                log_dirs.append(directory_id)
+            if directory_id:  # checked at start-up; version 0 files have none
+                log_dirs.append(str(uuid.UUID(bytes=parse_uuid(directory_id))))
         registration = BrokerRegistration(
             self.node_id,
             self.incarnation_id,
@@ -677,8 +679,10 @@ class BrokerMetadata:
     def default_listener(self) -> str:
         return self._broker.default_listener_name
 
-    def endpoints(self, image: MetadataImage, listener: str) -> list[Endpoint]:
-        return endpoints_for_listener(image, listener)
+    def endpoints(
+        self, image: MetadataImage, listener: str, *, include_fenced: bool = False
+    ) -> list[Endpoint]:
+        return endpoints_for_listener(image, listener, include_fenced=include_fenced)
 
 
 class BrokerConfigs:

@@ -337,12 +337,22 @@ class BrokerLifecycleManager:
 
     async def wait_unfenced(self) -> None:
         """Until the controller has unfenced this broker (start-up waits for it)."""
-        while not self.core.unfenced:
-            if self._task is not None and self._task.done():
-                self._task.result()  # a bug in the loop: raise it here
-                return
+        await self._wait_for(lambda: self.core.unfenced)
+
+    async def _wait_for(self, condition: Callable[[], bool]) -> None:
+        """Until ``condition()`` holds after an answer; the loop's failure is raised."""
+        task = self._task
+        assert task is not None, "start() first"
+        while not condition():
+            if task.done():
+                task.result()  # a bug in the loop: raise it here, not hang
+                raise RuntimeError("the broker lifecycle loop ended")
             self._changed.clear()
-            await self._changed.wait()
+            changed = asyncio.ensure_future(self._changed.wait())
+            try:
+                await asyncio.wait({task, changed}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                changed.cancel()
 
     async def controlled_shutdown(self, timeout_s: float) -> bool:
         """Ask to shut down and wait up to ``timeout_s`` for the controller's yes."""
@@ -350,9 +360,7 @@ class BrokerLifecycleManager:
         self._wake.set()
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
-                while self.core.state is not State.SHUT_DOWN:
-                    self._changed.clear()
-                    await self._changed.wait()
+                await self._wait_for(lambda: self.core.state is State.SHUT_DOWN)
         return self.core.state is State.SHUT_DOWN
 
     async def stop(self) -> None:

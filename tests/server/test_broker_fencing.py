@@ -1,0 +1,171 @@
+"""Broker registration, heartbeats and fencing on three combined ``odradek serve`` nodes.
+
+The cluster is test_kraft_cluster.py's (Kafka-style properties, ``storage format``),
+with short heartbeats (``broker.heartbeat.interval.ms=200``) and a short session
+(``broker.session.timeout.ms=2000``). Every node registers with the active controller
+and is unfenced before it prints its ready line, so each node's Metadata lists all
+three (asked with confluent-kafka and kafka-python), and each RegisterBroker record
+in the metadata log carries an incarnation id and a broker epoch (its offset). A node
+paused with SIGSTOP stops heartbeating: past the session timeout the active
+controller fences it and it disappears from the Metadata of the other two, and a
+replication factor of 3 is then INVALID_REPLICATION_FACTOR; after SIGCONT its next
+heartbeat unfences it and it reappears. Every process is stopped by the test, by pid.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
+
+from tests.server.test_kraft_cluster import (
+    NODE_IDS,
+    free_ports,
+    odradek,
+    quorum_status,
+    write_node,
+)
+from tests.support.broker import BrokerProcess
+
+HEARTBEAT_MS = 200
+SESSION_MS = 2000
+WAIT_S = 40.0  # generous: two cores shared with other test runs
+
+
+@contextlib.contextmanager
+def fast_heartbeat_cluster(tmp_path: Path) -> Iterator[dict[int, BrokerProcess]]:
+    ports = dict(zip(NODE_IDS, free_ports(len(NODE_IDS)), strict=True))
+    cluster_id = odradek("storage", "random-uuid").stdout.strip()
+    nodes = {}
+    for node_id in NODE_IDS:
+        properties, data_dir = write_node(tmp_path, node_id, ports)
+        with properties.open("a") as handle:
+            handle.write(
+                f"broker.heartbeat.interval.ms={HEARTBEAT_MS}\n"
+                f"broker.session.timeout.ms={SESSION_MS}\n"
+            )
+        formatted = odradek("storage", "format", "-t", cluster_id, "-c", str(properties))
+        assert formatted.returncode == 0, formatted.stderr
+        nodes[node_id] = BrokerProcess(data_dir, ["--config", str(properties)])
+    try:
+        for node in nodes.values():
+            node.launch()
+        for node in nodes.values():
+            node.wait_ready()
+        yield nodes
+    finally:
+        for node in nodes.values():
+            if node.alive():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(node.pid, signal.SIGCONT)
+            with contextlib.suppress(Exception):
+                node.stop()
+            node.kill()
+
+
+def confluent_brokers(node: BrokerProcess) -> set[int]:
+    admin = AdminClient({"bootstrap.servers": node.bootstrap, "socket.timeout.ms": 5000})
+    return set(admin.list_topics(timeout=10).brokers)
+
+
+def kafka_python_brokers(node: BrokerProcess) -> dict[int, bool]:
+    """DescribeCluster v2 with include_fenced_brokers (kafka-python asks for them):
+    broker id -> is_fenced."""
+    admin = KafkaAdminClient(bootstrap_servers=node.bootstrap, request_timeout_ms=10000)
+    try:
+        return {b["broker_id"]: b["is_fenced"] for b in admin.describe_cluster()["brokers"]}
+    finally:
+        admin.close()
+
+
+def eventually(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+        time.sleep(0.2)
+
+
+def metadata_records(node: BrokerProcess) -> list[tuple[int, dict[str, Any]]]:
+    """(offset, decoded record) of every metadata record in ``node``'s first segment."""
+    segment = node.data_dir / "__cluster_metadata-0" / "00000000000000000000.log"
+    dumped = odradek("dump-log", "--cluster-metadata-decoder", "--print-data-log", str(segment))
+    assert dumped.returncode == 0, dumped.stderr
+    records = []
+    for line in dumped.stdout.splitlines():
+        if " payload: {" in line:
+            offset = int(line.split("offset: ", 1)[1].split()[0])
+            records.append((offset, json.loads(line.split(" payload: ", 1)[1])))
+    return records
+
+
+def test_brokers_register_are_fenced_when_silent_and_unfenced_when_back(tmp_path: Path) -> None:
+    with fast_heartbeat_cluster(tmp_path) as nodes:
+        everyone = set(NODE_IDS)
+        for node in nodes.values():
+            eventually(
+                f"all brokers in node {node.bootstrap}'s Metadata",
+                lambda node=node: confluent_brokers(node) == everyone,
+            )
+            assert kafka_python_brokers(node) == dict.fromkeys(everyone, False)
+
+        # Each registration carries an incarnation id; its epoch is its offset, and the
+        # controller unfenced each (the ready line waited for it).
+        records = metadata_records(nodes[1])
+        registered = {
+            r["data"]["broker_id"]: (offset, r["data"])
+            for offset, r in records
+            if r["type"] == "RegisterBroker"
+        }
+        assert set(registered) == everyone
+        assert all(d["fenced"] and d["incarnation_id"] for _, d in registered.values())
+        assert len({d["incarnation_id"] for _, d in registered.values()}) == 3
+        unfenced = {
+            r["data"]["broker_id"]: r["data"]["broker_epoch"]
+            for _, r in records
+            if r["type"] == "UnfenceBroker"
+        }
+        # the broker epoch is the offset of the broker's RegisterBroker record
+        assert unfenced == {broker_id: offset for broker_id, (offset, _) in registered.items()}
+
+        status = quorum_status(nodes[1])
+        assert status is not None
+        leader = int(status["LeaderId"])
+        paused_id = next(i for i in NODE_IDS if i != leader)
+        paused = nodes[paused_id]
+        others = [n for i, n in nodes.items() if i != paused_id]
+
+        os.kill(paused.pid, signal.SIGSTOP)
+        try:
+            for node in others:
+                eventually(
+                    f"broker {paused_id} fenced, as seen from {node.bootstrap}",
+                    lambda node=node: confluent_brokers(node) == everyone - {paused_id},
+                )
+                assert kafka_python_brokers(node)[paused_id] is True  # listed, as fenced
+            # Placement sees two live brokers: replication factor 3 is refused.
+            admin = AdminClient({"bootstrap.servers": nodes[leader].bootstrap})
+            future = admin.create_topics([NewTopic("three-copies", 1, 3)])["three-copies"]
+            try:
+                future.result(timeout=20)
+                raise AssertionError("a replication factor above the live brokers was accepted")
+            except KafkaException as error:
+                assert error.args[0].name() == "INVALID_REPLICATION_FACTOR", error
+            assert "fenced broker(s) " + str(paused_id) in nodes[leader].log()
+        finally:
+            os.kill(paused.pid, signal.SIGCONT)
+
+        for node in nodes.values():
+            eventually(
+                f"broker {paused_id} unfenced again, as seen from {node.bootstrap}",
+                lambda node=node: confluent_brokers(node) == everyone,
+            )
+        assert "Traceback" not in "".join(n.log() for n in nodes.values())
