@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
@@ -44,10 +43,8 @@ from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
-from odradek.metadata.broker_heartbeats import BrokerRegistration
 from odradek.metadata.controller import METADATA_TOPIC, Controller
 from odradek.metadata.controller_channel import LocalControllerChannel
-from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
@@ -66,14 +63,9 @@ from odradek.raft.election_store import QUORUM_STATE_FILE, ElectionState, FileEl
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.broker_lifecycle import (
-    VERSIONS as LIFECYCLE_VERSIONS,
-)
-from odradek.server.broker_lifecycle import (
-    BrokerLifecycle,
     BrokerLifecycleManager,
-    LifecycleTransport,
-    LocalLifecycleTransport,
-    RemoteLifecycleTransport,
+    broker_registration,
+    lifecycle_manager,
     new_incarnation_id,
 )
 from odradek.server.config import (
@@ -94,9 +86,7 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
 from odradek.storage.meta_properties import (
     ensure_meta_properties,
-    parse_uuid,
     random_uuid,
-    read_meta_properties,
     require_formatted,
 )
 
@@ -349,36 +339,12 @@ class Broker:
         """Register this broker and keep heartbeating (broker_lifecycle.py): over the
         controller listeners to the active controller when a quorum is configured,
         in-process on the zero-config node."""
-        log_dirs = []
-        for log_dir in self.config.log_dirs:
-            directory_id = read_meta_properties(log_dir).get("directory.id")
-            if directory_id:  # checked at start-up; version 0 files have none
-                log_dirs.append(str(uuid.UUID(bytes=parse_uuid(directory_id))))
-        registration = BrokerRegistration(
-            self.node_id,
-            self.incarnation_id,
-            tuple(endpoints),
-            self.config["broker.rack"],
-            (),  # no feature levels yet (ApiVersions finalizes none either)
-            tuple(log_dirs),
-        )
-        interval_ms = self.config["broker.heartbeat.interval.ms"]
-        transport: LifecycleTransport
-        if self.config.quorum_voters:
-            client = ControllerClient(
-                self.config.quorum_voters,
-                lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
-                connector(client_id=f"broker-{self.node_id}", versions=LIFECYCLE_VERSIONS),
-                retry_backoff_s=self.config["controller.quorum.retry.backoff.ms"] / 1000,
-            )
-            transport = RemoteLifecycleTransport(
-                client, self.cluster_id, max(interval_ms, 1000) / 1000, self.config.protocol_map
-            )
-        else:
-            transport = LocalLifecycleTransport(lambda: self.controller)
-        self.lifecycle = BrokerLifecycleManager(
-            BrokerLifecycle(registration, interval_ms),
-            transport,
+        self.lifecycle = lifecycle_manager(
+            self.config,
+            self.cluster_id,
+            broker_registration(self.config, self.incarnation_id, endpoints),
+            lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
+            lambda: self.controller,
             lambda: self.metadata_loader.image.offset,
         )
         self.lifecycle.start()

@@ -38,7 +38,7 @@ import enum
 import logging
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
@@ -52,9 +52,11 @@ from odradek.metadata.broker_heartbeats import (
     HeartbeatReply,
 )
 from odradek.metadata.controller import Controller
-from odradek.metadata.controller_client import ControllerClient
+from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.errors import ControllerError
 from odradek.protocol.build import make
+from odradek.server.config import BrokerConfig
+from odradek.storage.meta_properties import parse_uuid, read_meta_properties
 
 logger = logging.getLogger(__name__)
 
@@ -419,6 +421,55 @@ def new_incarnation_id() -> str:
     return str(uuid.uuid4())
 
 
+def broker_registration(
+    config: BrokerConfig, incarnation_id: str, endpoints: Sequence[tuple[str, str, int]]
+) -> BrokerRegistration:
+    """This broker's registration: its advertised broker listeners, rack and the
+    ``directory.id`` of each log dir (meta.properties, checked at start-up)."""
+    log_dirs = []
+    for log_dir in config.log_dirs:
+        directory_id = read_meta_properties(log_dir).get("directory.id")
+        if directory_id:  # version 0 files have none
+            log_dirs.append(str(uuid.UUID(bytes=parse_uuid(directory_id))))
+    return BrokerRegistration(
+        config.node_id,
+        incarnation_id,
+        tuple(endpoints),
+        config["broker.rack"],
+        (),  # no feature levels yet (ApiVersions finalizes none either)
+        tuple(log_dirs),
+    )
+
+
+def lifecycle_manager(
+    config: BrokerConfig,
+    cluster_id: str,
+    registration: BrokerRegistration,
+    leader_id: Callable[[], int | None],
+    controller: Callable[[], Controller],
+    metadata_offset: Callable[[], int],
+) -> BrokerLifecycleManager:
+    """The manager ``broker.py`` starts: remote to the voters' controller listeners when
+    a quorum is configured, else the zero-config node's in-process controller."""
+    interval_ms = config["broker.heartbeat.interval.ms"]
+    transport: LifecycleTransport
+    if config.quorum_voters:
+        client = ControllerClient(
+            config.quorum_voters,
+            leader_id,
+            connector(client_id=f"broker-{config.node_id}", versions=VERSIONS),
+            retry_backoff_s=config["controller.quorum.retry.backoff.ms"] / 1000,
+        )
+        transport = RemoteLifecycleTransport(
+            client, cluster_id, max(interval_ms, 1000) / 1000, config.protocol_map
+        )
+    else:
+        transport = LocalLifecycleTransport(controller)
+    return BrokerLifecycleManager(
+        BrokerLifecycle(registration, interval_ms), transport, metadata_offset
+    )
+
+
 __all__ = [
     "BrokerLifecycle",
     "BrokerLifecycleManager",
@@ -426,5 +477,7 @@ __all__ = [
     "LocalLifecycleTransport",
     "RemoteLifecycleTransport",
     "State",
+    "broker_registration",
+    "lifecycle_manager",
     "new_incarnation_id",
 ]
