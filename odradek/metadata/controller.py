@@ -405,8 +405,9 @@ class Controller:
             )
 
     # -- producer ids ------------------------------------------------------------------
-    async def allocate_producer_ids(self) -> tuple[int, int]:
-        """Reserve a block of producer ids: (first id, count)."""
+    async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:
+        """Reserve a block of producer ids for ``broker_id`` (default: this node):
+        (first id, count)."""
         async with self._lock:
             first = self.image.next_producer_id
             await self._commit(
@@ -414,7 +415,7 @@ class Controller:
                     MetadataRecord(
                         "ProducerIds",
                         {
-                            "broker_id": self.node_id,
+                            "broker_id": self.node_id if broker_id is None else broker_id,
                             "next_producer_id": first + PRODUCER_ID_BLOCK_SIZE,
                         },
                     )

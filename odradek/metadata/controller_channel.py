@@ -3,12 +3,16 @@
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
 IncrementalAlterConfigs), auto-create, producer-id blocks — goes
-through this Protocol, never to ``Controller`` directly. Today there is one
-implementation, ``LocalControllerChannel``: combined mode, the controller is in this
-process. A broker-only node will get an RPC implementation that forwards over the
-controller listener (Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/
-AlterConfigs/IncrementalAlterConfigs as an envelope and has an AllocateProducerIds
-RPC), so the signatures follow what a request can carry:
+through this Protocol, never to ``Controller`` directly. There is one
+implementation per place the controller can be: ``LocalControllerChannel`` calls the
+controller of this process (the single zero-config node; and, behind
+``GatedControllerChannel``, the controller listener's handlers of forwarded
+requests), ``RemoteControllerChannel`` (controller_rpc.py) sends the change to the
+active controller over the controller listener, as every broker of a quorum does
+(Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/AlterConfigs/
+IncrementalAlterConfigs and has an AllocateProducerIds RPC; broker registration is
+BrokerRegistration/BrokerHeartbeat's, server/broker_lifecycle.py), so
+the signatures follow what a request can carry:
 
 - plain data in (names, counts, ``NewTopic``, ``ConfigOp``), never callables or images;
 - results out as Kafka error codes: a call about many items returns one
@@ -17,20 +21,18 @@ RPC), so the signatures follow what a request can carry:
 - no ``MetadataImage`` crosses: the caller reads the image of its own
   ``MetadataView``. Contract: when a call returns success, the caller's image already
   shows the change. The local channel commits and applies before returning, so that
-  holds at once; an RPC channel gets the committed offset back and waits until the
-  local metadata loader has applied it.
+  holds at once; the RPC channel waits until the local image shows the change.
 
 It lives in ``metadata/`` (not ``server/``) because it is the metadata layer's write
-interface: the coordinators use it too and must not import ``server``, and its RPC
-implementation will sit next to the raft client.
+interface: the coordinators use it too and must not import ``server``.
 
 Config changes need rules that only the broker's config tables know: how APPEND/
 SUBTRACT combine with the current value (a list config not set on the resource starts
 from the broker's effective value) and whether the resulting set of broker or group
 configs is valid. ``ConfigRules`` supplies them to the local channel, which applies
-them under the controller's lock; on a dedicated controller the same tables will
-run there, and the forwarding broker checks what only it knows (its static
-properties) before it sends.
+them under the controller's lock; on the RPC path the active controller runs the
+same tables (every node has them), and the forwarding broker has already checked the
+request's form (resource names, duplicate keys) in its handler.
 """
 
 from __future__ import annotations
@@ -176,10 +178,87 @@ class LocalControllerChannel:
         )
 
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
-        controller = self._controller()
-        assert broker_id == controller.node_id, "combined mode: blocks for this node only"
-        first, count = await controller.allocate_producer_ids()
+        first, count = await self._controller().allocate_producer_ids(broker_id)
         return ProducerIdBlock(first, count)
+
+
+class GatedControllerChannel:
+    """A channel to this node's controller that only the active controller passes.
+
+    The controller listener's admin handlers (the requests brokers forward) call the
+    controller through this: on a node that is not the active controller (or not yet:
+    before its claim is applied) every item is answered NOT_CONTROLLER at once, before
+    anything is checked against an image that may be stale, so the forwarding broker
+    asks the next controller and no stale verdict (TOPIC_ALREADY_EXISTS, ...) reaches
+    a client. A node that loses leadership mid-call fails the commit with
+    NOT_CONTROLLER too (the writer's own check).
+    """
+
+    def __init__(
+        self,
+        channel: ControllerChannel,
+        active: Callable[[], bool],
+        leader: Callable[[], int | None],
+    ) -> None:
+        self._channel = channel
+        self._active = active
+        self._leader = leader
+
+    def _refusal(self) -> ControllerError | None:
+        if self._active():
+            return None
+        return ControllerError(
+            "NOT_CONTROLLER", f"this node is not the active controller (leader: {self._leader()})"
+        )
+
+    def _check(self) -> None:
+        refusal = self._refusal()
+        if refusal is not None:
+            raise refusal
+
+    async def create_topics(
+        self, topics: Sequence[NewTopic], validate_only: bool
+    ) -> list[ControllerError | None]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in topics]
+        return await self._channel.create_topics(topics, validate_only)
+
+    async def delete_topics(
+        self, targets: Sequence[str | uuid.UUID]
+    ) -> list[ControllerError | None]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in targets]
+        return await self._channel.delete_topics(targets)
+
+    async def create_partitions(
+        self,
+        topic: str,
+        count: int,
+        assignments: Sequence[Sequence[int]] | None,
+        validate_only: bool,
+    ) -> None:
+        self._check()
+        await self._channel.create_partitions(topic, count, assignments, validate_only)
+
+    async def alter_configs(
+        self,
+        resource_type: str,
+        resource_name: str,
+        ops: Sequence[ConfigOp],
+        *,
+        replace: bool,
+        validate_only: bool,
+    ) -> None:
+        self._check()
+        await self._channel.alter_configs(
+            resource_type, resource_name, ops, replace=replace, validate_only=validate_only
+        )
+
+    async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
+        self._check()
+        return await self._channel.allocate_producer_ids(broker_id)
 
 
 __all__ = [
@@ -191,6 +270,7 @@ __all__ = [
     "ConfigRules",
     "ControllerChannel",
     "ControllerError",
+    "GatedControllerChannel",
     "LocalControllerChannel",
     "NewTopic",
     "ProducerIdBlock",

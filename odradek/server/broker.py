@@ -25,9 +25,15 @@ marker.
 This module is the composition root: it builds the parts and hands each only the
 narrow interfaces it needs — handlers get ``Services`` (services.py), the controller
 listeners ``ControllerPlaneServices`` (the driver), the group coordinator a metadata
-view, a partition writer and a topic creator (coordinator_io.py), and every metadata
-change goes through the ``LocalControllerChannel`` (combined mode). Nothing imports
-this module but the ``serve`` command and tests.
+view, a partition writer and a topic creator (coordinator_io.py). Every metadata
+change goes through one ``ControllerChannel``: the single zero-config node's
+``LocalControllerChannel``, or, when controller.quorum.voters is set, the
+``RemoteControllerChannel`` that forwards to the active controller over the
+controller listeners — even when that is this node, so one code path serves every
+node whoever leads. The controller listener serves those forwarded requests with
+this node's own controller behind ``GatedControllerChannel`` (NOT_CONTROLLER unless
+it is the active one). Nothing imports this module but the ``serve`` command and
+tests.
 """
 
 from __future__ import annotations
@@ -44,7 +50,13 @@ from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.metadata.controller import METADATA_TOPIC, Controller
-from odradek.metadata.controller_channel import LocalControllerChannel
+from odradek.metadata.controller_channel import (
+    ControllerChannel,
+    GatedControllerChannel,
+    LocalControllerChannel,
+)
+from odradek.metadata.controller_client import ControllerClient, connector
+from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteControllerChannel
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
@@ -179,11 +191,19 @@ class Broker:
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
         self.default_listener_name = config.listeners[0].name
-        metadata = BrokerMetadata(self)
-        configs = BrokerConfigs(self)
-        self.controller_channel = LocalControllerChannel(
+        metadata = self.metadata_view = BrokerMetadata(self)
+        configs = self.config_view = BrokerConfigs(self)
+        # This node's own controller: the single node's channel, the controller
+        # listener's (behind the gate) and this node's registration.
+        self.local_channel = LocalControllerChannel(
             lambda: self.controller, BrokerConfigRules(metadata, configs)
         )
+        self.remote_channel: RemoteControllerChannel | None = None
+        self.controller_channel: ControllerChannel = self.local_channel
+        if config.quorum_voters:
+            # A quorum's broker sends every change to the active controller, itself
+            # included (one code path whichever node leads).
+            self.controller_channel = self.remote_channel = self._remote_channel()
         self.group_coordinator = GroupCoordinator(
             metadata,
             ReplicaPartitionWriter(self.replica_manager),
@@ -212,6 +232,20 @@ class Broker:
         self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
+
+    def _remote_channel(self) -> RemoteControllerChannel:
+        try:
+            raft_config = RaftConfig.from_properties(self.config.original)
+        except ValueError:
+            raft_config = RaftConfig()  # start() refuses the properties with one line
+        client = ControllerClient(
+            self.config.quorum_voters,
+            lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
+            connector(client_id=f"broker-{self.node_id}-forwarding", versions=FORWARDED_VERSIONS),
+            retry_backoff_s=raft_config.retry_backoff_ms / 1000,
+            connect_timeout_s=raft_config.request_timeout_ms / 1000,
+        )
+        return RemoteControllerChannel(client, lambda: self.image)
 
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> list[str]:
@@ -298,11 +332,18 @@ class Broker:
         writer.attach(driver)
         bound = []
         if self.config.quorum_voters and self.config.controller_listeners:
+            gate = GatedControllerChannel(
+                self.local_channel, lambda: writer.is_active, lambda: driver.leader_id
+            )
+            services = ControllerPlaneServices(
+                raft=driver,
+                metadata=self.metadata_view,
+                config=self.config_view,
+                controller=gate,
+                brokers=self.controller,
+            )
             self.controller_server = SocketServer(
-                Dispatcher(
-                    ControllerPlaneServices(raft=driver, brokers=self.controller),
-                    Plane.CONTROLLER,
-                ),
+                Dispatcher(services, Plane.CONTROLLER),
                 max_frame_bytes=self.config["socket.request.max.bytes"],
                 idle_timeout_ms=self.config["connections.max.idle.ms"],
             )
@@ -496,6 +537,8 @@ class Broker:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await task
+        if self.remote_channel is not None:
+            await self.remote_channel.close()
         if self.metadata_writer is not None:
             await self.metadata_writer.wait_snapshot()  # before its log is closed
         if self.raft_driver is not None:
@@ -635,8 +678,8 @@ class BrokerMetadata:
 
     @property
     def controller_id(self) -> int:
-        # Combined nodes: the quorum's leader is the active controller (the only one
-        # that accepts writes until forwarding lands); this node while none is known.
+        # Combined nodes: the quorum's leader is the active controller (the one every
+        # broker forwards its changes to); this node while none is known.
         driver = self._broker.raft_driver
         leader = None if driver is None else driver.leader_id
         return self._broker.node_id if leader is None else leader

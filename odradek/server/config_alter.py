@@ -76,13 +76,17 @@ class BrokerConfigRules:
         return None
 
 
-def resolve(context: ConfigContext, resource_type: int, name: str) -> str:
-    """The metadata resource type of a request resource, once its name is checked."""
+def resolve(
+    context: ConfigContext, resource_type: int, name: str, *, any_broker: bool = False
+) -> str:
+    """The metadata resource type of a request resource, once its name is checked. A
+    BROKER resource names this node or "" — or, ``any_broker``, any broker id (the
+    controller, serving a change a broker forwarded)."""
     if resource_type == TOPIC_TYPE:
         validate_topic_name(name)
         return TOPIC_RESOURCE
     if resource_type == BROKER_TYPE:
-        check_broker_name(name, context.metadata.node_id)
+        check_broker_name(name, None if any_broker else context.metadata.node_id)
         return BROKER_RESOURCE
     if resource_type == config_groups.GROUP_TYPE:
         config_groups.check_group_name(name)
@@ -116,7 +120,7 @@ def broker_validator(context: ConfigContext, resource_name: str) -> Validator:
                 "Cannot update these configs at default cluster level, broker id must be "
                 f"specified: {per_broker}",
             )
-        layers = BrokerLayers.of(context)
+        layers = BrokerLayers.of(context, node=resource_name or None)
         cluster = merged if resource_name == "" else layers.cluster
         node = merged if resource_name != "" else layers.node
         properties = {**layers.static.original, **cluster, **node}
@@ -201,7 +205,7 @@ def _effective_value(
     """The value a list config has now when the resource does not set it itself."""
     if resource_type == TOPIC_RESOURCE:
         return render(context.config.effective_topic_config(resource_name)[name])
-    layers = BrokerLayers.of(context)
+    layers = BrokerLayers.of(context, node=resource_name or None)
     if resource_name == "":
         value = layers.cluster.get(name, layers.static.original.get(name))
         definition = catalogue.definition(name)

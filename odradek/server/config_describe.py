@@ -183,12 +183,21 @@ class BrokerLayers:
     node: Mapping[str, str]  # dynamic, resource ("broker", "<node id>")
 
     @classmethod
-    def of(cls, context: ConfigContext, image: MetadataImage | None = None) -> BrokerLayers:
+    def of(
+        cls,
+        context: ConfigContext,
+        image: MetadataImage | None = None,
+        node: str | None = None,
+    ) -> BrokerLayers:
+        """The layers of broker ``node`` (a broker id; default this node's), with this
+        node's static properties (a controller checking a forwarded change has only
+        its own)."""
         image = image or context.metadata.image
+        node = str(context.metadata.node_id) if node is None else node
         return cls(
             context.config.static,
             image.configs.get((BROKER_RESOURCE, ""), {}),
-            image.configs.get((BROKER_RESOURCE, str(context.metadata.node_id)), {}),
+            image.configs.get((BROKER_RESOURCE, node), {}),
         )
 
     def synonyms(self, names: list[str], per_node: bool = True) -> list[Synonym]:
@@ -296,15 +305,16 @@ def _broker_entry(
     )
 
 
-def check_broker_name(name: str, node_id: int) -> None:
-    """A BROKER resource is "" (cluster-wide defaults) or this node's id."""
+def check_broker_name(name: str, node_id: int | None) -> None:
+    """A BROKER resource is "" (cluster-wide defaults) or this node's id (any broker's
+    id when ``node_id`` is None: a change forwarded to the controller)."""
     if name == "":
         return
     try:
-        requested = int(name)
+        requested: int | None = int(name)
     except ValueError:
         requested = None
-    if requested != node_id:
+    if requested is None or requested < 0 or (node_id is not None and requested != node_id):
         raise ControllerError(
             "INVALID_REQUEST",
             f'unexpected broker id {name!r}: expected {node_id} or "" (cluster default)',

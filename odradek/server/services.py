@@ -5,9 +5,11 @@ needs — a read-only view of the metadata, the replica manager, the controller
 channel, the group coordinator, config lookups, producer ids, the log dirs. Each part
 is a small Protocol, so a test fakes just the part a handler uses, and the cluster
 work can swap one (an RPC ``ControllerChannel`` on a broker-only node, a transaction
-coordinator) without touching handlers. A controller listener's handlers (the quorum
-APIs, broker registration and heartbeats) get a ``ControllerServices`` instead: the
-Raft driver and the node's controller's broker decisions. ``broker.py`` is the
+coordinator) without touching handlers. A controller listener's handlers get a
+``ControllerServices`` instead: the Raft driver for the quorum APIs, the same
+``AdminServices`` the broker's admin handlers use, over this node's own controller,
+for the admin requests brokers forward, and the controller's broker decisions for
+BrokerRegistration and BrokerHeartbeat. ``broker.py`` is the
 composition root: it builds a ``Services`` from its parts and nothing imports it.
 
 Where the parts live: ``MetadataView`` in ``metadata/view.py`` and
@@ -91,12 +93,19 @@ class LogDirsView(Protocol):
     def log_dirs(self) -> Sequence[Path]: ...
 
 
-class BrokerServices(ConfigContext, Protocol):
-    @property
-    def replicas(self) -> ReplicaManager: ...
+class AdminServices(ConfigContext, Protocol):
+    """What the metadata-changing admin handlers (CreateTopics, DeleteTopics,
+    CreatePartitions, AlterConfigs, IncrementalAlterConfigs) need; both planes serve
+    them: a broker listener through its channel (forwarding, in a quorum), a
+    controller listener through this node's own controller."""
 
     @property
     def controller(self) -> ControllerChannel: ...
+
+
+class BrokerServices(AdminServices, Protocol):
+    @property
+    def replicas(self) -> ReplicaManager: ...
 
     @property
     def groups(self) -> GroupCoordinator: ...
@@ -126,9 +135,12 @@ class BrokerControl(Protocol):
         ...
 
 
-class ControllerServices(Protocol):
-    """What the CONTROLLER plane's handlers see: the node's Raft driver, and its
-    controller's broker registration and heartbeats."""
+class ControllerServices(AdminServices, Protocol):
+    """What the CONTROLLER plane's handlers see: the node's Raft driver (the quorum
+    APIs); for the forwarded admin requests, this node's image and config tables
+    and a channel to its own controller that answers NOT_CONTROLLER unless this node
+    is the active controller (``GatedControllerChannel``); and the controller's broker
+    registration and heartbeats (NOT_CONTROLLER unless active, from the controller)."""
 
     @property
     def raft(self) -> RaftDriver: ...
@@ -142,6 +154,9 @@ class ControllerPlaneServices:
     """The plain holder of a controller listener's services."""
 
     raft: RaftDriver
+    metadata: MetadataView
+    config: ConfigView
+    controller: ControllerChannel
     brokers: BrokerControl
 
 
@@ -160,6 +175,7 @@ class Services:
 
 
 __all__ = [
+    "AdminServices",
     "BrokerControl",
     "BrokerServices",
     "ConfigContext",

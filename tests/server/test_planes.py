@@ -17,6 +17,7 @@ import pytest
 from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
+from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.network.connection import CloseConnection, ConnectionContext, Response
 from odradek.network.server import SocketServer
 from odradek.protocol.build import make
@@ -75,13 +76,22 @@ def test_client_apis_are_on_the_broker_plane_quorum_apis_on_the_controller_one()
     assert {PRODUCE_KEY, METADATA_KEY, API_VERSIONS_KEY} <= set(broker)
     # The quorum APIs (Vote, Begin/EndQuorumEpoch, DescribeQuorum, FetchSnapshot, and
     # the metadata Fetch, its own handler there), DescribeCluster v1 for controllers
-    # (KIP-919, its own handler there too) and ApiVersions on both.
+    # (KIP-919, its own handler there too), ApiVersions on both, and the admin requests
+    # brokers forward (CreateTopics, DeleteTopics, AlterConfigs, CreatePartitions,
+    # IncrementalAlterConfigs, at the broker plane's versions), AllocateProducerIds, and
+    # BrokerRegistration and BrokerHeartbeat (KIP-631).
+    forwarded = {key: broker[key] for key in (19, 20, 33, 37, 44)}
     assert controller == {
         API_VERSIONS_KEY: broker[API_VERSIONS_KEY],
         **wire.VERSIONS,
         DESCRIBE_CLUSTER_KEY: (1, 1),
+        **forwarded,
+        67: (0, 0),
+        62: (0, 4),
+        63: (0, 2),
     }
-    assert not {52, 53, 54, 55, 59} & set(broker)
+    assert forwarded == {k: v for k, v in FORWARDED_VERSIONS.items() if k != 67}
+    assert not {52, 53, 54, 55, 59, 67} & set(broker)
 
 
 def test_controller_dispatcher_answers_api_versions_with_its_plane_only() -> None:

@@ -7,6 +7,11 @@ committed by the controller (through the controller channel), after which the br
 metadata listener hands every affected log its new LogConfig. AlterConfigs replaces a
 resource's whole set of dynamic configs; IncrementalAlterConfigs applies
 SET/DELETE/APPEND/SUBTRACT.
+
+AlterConfigs and IncrementalAlterConfigs are served on the controller plane too, for
+the changes brokers forward: the same decoding and checks, through this node's own
+controller (when it is the active one), except that a BROKER resource may name any
+broker: the forwarding broker checked that it names itself.
 """
 
 from __future__ import annotations
@@ -16,14 +21,15 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from odradek.metadata.controller_channel import ConfigOp, ControllerError
+from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server import config_alter
 from odradek.server.config_describe import ConfigEntry, describe
-from odradek.server.handlers import handles
+from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
-    from odradek.server.services import BrokerServices
+    from odradek.server.services import AdminServices, BrokerServices, ControllerServices
 
 DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
@@ -80,29 +86,59 @@ def _entry(module: Any, entry: ConfigEntry, synonyms: bool, documentation: bool)
     )
 
 
-@handles(ALTER_CONFIGS_KEY, 0, 2)
+def _replacement_ops(resource: Any) -> list[ConfigOp]:
+    return config_alter.replacement([(c.name, c.value) for c in resource.configs])
+
+
+def _incremental_ops(resource: Any) -> list[ConfigOp]:
+    return [ConfigOp(c.name, c.config_operation, c.value) for c in resource.configs]
+
+
+@handles(ALTER_CONFIGS_KEY, *FORWARDED_VERSIONS[ALTER_CONFIGS_KEY])
 async def alter_configs(services: BrokerServices, request: Request) -> Any:
-    def ops(resource: Any) -> list[ConfigOp]:
-        return config_alter.replacement([(c.name, c.value) for c in resource.configs])
-
-    return await _alter(services, request, ALTER_CONFIGS_KEY, ops, replace=True)
+    return await _alter(services, request, ALTER_CONFIGS_KEY, _replacement_ops, replace=True)
 
 
-@handles(INCREMENTAL_ALTER_CONFIGS_KEY, 0, 1)
+@handles(INCREMENTAL_ALTER_CONFIGS_KEY, *FORWARDED_VERSIONS[INCREMENTAL_ALTER_CONFIGS_KEY])
 async def incremental_alter_configs(services: BrokerServices, request: Request) -> Any:
-    def ops(resource: Any) -> list[ConfigOp]:
-        return [ConfigOp(c.name, c.config_operation, c.value) for c in resource.configs]
+    return await _alter(
+        services, request, INCREMENTAL_ALTER_CONFIGS_KEY, _incremental_ops, replace=False
+    )
 
-    return await _alter(services, request, INCREMENTAL_ALTER_CONFIGS_KEY, ops, replace=False)
+
+@handles(ALTER_CONFIGS_KEY, *FORWARDED_VERSIONS[ALTER_CONFIGS_KEY], plane=Plane.CONTROLLER)
+async def forwarded_alter_configs(services: ControllerServices, request: Request) -> Any:
+    return await _alter(
+        services, request, ALTER_CONFIGS_KEY, _replacement_ops, replace=True, any_broker=True
+    )
+
+
+@handles(
+    INCREMENTAL_ALTER_CONFIGS_KEY,
+    *FORWARDED_VERSIONS[INCREMENTAL_ALTER_CONFIGS_KEY],
+    plane=Plane.CONTROLLER,
+)
+async def forwarded_incremental_alter_configs(
+    services: ControllerServices, request: Request
+) -> Any:
+    return await _alter(
+        services,
+        request,
+        INCREMENTAL_ALTER_CONFIGS_KEY,
+        _incremental_ops,
+        replace=False,
+        any_broker=True,
+    )
 
 
 async def _alter(
-    services: BrokerServices,
+    services: AdminServices,
     request: Request,
     api_key: int,
     ops: Callable[[Any], list[ConfigOp]],
     *,
     replace: bool,
+    any_broker: bool = False,
 ) -> Any:
     module = response_module(api_key, request.header.api_version)
     body = request.body
@@ -113,7 +149,7 @@ async def _alter(
             if resources.count((resource.resource_type, resource.resource_name)) > 1:
                 raise ControllerError("INVALID_REQUEST", "resource listed more than once")
             resource_type = config_alter.resolve(
-                services, resource.resource_type, resource.resource_name
+                services, resource.resource_type, resource.resource_name, any_broker=any_broker
             )
             await services.controller.alter_configs(
                 resource_type,

@@ -5,7 +5,8 @@ ever handed out twice, even across restarts. As in Kafka, a producer without a
 transactional id always gets a fresh id with epoch 0 (also when it asks again after
 OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID). Transactional ids need the
 transaction coordinator (the transactions issue); until then they are answered with
-COORDINATOR_NOT_AVAILABLE.
+COORDINATOR_NOT_AVAILABLE. A broker of a quorum gets its blocks from the active
+controller with AllocateProducerIds (67), served here on the controller plane.
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from odradek.metadata.controller_channel import ControllerError
+from odradek.metadata.controller_rpc import ALLOCATE_PRODUCER_IDS_KEY, FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.handlers import handles
+from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
-    from odradek.server.services import BrokerServices
+    from odradek.server.services import BrokerServices, ControllerServices
 
 INIT_PRODUCER_ID_KEY = 22
 
@@ -44,3 +46,31 @@ async def init_producer_id(services: BrokerServices, request: Request) -> Any:
         return respond("NONE", await services.producer_ids.next_producer_id(), 0)
     except ControllerError as error:  # the id block could not be committed (disk full)
         return respond(error.code)
+
+
+@handles(
+    ALLOCATE_PRODUCER_IDS_KEY,
+    *FORWARDED_VERSIONS[ALLOCATE_PRODUCER_IDS_KEY],
+    plane=Plane.CONTROLLER,
+)
+async def allocate_producer_ids(services: ControllerServices, request: Request) -> Any:
+    """AllocateProducerIds (67), Kafka's broker→controller RPC: a block of ids for the
+    broker that asks, reserved by this node's controller if it is the active one
+    (NOT_CONTROLLER otherwise, and the broker asks the next). The broker epoch is not
+    checked yet: brokers get epochs with BrokerRegistration."""
+    module = response_module(ALLOCATE_PRODUCER_IDS_KEY, request.header.api_version)
+    body = request.body
+    try:
+        if body.broker_id < 0:
+            raise ControllerError("INVALID_REQUEST", f"broker id {body.broker_id} is not valid")
+        block = await services.controller.allocate_producer_ids(body.broker_id)
+        error, first, count = "NONE", block.first_id, block.count
+    except ControllerError as failure:
+        error, first, count = failure.code, -1, 0
+    return make(
+        module.AllocateProducerIdsResponse,
+        throttle_time=datetime.timedelta(0),
+        error_code=error_code(error),
+        producer_id_start=first,
+        producer_id_len=count,
+    )

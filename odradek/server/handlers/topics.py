@@ -3,6 +3,11 @@
 The controller channel answers with an error or None per topic; a created topic's
 id, partition count and replication factor are then read from this node's image,
 which the channel guarantees already holds it.
+
+The same handler serves both planes: on a broker listener ``services.controller`` is
+the broker's channel (in a quorum, forwarding to the active controller), on a
+controller listener it is this node's own controller behind the gate that answers
+NOT_CONTROLLER unless this node is the active one (a forwarded request).
 """
 
 from __future__ import annotations
@@ -11,20 +16,22 @@ import datetime
 from typing import TYPE_CHECKING, Any
 
 from odradek.metadata.controller_channel import ControllerError, NewTopic
+from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.handlers import handles
+from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
-    from odradek.server.services import BrokerServices
+    from odradek.server.services import AdminServices
 
 CREATE_TOPICS_KEY = 19
 DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs ConfigSource.DEFAULT_CONFIG
 TOPIC_CONFIG_SOURCE = 1  # ConfigSource.TOPIC_CONFIG
+BOTH_PLANES = (Plane.BROKER, Plane.CONTROLLER)
 
 
-@handles(CREATE_TOPICS_KEY, 2, 7)
-async def create_topics(services: BrokerServices, request: Request) -> Any:
+@handles(CREATE_TOPICS_KEY, *FORWARDED_VERSIONS[CREATE_TOPICS_KEY], plane=BOTH_PLANES)
+async def create_topics(services: AdminServices, request: Request) -> Any:
     module = response_module(CREATE_TOPICS_KEY, request.header.api_version)
     body = request.body
     wanted = [
@@ -63,7 +70,7 @@ def _failed(module: Any, name: str, error: ControllerError) -> Any:
     )
 
 
-def _created(services: BrokerServices, module: Any, topic: NewTopic, validate_only: bool) -> Any:
+def _created(services: AdminServices, module: Any, topic: NewTopic, validate_only: bool) -> Any:
     created = services.metadata.image.topics.get(topic.name)
     if created is not None and not validate_only:
         partitions = len(created.partitions)
@@ -105,7 +112,7 @@ def _created(services: BrokerServices, module: Any, topic: NewTopic, validate_on
 
 
 def _configs(
-    services: BrokerServices, module: Any, name: str, explicit: dict[str, Any]
+    services: AdminServices, module: Any, name: str, explicit: dict[str, Any]
 ) -> tuple[Any, ...]:
     return tuple(
         make(

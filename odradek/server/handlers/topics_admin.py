@@ -4,6 +4,10 @@ Deleting a topic removes it from the metadata image; the ReplicaManager reacts b
 renaming each local partition directory ``<topic>-<p>.<id>-delete``, which the
 LogManager's housekeeping removes, so the name can be created again at once.
 DeleteTopics v6 names topics by name or by id (exactly one of them per entry).
+
+Both are served on both planes, as CreateTopics is (topics.py): a broker listener
+through its channel, a controller listener (forwarded requests) through this node's
+own controller when it is the active one.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 from odradek.metadata.controller_channel import ControllerError
+from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
+from odradek.server.handlers.topics import BOTH_PLANES
 
 if TYPE_CHECKING:
-    from odradek.server.services import BrokerServices
+    from odradek.server.services import AdminServices
 
 DELETE_TOPICS_KEY = 20
 CREATE_PARTITIONS_KEY = 37
@@ -27,8 +33,8 @@ DELETION_DISABLED_VERSION = 3  # TOPIC_DELETION_DISABLED exists from v3 (KIP-322
 Target = str | uuid.UUID
 
 
-@handles(DELETE_TOPICS_KEY, 1, 6)
-async def delete_topics(services: BrokerServices, request: Request) -> Any:
+@handles(DELETE_TOPICS_KEY, *FORWARDED_VERSIONS[DELETE_TOPICS_KEY], plane=BOTH_PLANES)
+async def delete_topics(services: AdminServices, request: Request) -> Any:
     version = request.header.api_version
     module = response_module(DELETE_TOPICS_KEY, version)
     body = request.body
@@ -61,7 +67,7 @@ Outcome = tuple[str | None, uuid.UUID | None, ControllerError | None]
 
 
 async def _delete(
-    services: BrokerServices, wanted: list[tuple[str | None, uuid.UUID | None]]
+    services: AdminServices, wanted: list[tuple[str | None, uuid.UUID | None]]
 ) -> list[Outcome]:
     """(name, topic id, error) per entry; a topic named twice (by name or id) is an error."""
     image = services.metadata.image
@@ -116,8 +122,8 @@ def _duplicate(target: Target) -> ControllerError:
     return ControllerError("INVALID_REQUEST", f"topic {target} is listed more than once")
 
 
-@handles(CREATE_PARTITIONS_KEY, 0, 3)
-async def create_partitions(services: BrokerServices, request: Request) -> Any:
+@handles(CREATE_PARTITIONS_KEY, *FORWARDED_VERSIONS[CREATE_PARTITIONS_KEY], plane=BOTH_PLANES)
+async def create_partitions(services: AdminServices, request: Request) -> Any:
     module = response_module(CREATE_PARTITIONS_KEY, request.header.api_version)
     body = request.body
     names = [topic.name for topic in body.topics]
