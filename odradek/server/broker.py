@@ -41,7 +41,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -55,7 +55,7 @@ from odradek.metadata.controller_channel import (
     GatedControllerChannel,
     LocalControllerChannel,
 )
-from odradek.metadata.controller_client import ControllerClient, connector
+from odradek.metadata.controller_client import ControllerClient, VoterAddress, connector
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteControllerChannel
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
@@ -185,6 +185,8 @@ class Broker:
         # One per process start: the controller tells this run from an earlier one.
         self.incarnation_id = new_incarnation_id()
         self.lifecycle: BrokerLifecycleManager | None = None
+        # Where this node's controller listener really listens, once bound.
+        self._controller_address: tuple[str, int] | None = None
         self._session_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
@@ -239,7 +241,7 @@ class Broker:
         except ValueError:
             raft_config = RaftConfig()  # start() refuses the properties with one line
         client = ControllerClient(
-            self.config.quorum_voters,
+            self.controller_voters(),
             lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
             connector(client_id=f"broker-{self.node_id}-forwarding", versions=FORWARDED_VERSIONS),
             retry_backoff_s=raft_config.retry_backoff_ms / 1000,
@@ -351,6 +353,7 @@ class Broker:
                 self.controller_server.bind(li.name, li.host, li.port)
                 for li in self.config.controller_listeners
             ]
+            self._controller_address = (bound[0].host, bound[0].port)
             self.controller_server.start()
         driver.start()
         await self._wait_caught_up(writer, driver)
@@ -383,12 +386,22 @@ class Broker:
         self.lifecycle = lifecycle_manager(
             self.config,
             self.cluster_id,
+            self.controller_voters(),
             broker_registration(self.config, self.incarnation_id, endpoints),
             lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
             lambda: self.controller,
             lambda: self.metadata_loader.image.offset,
         )
         self.lifecycle.start()
+
+    def controller_voters(self) -> list[VoterAddress]:
+        """controller.quorum.voters for this node's controller clients, with this node
+        at the address its controller listener bound (the configured one may name
+        port 0 or a name that does not reach back here)."""
+        return [
+            _BoundVoter(v, lambda: self._controller_address) if v.node_id == self.node_id else v
+            for v in self.config.quorum_voters
+        ]
 
     async def _session_ticks(self) -> None:
         """The active controller fences brokers whose heartbeats stopped (elsewhere
@@ -656,6 +669,31 @@ class Broker:
         return LogConfig.from_properties(
             dict(self.image.topic_configs(topic)), self.topic_defaults()
         )
+
+
+class _BoundVoter:
+    """A voter entry whose address is this node's bound controller listener, once
+    bound (read at each connect), else the configured one."""
+
+    def __init__(self, voter: QuorumVoter, bound: Callable[[], tuple[str, int] | None]) -> None:
+        self._voter = voter
+        self._bound = bound
+
+    @property
+    def node_id(self) -> int:
+        return self._voter.node_id
+
+    @property
+    def host(self) -> str:
+        bound = self._bound()
+        if bound is None:
+            return self._voter.host
+        return "localhost" if bound[0] in ("", "0.0.0.0", "::") else bound[0]
+
+    @property
+    def port(self) -> int:
+        bound = self._bound()
+        return self._voter.port if bound is None else bound[1]
 
 
 class BrokerMetadata:

@@ -52,7 +52,7 @@ from odradek.metadata.broker_heartbeats import (
     HeartbeatReply,
 )
 from odradek.metadata.controller import Controller
-from odradek.metadata.controller_client import ControllerClient, connector
+from odradek.metadata.controller_client import ControllerClient, VoterAddress, connector
 from odradek.metadata.errors import ControllerError
 from odradek.protocol.build import make
 from odradek.server.config import BrokerConfig
@@ -444,6 +444,7 @@ def broker_registration(
 def lifecycle_manager(
     config: BrokerConfig,
     cluster_id: str,
+    voters: Sequence[VoterAddress],
     registration: BrokerRegistration,
     leader_id: Callable[[], int | None],
     controller: Callable[[], Controller],
@@ -455,7 +456,7 @@ def lifecycle_manager(
     transport: LifecycleTransport
     if config.quorum_voters:
         client = ControllerClient(
-            config.quorum_voters,
+            voters,
             leader_id,
             connector(client_id=f"broker-{config.node_id}", versions=VERSIONS),
             retry_backoff_s=config["controller.quorum.retry.backoff.ms"] / 1000,
