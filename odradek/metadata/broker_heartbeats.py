@@ -26,6 +26,11 @@ Sessions live only in the memory of the active controller: they are not metadata
 A newly active controller (``ensure_epoch`` sees a new leader epoch) gives every
 registered broker a fresh session instead of fencing them all at once for a silence
 it did not witness; a broker that really is gone is fenced one session timeout later.
+The same holds for a silence of the controller itself: when its timer finds it was
+not run for more than half a session (the process was paused, the loop stalled), the
+heartbeats it missed were not the brokers' fault, so every session starts afresh. And
+the controller never times out its own node's broker in combined mode: it runs on the
+same event loop, so it is exactly as alive as the controller deciding.
 
 This module is sans-IO: time comes from the ``now_ms`` arguments, and it returns the
 records to write; ``Controller`` commits them under its lock (controller.py) and
@@ -129,6 +134,7 @@ class BrokerHeartbeatManager:
         self.local_incarnation_id: str | None = None
         self._last_contact_ms: dict[int, int] = {}
         self._epoch = -1  # the leader epoch the sessions belong to
+        self._last_check_ms: int | None = None  # the timer's previous run
 
     # -- sessions ----------------------------------------------------------------------
     def ensure_epoch(self, leader_epoch: int, image: MetadataImage, now_ms: int) -> None:
@@ -138,6 +144,7 @@ class BrokerHeartbeatManager:
             return
         self._epoch = leader_epoch
         self._last_contact_ms = dict.fromkeys(image.brokers, now_ms)
+        self._last_check_ms = None
 
     def touch(self, broker_id: int, now_ms: int) -> None:
         self._last_contact_ms[broker_id] = now_ms
@@ -217,8 +224,13 @@ class BrokerHeartbeatManager:
         return HeartbeatDecision((), HeartbeatReply(caught_up, broker.fenced, False))
 
     def stale(self, brokers: Mapping[int, BrokerImage], now_ms: int) -> list[BrokerImage]:
-        """Unfenced brokers whose session expired: to fence. Expired sessions of fenced
-        brokers are dropped (nothing holds their id any more)."""
+        """Unfenced brokers whose session expired: to fence (the timer's question).
+        Expired sessions of fenced brokers are dropped (nothing holds their id any
+        more). After a gap in the timer's own runs, sessions restart instead."""
+        previous, self._last_check_ms = self._last_check_ms, now_ms
+        if previous is not None and now_ms - previous > self.session_timeout_ms // 2:
+            self._last_contact_ms = dict.fromkeys(self._last_contact_ms, now_ms)
+            return []
         expired: list[BrokerImage] = []
         for broker_id, last in list(self._last_contact_ms.items()):
             if now_ms - last <= self.session_timeout_ms:
@@ -226,9 +238,19 @@ class BrokerHeartbeatManager:
             broker = brokers.get(broker_id)
             if broker is None or broker.fenced:
                 del self._last_contact_ms[broker_id]
+            elif self._is_local(broker):
+                self._last_contact_ms[broker_id] = now_ms
             else:
                 expired.append(broker)
         return sorted(expired, key=lambda b: b.broker_id)
+
+    def _is_local(self, broker: BrokerImage) -> bool:
+        """This controller's own node, registered by this very process."""
+        return (
+            broker.broker_id == self.local_node_id
+            and self.local_incarnation_id is not None
+            and broker.incarnation_id == self.local_incarnation_id
+        )
 
     def next_expiry_ms(self, brokers: Mapping[int, BrokerImage]) -> int | None:
         """When the earliest unfenced session expires (for a timer), if any."""

@@ -407,7 +407,7 @@ class Broker:
         """The active controller fences brokers whose heartbeats stopped (elsewhere
         this does nothing)."""
         timeout_ms = self.config["broker.session.timeout.ms"]
-        tick_s = max(0.05, min(0.5, timeout_ms / 4000))
+        tick_s = max(0.05, min(0.5, timeout_ms / 8000))  # well inside half a session
         while True:
             await asyncio.sleep(tick_s)
             try:

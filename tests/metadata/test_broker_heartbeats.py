@@ -68,6 +68,16 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
+async def tick(controller: Controller, clock: Clock, ms: int, step: int = 500) -> list[int]:
+    """Advance the clock by ``ms`` with the session timer running every ``step``; the
+    brokers it fenced."""
+    fenced: list[int] = []
+    for _ in range(ms // step):
+        clock.now += step
+        fenced += await controller.fence_stale_brokers()
+    return fenced
+
+
 def reg(broker_id: int, incarnation: str, **kw: Any) -> BrokerRegistration:
     return BrokerRegistration(broker_id, incarnation, kw.pop("endpoints", EP), **kw)
 
@@ -130,12 +140,11 @@ def test_a_live_other_incarnation_is_a_duplicate_until_its_session_expires() -> 
     async def body() -> None:
         epoch = await controller.register_broker(reg(2, "old"))
         await controller.broker_heartbeat(BrokerHeartbeat(2, epoch, epoch))
-        clock.now += TIMEOUT // 2
+        assert await tick(controller, clock, TIMEOUT // 2) == []
         with pytest.raises(ControllerError) as caught:
             await controller.register_broker(reg(2, "new"))
         assert caught.value.code == "DUPLICATE_BROKER_REGISTRATION"
-        clock.now += TIMEOUT  # no heartbeat since: the timer fences it
-        assert await controller.fence_stale_brokers() == [2]
+        assert await tick(controller, clock, TIMEOUT) == [2]  # no heartbeat since
         assert controller.image.brokers[2].fenced
         assert await controller.register_broker(reg(2, "new")) > epoch
 
@@ -183,11 +192,12 @@ def test_session_timeout_fences_only_the_silent_broker() -> None:
         for b in (2, 3):
             await controller.broker_heartbeat(BrokerHeartbeat(b, epochs[b], 10))
         assert await controller.fence_stale_brokers() == []
+        fenced = []
         for _ in range(4):  # broker 3 keeps heartbeating, 2 falls silent
-            clock.now += 3000
+            assert controller.heartbeats.next_expiry_ms(controller.image.brokers) is not None
+            fenced += await tick(controller, clock, 3000)
             await controller.broker_heartbeat(BrokerHeartbeat(3, epochs[3], 10))
-        assert controller.heartbeats.next_expiry_ms(controller.image.brokers) is not None
-        assert await controller.fence_stale_brokers() == [2]
+        assert fenced == [2]
         assert controller.image.brokers[2].fenced and not controller.image.brokers[3].fenced
         # placement now sees one broker: RF 2 is refused
         (result,) = await controller.create_topics([NewTopic("t", 1, 2)], False)
@@ -217,8 +227,7 @@ def test_a_new_active_term_gives_every_broker_a_fresh_session() -> None:
         writer.active_epoch = 3  # leads again, later: the silence was not witnessed
         assert await controller.fence_stale_brokers() == []
         assert not controller.image.brokers[2].fenced
-        clock.now += TIMEOUT + 1
-        assert await controller.fence_stale_brokers() == [2]
+        assert await tick(controller, clock, TIMEOUT + 500) == [2]
 
     run(body())
 
@@ -280,3 +289,34 @@ def test_manager_drops_expired_sessions_of_fenced_brokers() -> None:
     assert manager.last_contact_ms(1) == 0
     assert manager.stale(image.brokers, 500) == []
     assert manager.last_contact_ms(1) is None
+
+
+def test_a_stalled_controller_restarts_sessions_instead_of_fencing() -> None:
+    controller, _, clock = make()
+
+    async def body() -> None:
+        epoch = await controller.register_broker(reg(2, "a"))
+        await controller.broker_heartbeat(BrokerHeartbeat(2, epoch, epoch))
+        assert await controller.fence_stale_brokers() == []
+        clock.now += 3 * TIMEOUT  # the controller's process was paused: no timer runs
+        assert await controller.fence_stale_brokers() == []
+        assert not controller.image.brokers[2].fenced
+        # silent on after the controller resumed: fenced a session later
+        assert await tick(controller, clock, TIMEOUT + 500) == [2]
+
+    run(body())
+
+
+def test_the_controllers_own_broker_is_never_timed_out() -> None:
+    controller, _, clock = make()  # node 1
+
+    async def body() -> None:
+        controller.heartbeats.local_incarnation_id = "me"
+        epoch = await controller.register_broker(reg(1, "me"))
+        await controller.broker_heartbeat(BrokerHeartbeat(1, epoch, epoch))
+        other = await controller.register_broker(reg(2, "other"))
+        await controller.broker_heartbeat(BrokerHeartbeat(2, other, other))
+        assert await tick(controller, clock, 3 * TIMEOUT) == [2]
+        assert not controller.image.brokers[1].fenced
+
+    run(body())
