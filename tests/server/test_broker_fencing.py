@@ -9,7 +9,8 @@ in the metadata log carries an incarnation id and a broker epoch (its offset). A
 paused with SIGSTOP stops heartbeating: past the session timeout the active
 controller fences it and it disappears from the Metadata of the other two, and a
 replication factor of 3 is then INVALID_REPLICATION_FACTOR; after SIGCONT its next
-heartbeat unfences it and it reappears. Every process is stopped by the test, by pid.
+heartbeat unfences it and it reappears. The zero-config node registers in-process,
+and again at once after kill -9. Every process is stopped by the test, by pid.
 """
 
 from __future__ import annotations
@@ -169,3 +170,33 @@ def test_brokers_register_are_fenced_when_silent_and_unfenced_when_back(tmp_path
                 lambda node=node: confluent_brokers(node) == everyone,
             )
         assert "Traceback" not in "".join(n.log() for n in nodes.values())
+
+
+def test_the_zero_config_node_registers_in_process_and_again_after_kill_9(
+    tmp_path: Path,
+) -> None:
+    """The single node registers with its own controller (no controller listener) and
+    is unfenced before it is ready; after kill -9 its new incarnation takes its id at
+    once (the old one was this node's own process), not after a session timeout."""
+    node = BrokerProcess(tmp_path / "single")
+    try:
+        node.start()
+        assert confluent_brokers(node) == {1}
+        node.kill()
+        node.start()
+        assert confluent_brokers(node) == {1}
+        assert node.stop() == 0  # controlled shutdown: fenced on the way out
+        log = node.log()
+        assert log.count("broker 1 registered with broker epoch") == 2
+        assert "DUPLICATE_BROKER_REGISTRATION" not in log and "Traceback" not in log
+        records = [r for _, r in metadata_records(node)]
+        kinds = [r["type"] for r in records if r["type"].endswith("Broker")]
+        assert kinds == [
+            "RegisterBroker",
+            "UnfenceBroker",
+            "RegisterBroker",  # the restart: a new incarnation and epoch
+            "UnfenceBroker",
+            "FenceBroker",  # the controlled shutdown
+        ]
+    finally:
+        node.kill()
