@@ -89,9 +89,16 @@ def kafka_python_brokers(node: BrokerProcess) -> dict[int, bool]:
 
 
 def eventually(what: str, check: Callable[[], bool], timeout_s: float = WAIT_S) -> None:
+    """Until ``check()`` holds; a client error (a slow answer under load) counts as not yet."""
     deadline = time.monotonic() + timeout_s
-    while not check():
-        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what}"
+    last: Exception | None = None
+    while True:
+        try:
+            if check():
+                return
+        except KafkaException as error:
+            last = error
+        assert time.monotonic() < deadline, f"not within {timeout_s} s: {what} ({last})"
         time.sleep(0.2)
 
 
