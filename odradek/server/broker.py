@@ -32,8 +32,10 @@ change goes through one ``ControllerChannel``: the single zero-config node's
 controller listeners — even when that is this node, so one code path serves every
 node whoever leads. The controller listener serves those forwarded requests with
 this node's own controller behind ``GatedControllerChannel`` (NOT_CONTROLLER unless
-it is the active one). Nothing imports this module but the ``serve`` command and
-tests.
+it is the active one), and BrokerRegistration/BrokerHeartbeat with the controller
+itself. Both controller clients (forwarding, lifecycle) reach this node's own
+controller where its listener bound (``controller_voters``). Nothing imports this
+module but the ``serve`` command and tests.
 """
 
 from __future__ import annotations
