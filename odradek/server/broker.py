@@ -302,6 +302,9 @@ class Broker:
         self.server.reserve_files()
         assert self.lifecycle is not None
         await self.lifecycle.wait_unfenced()
+        # ... and this node's own image shows it (its Metadata lists this broker).
+        while (me := self.image.brokers.get(self.node_id)) is None or me.fenced:
+            await asyncio.sleep(CATCH_UP_POLL_S)
         self.server.start()
         return [b.url() for b in bound] + [b.url() for b in controller_bound]
 
