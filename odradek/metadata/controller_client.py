@@ -208,6 +208,16 @@ class ControllerClient:
             "REQUEST_TIMED_OUT", f"no active controller answered in time ({last_problem})"
         )
 
+    async def set_address(self, voter: VoterAddress) -> None:
+        """Reach ``voter.node_id`` at this address from now on. A node that is a voter
+        itself points its own entry at the controller listener it actually bound
+        (``port=0`` in ``listeners``, or a voters entry other processes reach through
+        a name or proxy): forwarding to itself never depends on that entry."""
+        if voter.node_id not in self._voters:
+            raise ValueError(f"node {voter.node_id} is not one of the voters")
+        self._voters[voter.node_id] = voter
+        await self._drop(voter.node_id)
+
     def _target(self, failed: int | None) -> int:
         """The leader the source names, unless it is the one that just failed us (or is
         unknown); then the next voter in turn, skipping the one that failed."""

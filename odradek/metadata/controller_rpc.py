@@ -26,8 +26,12 @@ in time (it lags the quorum), the call still returns success — the change *is*
 committed, and an error would make the client retry a change that was made — and
 the wait is logged. ``validate_only`` calls and failures do not wait.
 
+When no controller answers in time the call fails as a whole: REQUEST_TIMED_OUT,
+for every item of CreateTopics/DeleteTopics (the channel's per-item contract), raised
+by the single-item calls.
+
 Broker registration is not a channel call: it is BrokerRegistration/BrokerHeartbeat's
-(server/broker_lifecycle.py), sent over the same controller client.
+(server/broker_lifecycle.py), sent over a controller client of its own.
 """
 
 from __future__ import annotations
@@ -151,8 +155,11 @@ class RemoteControllerChannel:
                 validate_only=validate_only,
             )
 
-        response = await self._send(CREATE_TOPICS_KEY, build)
-        results = _in_order(response.topics, len(topics), "CreateTopics")
+        try:
+            response = await self._send(CREATE_TOPICS_KEY, build)
+            results = _in_order(response.topics, len(topics), "CreateTopics")
+        except ControllerError as failure:  # no answer: the same error for every topic
+            return [failure for _ in topics]
         errors = [_error(r.error_code, getattr(r, "error_message", None)) for r in results]
         if not validate_only:
             for topic, result, error in zip(topics, results, errors, strict=True):
@@ -192,8 +199,11 @@ class RemoteControllerChannel:
                 timeout=self._timeout(),
             )
 
-        response = await self._send(DELETE_TOPICS_KEY, build)
-        results = _in_order(response.responses, len(targets), "DeleteTopics")
+        try:
+            response = await self._send(DELETE_TOPICS_KEY, build)
+            results = _in_order(response.responses, len(targets), "DeleteTopics")
+        except ControllerError as failure:
+            return [failure for _ in targets]
         errors = [_error(r.error_code, getattr(r, "error_message", None)) for r in results]
         for target, error in zip(targets, errors, strict=True):
             if error is None:

@@ -34,7 +34,7 @@ node whoever leads. The controller listener serves those forwarded requests with
 this node's own controller behind ``GatedControllerChannel`` (NOT_CONTROLLER unless
 it is the active one), and BrokerRegistration/BrokerHeartbeat with the controller
 itself. Both controller clients (forwarding, lifecycle) reach this node's own
-controller where its listener bound (``controller_voters``). Nothing imports this
+controller where its listener bound (``own_controller``). Nothing imports this
 module but the ``serve`` command and tests.
 """
 
@@ -43,7 +43,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final
 
@@ -57,7 +57,7 @@ from odradek.metadata.controller_channel import (
     GatedControllerChannel,
     LocalControllerChannel,
 )
-from odradek.metadata.controller_client import ControllerClient, VoterAddress, connector
+from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteControllerChannel
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
@@ -187,8 +187,8 @@ class Broker:
         # One per process start: the controller tells this run from an earlier one.
         self.incarnation_id = new_incarnation_id()
         self.lifecycle: BrokerLifecycleManager | None = None
-        # Where this node's controller listener really listens, once bound.
-        self._controller_address: tuple[str, int] | None = None
+        # This node's voter entry at the controller listener it bound, once bound.
+        self.own_controller: QuorumVoter | None = None
         self._session_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
@@ -243,7 +243,7 @@ class Broker:
         except ValueError:
             raft_config = RaftConfig()  # start() refuses the properties with one line
         client = ControllerClient(
-            self.controller_voters(),
+            self.config.quorum_voters,
             lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
             connector(client_id=f"broker-{self.node_id}-forwarding", versions=FORWARDED_VERSIONS),
             retry_backoff_s=raft_config.retry_backoff_ms / 1000,
@@ -358,8 +358,17 @@ class Broker:
                 self.controller_server.bind(li.name, li.host, li.port)
                 for li in self.config.controller_listeners
             ]
-            self._controller_address = (bound[0].host, bound[0].port)
             self.controller_server.start()
+            if bound:
+                # This node's controller clients (forwarding, the broker lifecycle) reach
+                # it at the listener it bound, whatever the voters entry says (port 0, a
+                # name only the other nodes resolve).
+                own = bound[0]
+                host = "127.0.0.1" if own.host in ("", "0.0.0.0") else own.host
+                host = "::1" if host == "::" else host
+                self.own_controller = QuorumVoter(self.node_id, host, own.port)
+                if self.remote_channel is not None:
+                    await self.remote_channel.client.set_address(self.own_controller)
         driver.start()
         await self._wait_caught_up(writer, driver)
         return bound
@@ -399,12 +408,11 @@ class Broker:
         )
         self.lifecycle.start()
 
-    def controller_voters(self) -> list[VoterAddress]:
-        """controller.quorum.voters for this node's controller clients, with this node
-        at the address its controller listener bound (the configured one may name
-        port 0 or a name that does not reach back here)."""
+    def controller_voters(self) -> list[QuorumVoter]:
+        """controller.quorum.voters, with this node at the controller listener it bound."""
+        own = self.own_controller
         return [
-            _BoundVoter(v, lambda: self._controller_address) if v.node_id == self.node_id else v
+            own if own is not None and v.node_id == own.node_id else v
             for v in self.config.quorum_voters
         ]
 
@@ -674,31 +682,6 @@ class Broker:
         return LogConfig.from_properties(
             dict(self.image.topic_configs(topic)), self.topic_defaults()
         )
-
-
-class _BoundVoter:
-    """A voter entry whose address is this node's bound controller listener, once
-    bound (read at each connect), else the configured one."""
-
-    def __init__(self, voter: QuorumVoter, bound: Callable[[], tuple[str, int] | None]) -> None:
-        self._voter = voter
-        self._bound = bound
-
-    @property
-    def node_id(self) -> int:
-        return self._voter.node_id
-
-    @property
-    def host(self) -> str:
-        bound = self._bound()
-        if bound is None:
-            return self._voter.host
-        return "localhost" if bound[0] in ("", "0.0.0.0", "::") else bound[0]
-
-    @property
-    def port(self) -> int:
-        bound = self._bound()
-        return self._voter.port if bound is None else bound[1]
 
 
 class BrokerMetadata:

@@ -291,3 +291,35 @@ def test_over_a_real_socket_a_refused_port_is_retried_until_the_deadline() -> No
         run(go())
     assert raised.value.code == "REQUEST_TIMED_OUT"
     assert "cannot connect" in str(raised.value)
+
+
+def test_a_voter_can_be_pointed_at_another_address() -> None:
+    """A node's own entry is moved to the controller listener it bound; the connection
+    to the old address is dropped and the next request connects to the new one."""
+    network = Network(n1="leader")
+    addresses: list[tuple[str, int]] = []
+    connect = network.connect
+
+    async def recording(voter: VoterAddress, timeout_s: float) -> FakeConnection:
+        addresses.append((voter.host, voter.port))
+        return await connect(voter, timeout_s)
+
+    client = ControllerClient(
+        [Voter(1, "localhost", 9093)],
+        lambda: 1,
+        recording,
+        clock=network.clock,
+        sleep=network.sleep,
+    )
+
+    async def go() -> None:
+        await client.send(7, lambda v: v, timeout_s=1.0)
+        await client.set_address(Voter(1, "127.0.0.1", 40000))
+        await client.send(7, lambda v: v, timeout_s=1.0)
+        with pytest.raises(ValueError):
+            await client.set_address(Voter(9, "127.0.0.1", 1))
+        await client.close()
+
+    run(go())
+    assert addresses == [("localhost", 9093), ("127.0.0.1", 40000)]
+    assert network.connections[0].closed

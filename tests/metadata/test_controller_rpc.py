@@ -354,3 +354,40 @@ def test_a_lagging_node_still_returns_success_after_the_bounded_wait(tmp_path: P
             assert "a" in s.controller.image.topics and "a" not in s.follower[0].topics
 
     asyncio.run(go())
+
+
+def test_no_controller_in_time_is_request_timed_out_per_item(tmp_path: Path) -> None:
+    """A forwarded request nobody answers: every topic of a many-item call gets
+    REQUEST_TIMED_OUT (the channel's per-item contract), single-item calls raise it."""
+
+    async def go() -> None:
+        server = await asyncio.start_server(lambda r, w: None, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        server.close()
+        await server.wait_closed()
+
+        @dataclass(frozen=True)
+        class Voter:
+            node_id: int
+            host: str
+            port: int
+
+        client = ControllerClient(
+            [Voter(1, "127.0.0.1", port)],
+            lambda: 1,
+            connector(client_id="test", versions=FORWARDED_VERSIONS),
+            retry_backoff_s=0.05,
+        )
+        remote = RemoteControllerChannel(client, MetadataImage, timeout_s=0.3)
+        try:
+            created = await remote.create_topics([NewTopic("a"), NewTopic("b")], False)
+            assert codes(created) == ["REQUEST_TIMED_OUT", "REQUEST_TIMED_OUT"]
+            deleted = await remote.delete_topics(["a"])
+            assert codes(deleted) == ["REQUEST_TIMED_OUT"]
+            with pytest.raises(ControllerError) as raised:
+                await remote.allocate_producer_ids(1)
+            assert raised.value.code == "REQUEST_TIMED_OUT"
+        finally:
+            await remote.close()
+
+    asyncio.run(go())

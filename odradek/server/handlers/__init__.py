@@ -11,7 +11,9 @@ A listener serves one *plane*, as in Kafka: a broker listener answers the client
 (``Plane.BROKER``), a controller listener (``controller.listener.names``) the quorum
 and broker-to-controller APIs (``Plane.CONTROLLER``: Vote, BeginQuorumEpoch,
 EndQuorumEpoch, metadata Fetch, BrokerRegistration/Heartbeat, AlterPartition,
-AllocateProducerIds). Each plane has its own table, so an API registered on one
+AllocateProducerIds, and the admin requests brokers forward: CreateTopics,
+DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, served by the
+broker plane's own handlers). Each plane has its own table, so an API registered on one
 plane is, on the other, exactly an unknown key: the Dispatcher of that plane closes
 the connection, and ApiVersions there does not list it. ApiVersions is on both.
 """
