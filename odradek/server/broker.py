@@ -548,10 +548,14 @@ class Broker:
         return controller
 
     async def stop(self) -> None:
-        if self.lifecycle is not None:
-            # Controlled shutdown while the controller listeners and the quorum still run.
+        # Controlled shutdown (want_shut_down until the controller fences this broker).
+        # The active controller of a quorum resigns first, so the hand-over is not
+        # delayed by its own broker's fencing: that is then asked of the next leader.
+        writer = self.metadata_writer
+        leading = writer is not None and writer.is_active
+        hand_over_first = bool(self.config.quorum_voters) and leading
+        if self.lifecycle is not None and not hand_over_first:
             await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
-            await self.lifecycle.stop()
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
@@ -572,6 +576,10 @@ class Broker:
             await self.raft_driver.shutdown(resign=True)
             if self.metadata_writer is not None:
                 self.metadata_writer.fail_waiters("the controller is shutting down")
+        if self.lifecycle is not None:
+            if hand_over_first:
+                await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+            await self.lifecycle.stop()
         if self.controller_server is not None:
             await self.controller_server.stop(grace_s=0.5)
         loop = asyncio.get_running_loop()
