@@ -320,3 +320,21 @@ def test_the_controllers_own_broker_is_never_timed_out() -> None:
         assert not controller.image.brokers[1].fenced
 
     run(body())
+
+
+def test_endpoints_leave_out_fenced_brokers_unless_asked() -> None:
+    from odradek.metadata.view import endpoints_for_listener
+
+    image = MetadataImage().apply(
+        [
+            MetadataRecord(
+                "RegisterBroker",
+                {"broker_id": b, "endpoints": [["PLAINTEXT", "h", 9090 + b]], "fenced": b == 2},
+            )
+            for b in (1, 2, 3)
+        ],
+        2,
+    )
+    assert [e.node_id for e in endpoints_for_listener(image, "PLAINTEXT")] == [1, 3]
+    every = endpoints_for_listener(image, "PLAINTEXT", include_fenced=True)
+    assert [(e.node_id, e.fenced) for e in every] == [(1, False), (2, True), (3, False)]
