@@ -47,6 +47,12 @@ from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BrokerImage, MetadataImage, MetadataRecord
 
 DEFAULT_SESSION_TIMEOUT_MS: Final = 9000  # broker.session.timeout.ms
+# Bounds on one registration: its record must fit one metadata batch with room to
+# spare, whatever a hostile controller-plane client sends.
+MAX_LISTENERS: Final = 64
+MAX_FEATURES: Final = 64
+MAX_LOG_DIRS: Final = 1024
+MAX_NAME_LENGTH: Final = 1024  # listener names, hosts, racks, feature names
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,6 +175,7 @@ class BrokerHeartbeatManager:
             raise ControllerError(
                 "INVALID_REQUEST", "a broker registration needs an incarnation id"
             )
+        check_registration(request)
         existing = image.brokers.get(request.broker_id)
         if existing is not None:
             if same_registration(existing, request):
@@ -260,6 +267,28 @@ class BrokerHeartbeatManager:
             if (b := brokers.get(broker_id)) is not None and not b.fenced
         ]
         return min(times) if times else None
+
+
+def check_registration(request: BrokerRegistration) -> None:
+    """INVALID_REQUEST for a registration too large or malformed to record."""
+    names = [e[0] for e in request.endpoints]
+    problem = None
+    if len(request.endpoints) > MAX_LISTENERS:
+        problem = f"{len(request.endpoints)} listeners (at most {MAX_LISTENERS})"
+    elif len(request.features) > MAX_FEATURES:
+        problem = f"{len(request.features)} features (at most {MAX_FEATURES})"
+    elif len(request.log_dirs) > MAX_LOG_DIRS:
+        problem = f"{len(request.log_dirs)} log dirs (at most {MAX_LOG_DIRS})"
+    elif len(set(names)) != len(names):
+        problem = "a listener name given twice"
+    else:
+        texts = [*names, *(e[1] for e in request.endpoints), *(f[0] for f in request.features)]
+        if request.rack is not None:
+            texts.append(request.rack)
+        if any(len(t) > MAX_NAME_LENGTH for t in texts):
+            problem = f"a name or host longer than {MAX_NAME_LENGTH} characters"
+    if problem is not None:
+        raise ControllerError("INVALID_REQUEST", f"broker {request.broker_id}: {problem}")
 
 
 def fence_records(brokers: Sequence[BrokerImage]) -> list[MetadataRecord]:

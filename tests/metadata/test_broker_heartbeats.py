@@ -175,9 +175,17 @@ def test_heartbeat_errors() -> None:
             with pytest.raises(ControllerError) as caught:
                 await controller.broker_heartbeat(request)
             assert caught.value.code == code
-        with pytest.raises(ControllerError) as bad:
-            await controller.register_broker(reg(2, ""))
-        assert bad.value.code == "INVALID_REQUEST"
+        for bad_request in (
+            reg(2, ""),
+            reg(-1, "x"),
+            reg(2, "x", endpoints=tuple(("L", "h", i) for i in range(65))),
+            reg(2, "x", endpoints=(("L", "h", 1), ("L", "h", 2))),
+            reg(2, "x", endpoints=(("L", "h" * 2000, 1),)),
+            reg(2, "x", log_dirs=tuple(str(i) for i in range(2000))),
+        ):
+            with pytest.raises(ControllerError) as bad:
+                await controller.register_broker(bad_request)
+            assert bad.value.code == "INVALID_REQUEST"
 
     run(body())
 
