@@ -10,7 +10,8 @@ paused with SIGSTOP stops heartbeating: past the session timeout the active
 controller fences it and it disappears from the Metadata of the other two, and a
 replication factor of 3 is then INVALID_REPLICATION_FACTOR; after SIGCONT its next
 heartbeat unfences it and it reappears. The zero-config node registers in-process,
-and again at once after kill -9. Every process is stopped by the test, by pid.
+and again at once after kill -9. Hostile registrations and heartbeats on a controller
+listener get Kafka's error codes. Every process is stopped by the test, by pid.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import json
 import os
 import signal
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,9 @@ from typing import Any
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
+from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
+from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Listener
+from kio.schema.errors import ErrorCode
 
 from tests.server.test_kraft_cluster import (
     NODE_IDS,
@@ -36,6 +41,7 @@ from tests.server.test_kraft_cluster import (
     write_node,
 )
 from tests.support.broker import BrokerProcess
+from tests.support.wire import WireClient
 
 HEARTBEAT_MS = 200
 SESSION_MS = 2000
@@ -205,5 +211,60 @@ def test_the_zero_config_node_registers_in_process_and_again_after_kill_9(
             "UnfenceBroker",
             "FenceBroker",  # the controlled shutdown
         ]
+    finally:
+        node.kill()
+
+
+def test_hostile_registrations_and_heartbeats_get_error_codes(tmp_path: Path) -> None:
+    """On a one-voter quorum's controller listener: another cluster, an oversized or
+    malformed registration, heartbeats of unknown brokers and stale epochs, and a
+    registration of a live broker's id by another incarnation are error codes; the node
+    keeps serving and logs no traceback."""
+    (port,) = free_ports(1)
+    properties, data_dir = write_node(tmp_path, 1, {1: port})
+    cluster_id = odradek("storage", "random-uuid").stdout.strip()
+    assert odradek("storage", "format", "-t", cluster_id, "-c", str(properties)).returncode == 0
+    node = BrokerProcess(data_dir, ["--config", str(properties)])
+    try:
+        node.start()
+
+        def registration(broker_id: int, cluster: str, listeners: int = 1) -> Any:
+            return BrokerRegistrationRequest(
+                broker_id=broker_id,
+                cluster_id=cluster,
+                incarnation_id=uuid.uuid4(),
+                listeners=tuple(
+                    Listener(name=f"L{i}", host="h", port=1 + i, security_protocol=0)
+                    for i in range(listeners)
+                ),
+                features=(),
+                rack=None,
+            )
+
+        def heartbeat(broker_id: int, epoch: int) -> Any:
+            return BrokerHeartbeatRequest(
+                broker_id=broker_id,
+                broker_epoch=epoch,
+                current_metadata_offset=10**12,
+                want_fence=False,
+                want_shut_down=False,
+            )
+
+        with WireClient(f"127.0.0.1:{port}") as client:
+            cases = [
+                (registration(7, "another-cluster"), ErrorCode.inconsistent_cluster_id),
+                (registration(7, cluster_id, listeners=1000), ErrorCode.invalid_request),
+                (registration(-5, cluster_id), ErrorCode.invalid_request),
+                (registration(1, cluster_id), ErrorCode.duplicate_broker_registration),
+                (heartbeat(42, 0), ErrorCode.broker_id_not_registered),
+                (heartbeat(1, 10**15), ErrorCode.stale_broker_epoch),
+            ]
+            for request, expected in cases:
+                assert client.request(request).error_code == expected, request
+            # a stranger registered (fenced) does not become a broker of the cluster
+            assert client.request(registration(9, cluster_id)).error_code == ErrorCode.none
+        assert confluent_brokers(node) == {1}
+        assert node.stop() == 0
+        assert "Traceback" not in node.log()
     finally:
         node.kill()
