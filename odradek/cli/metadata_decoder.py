@@ -2,8 +2,9 @@
 
 Like Kafka's DumpLogSegments metadata decoder: each record of the metadata log is one
 cluster change, keyed by its kind (``Topic``, ``Partition``, ``RegisterBroker``,
-``Config``, ...) with its fields as JSON (odradek's record format, see
-``odradek/metadata/image.py``), printed as ``payload: {"type":"Topic","data":{...}}``.
+``FenceBroker``, ``UnfenceBroker``, ``Config``, ...) with its fields as JSON
+(odradek's record format, see ``odradek/metadata/image.py``), printed as
+``payload: {"type":"Topic","data":{...}}``.
 A record that does not decode is shown as such rather than stopping the dump.
 """
 

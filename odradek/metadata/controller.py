@@ -12,7 +12,9 @@ complete at the high watermark) instead of today's local one (fsync the single
 voter's ``__cluster_metadata``). A failed append raises ControllerError
 KAFKA_STORAGE_ERROR and nothing of the change is applied or announced.
 
-Which brokers get the replicas of new partitions is placement.py's decision.
+Which brokers get the replicas of new partitions is placement.py's decision; broker
+registration, heartbeats and fencing are broker_heartbeats.py's, whose sessions (in
+memory, from ``now_ms``) belong to the leader epoch ``writer.active_epoch`` names.
 """
 
 from __future__ import annotations
@@ -20,12 +22,21 @@ from __future__ import annotations
 import asyncio
 import random
 import re
+import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from odradek.metadata import placement
+from odradek.metadata.broker_heartbeats import (
+    DEFAULT_SESSION_TIMEOUT_MS,
+    BrokerHeartbeat,
+    BrokerHeartbeatManager,
+    BrokerRegistration,
+    HeartbeatReply,
+    fence_records,
+)
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
@@ -85,6 +96,8 @@ class Controller:
         defaults: Callable[[], Mapping[str, int]],
         *,
         rng: random.Random | None = None,
+        session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        now_ms: Callable[[], int] | None = None,
     ) -> None:
         self.writer = writer
         self.node_id = node_id
@@ -93,6 +106,8 @@ class Controller:
         self._rng = rng or random.Random()  # placement's random start and shift
         self._listeners: list[Listener] = []
         self._lock = asyncio.Lock()
+        self._now_ms = now_ms or _monotonic_ms
+        self.heartbeats = BrokerHeartbeatManager(session_timeout_ms, local_node_id=node_id)
         loader.subscribe(self._on_published)  # first: the image for the next decision
 
     def add_listener(self, listener: Listener) -> None:
@@ -128,27 +143,47 @@ class Controller:
         return self.image
 
     # -- brokers ---------------------------------------------------------------------
-    async def register_broker(
-        self, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
+    def _active_now(self) -> int:
+        """The time, once the sessions belong to this active term; NOT_CONTROLLER if
+        this node is not the active controller."""
+        epoch = self.writer.active_epoch
+        if epoch < 0:
+            raise ControllerError("NOT_CONTROLLER", "node is not the active controller")
+        now = self._now_ms()
+        self.heartbeats.ensure_epoch(epoch, self.image, now)
+        return now
+
+    async def register_broker(self, request: BrokerRegistration) -> int:
+        """Register (or re-register) a broker; its broker epoch. Raises ControllerError
+        (DUPLICATE_BROKER_REGISTRATION, NOT_CONTROLLER, KAFKA_STORAGE_ERROR)."""
         async with self._lock:
-            current = self.image.brokers.get(self.node_id)
-            wanted = tuple(tuple(e) for e in endpoints)
-            if current is not None and current.endpoints == wanted and current.rack == rack:
-                return
-            await self._commit(
-                [
-                    MetadataRecord(
-                        "RegisterBroker",
-                        {
-                            "broker_id": self.node_id,
-                            "endpoints": [list(e) for e in wanted],
-                            "rack": rack,
-                            "incarnation_id": str(uuid.uuid4()),
-                        },
-                    )
-                ]
-            )
+            now = self._active_now()
+            image = await self._commit(self.heartbeats.registration(self.image, request, now))
+            return image.brokers[request.broker_id].epoch
+
+    async def broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
+        """A broker's heartbeat: unfence, fence or let it shut down; the reply once
+        the change is committed. Raises ControllerError (STALE_BROKER_EPOCH,
+        BROKER_ID_NOT_REGISTERED, NOT_CONTROLLER, KAFKA_STORAGE_ERROR)."""
+        async with self._lock:
+            now = self._active_now()
+            decision = self.heartbeats.heartbeat(self.image, request, now)
+            await self._commit(decision.records)
+            return decision.reply
+
+    async def fence_stale_brokers(self) -> list[int]:
+        """Fence the brokers whose session expired (the active controller's timer);
+        their ids. Does nothing on a node that is not the active controller."""
+        if self.writer.active_epoch < 0:
+            return []
+        async with self._lock:
+            try:
+                now = self._active_now()
+            except ControllerError:
+                return []
+            stale = self.heartbeats.stale(self.image.brokers, now)
+            await self._commit(fence_records(stale))
+            return [b.broker_id for b in stale]
 
     # -- topics ----------------------------------------------------------------------
     def _check_new_topic(self, topic: NewTopic, image: MetadataImage) -> list[MetadataRecord]:
@@ -387,6 +422,10 @@ class Controller:
                 ]
             )
             return first, PRODUCER_ID_BLOCK_SIZE
+
+
+def _monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 def _partition_record(

@@ -2,7 +2,7 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), auto-create, producer-id blocks, broker registration — goes
+IncrementalAlterConfigs), auto-create, producer-id blocks — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
 controller of this process (the single zero-config node; and, behind
@@ -10,7 +10,8 @@ controller of this process (the single zero-config node; and, behind
 requests), ``RemoteControllerChannel`` (controller_rpc.py) sends the change to the
 active controller over the controller listener, as every broker of a quorum does
 (Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/AlterConfigs/
-IncrementalAlterConfigs and has AllocateProducerIds and BrokerRegistration RPCs), so
+IncrementalAlterConfigs and has an AllocateProducerIds RPC; broker registration is
+BrokerRegistration/BrokerHeartbeat's, server/broker_lifecycle.py), so
 the signatures follow what a request can carry:
 
 - plain data in (names, counts, ``NewTopic``, ``ConfigOp``), never callables or images;
@@ -109,12 +110,6 @@ class ControllerChannel(Protocol):
         """Reserve a block of producer ids for ``broker_id``; raises ControllerError."""
         ...
 
-    async def register_broker(
-        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
-        """Register (or update) a broker's endpoints; raises ControllerError."""
-        ...
-
 
 class ConfigRules(Protocol):
     """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
@@ -185,13 +180,6 @@ class LocalControllerChannel:
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
         first, count = await self._controller().allocate_producer_ids(broker_id)
         return ProducerIdBlock(first, count)
-
-    async def register_broker(
-        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
-        controller = self._controller()
-        assert broker_id == controller.node_id, "combined mode: registers this node only"
-        await controller.register_broker(endpoints, rack)
 
 
 class GatedControllerChannel:
@@ -271,12 +259,6 @@ class GatedControllerChannel:
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
         self._check()
         return await self._channel.allocate_producer_ids(broker_id)
-
-    async def register_broker(
-        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
-        self._check()
-        await self._channel.register_broker(broker_id, endpoints, rack)
 
 
 __all__ = [

@@ -30,9 +30,8 @@ When no controller answers in time the call fails as a whole: REQUEST_TIMED_OUT,
 for every item of CreateTopics/DeleteTopics (the channel's per-item contract), raised
 by the single-item calls.
 
-``register_broker`` is not forwarded: registration is BrokerRegistration/
-BrokerHeartbeat's (a node registers through its own controller until then), so it
-raises UNSUPPORTED_VERSION here.
+Broker registration is not a channel call: it is BrokerRegistration/BrokerHeartbeat's
+(server/broker_lifecycle.py), sent over a controller client of its own.
 """
 
 from __future__ import annotations
@@ -337,14 +336,6 @@ class RemoteControllerChannel:
             f"producer ids up to {end} reserved", lambda image: image.next_producer_id >= end
         )
         return block
-
-    async def register_broker(
-        self, broker_id: int, endpoints: Sequence[tuple[str, str, int]], rack: str | None
-    ) -> None:
-        raise ControllerError(
-            "UNSUPPORTED_VERSION",
-            "broker registration is not forwarded (BrokerRegistration is not served yet)",
-        )
 
     async def close(self) -> None:
         await self.client.close()

@@ -47,7 +47,7 @@ class PartitionChange:
 @dataclass(frozen=True, slots=True)
 class BrokerChange:
     old: BrokerImage | None  # None: newly registered
-    new: BrokerImage
+    new: BrokerImage | None  # None: unregistered
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +118,7 @@ def between(
     for broker_id in keys.brokers:
         after_broker = new.brokers.get(broker_id)
         before_broker = old.brokers.get(broker_id)
-        if after_broker is not None and after_broker != before_broker:
+        if after_broker != before_broker:
             brokers[broker_id] = BrokerChange(before_broker, after_broker)
     configs: dict[tuple[str, str], ConfigChange] = {}
     for resource in keys.resources:

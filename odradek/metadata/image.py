@@ -9,7 +9,17 @@ a topic is created while it runs.
 Record encoding: each metadata record is one Kafka record whose key is the record
 type (``b"Topic"``, ...) and whose value is the JSON of its fields. Kafka encodes
 these with generated binary schemas; JSON keeps ``odradek dump-log
---print-data-log`` readable and is only ever read by odradek.
+--print-data-log`` readable and is only ever read by odradek. A field added later
+is read with a default when an older record lacks it, so old logs stay readable.
+
+Brokers (KIP-631): ``RegisterBroker`` carries the broker id, its incarnation id (one
+per process start), endpoints, rack, supported features, log dir ids and the
+``fenced`` flag (the controller writes new registrations fenced; a record without
+the flag, written before heartbeats existed, reads as unfenced). The broker epoch is
+the offset of that record (a snapshot carries it as ``broker_epoch``).
+``FenceBroker`` / ``UnfenceBroker`` (broker id and epoch) flip the flag, and
+``UnregisterBroker`` removes the broker; each applies only to the registration of
+that epoch, so a record about an older incarnation changes nothing.
 """
 
 from __future__ import annotations
@@ -51,11 +61,12 @@ class BrokerImage:
     endpoints: tuple[tuple[str, str, int], ...]  # (listener name, host, port)
     rack: str | None = None
     incarnation_id: str = ""
-    # Fenced brokers get no new replicas (placement.py). Registration, heartbeats and
-    # fencing come with the quorum; until then a RegisterBroker record may carry
-    # ``fenced`` and every broker registered without it is unfenced.
+    # Fenced brokers get no new replicas (placement.py) and are left out of Metadata
+    # responses: registered but not (yet, or no longer) heartbeating and caught up.
     fenced: bool = False
     epoch: int = -1  # Kafka's broker epoch: the offset of its RegisterBroker record
+    features: tuple[tuple[str, int, int], ...] = ()  # (name, min, max supported)
+    log_dirs: tuple[str, ...] = ()  # directory.id of each log dir (meta.properties)
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +136,8 @@ class MetadataImage:
                         "incarnation_id": broker.incarnation_id,
                         "fenced": broker.fenced,
                         "broker_epoch": broker.epoch,
+                        "features": [list(f) for f in broker.features],
+                        "log_dirs": list(broker.log_dirs),
                     },
                 )
             )
@@ -241,6 +254,11 @@ class _Builder:
             self.record_offset = first + index
             handler(self, record.fields)
 
+    def broker_map(self) -> dict[int, BrokerImage]:
+        if self.brokers is None:
+            self.brokers = dict(self.image.brokers)
+        return self.brokers
+
     def topic_map(self) -> dict[str, TopicImage]:
         if self.topics is None:
             self.topics = dict(self.image.topics)
@@ -292,10 +310,52 @@ def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
         bool(f.get("fenced", False)),
         # A snapshot carries the epoch (the offset of the original registration).
         f.get("broker_epoch", state.record_offset),
+        tuple((x[0], x[1], x[2]) for x in f.get("features", ())),
+        tuple(f.get("log_dirs", ())),
     )
-    if state.brokers is None:
-        state.brokers = dict(state.image.brokers)
-    state.brokers[broker.broker_id] = broker
+    state.broker_map()[broker.broker_id] = broker
+    state.changed.brokers.add(broker.broker_id)
+
+
+def _registered(state: _Builder, f: Mapping[str, Any]) -> BrokerImage | None:
+    """The broker the record names, if its registration is the epoch the record names."""
+    brokers = state.image.brokers if state.brokers is None else state.brokers
+    broker = brokers.get(f["broker_id"])
+    if broker is None or broker.epoch != f["broker_epoch"]:
+        return None
+    return broker
+
+
+def _set_fenced(state: _Builder, f: Mapping[str, Any], fenced: bool) -> None:
+    broker = _registered(state, f)
+    if broker is None or broker.fenced == fenced:
+        return
+    state.broker_map()[broker.broker_id] = BrokerImage(
+        broker.broker_id,
+        broker.endpoints,
+        broker.rack,
+        broker.incarnation_id,
+        fenced,
+        broker.epoch,
+        broker.features,
+        broker.log_dirs,
+    )
+    state.changed.brokers.add(broker.broker_id)
+
+
+def _fence_broker(state: _Builder, f: Mapping[str, Any]) -> None:
+    _set_fenced(state, f, True)
+
+
+def _unfence_broker(state: _Builder, f: Mapping[str, Any]) -> None:
+    _set_fenced(state, f, False)
+
+
+def _unregister_broker(state: _Builder, f: Mapping[str, Any]) -> None:
+    broker = _registered(state, f)
+    if broker is None:
+        return
+    del state.broker_map()[broker.broker_id]
     state.changed.brokers.add(broker.broker_id)
 
 
@@ -386,6 +446,9 @@ def _producer_ids(state: _Builder, f: Mapping[str, Any]) -> None:
 
 _APPLY = {
     "RegisterBroker": _register_broker,
+    "FenceBroker": _fence_broker,
+    "UnfenceBroker": _unfence_broker,
+    "UnregisterBroker": _unregister_broker,
     "Topic": _topic,
     "Partition": _partition,
     "RemoveTopic": _remove_topic,

@@ -200,6 +200,12 @@ class RaftMetadataWriter:
             and driver.epoch == self._claimed_epoch
         )
 
+    @property
+    def active_epoch(self) -> int:
+        """The epoch this node leads with its claim made, or -1."""
+        driver = self.driver
+        return driver.epoch if driver is not None and self.is_active else -1
+
     def caught_up(self) -> bool:
         """The loader applied everything the quorum is known to have committed."""
         driver = self.driver

@@ -22,6 +22,7 @@ class Endpoint:
     host: str
     port: int
     rack: str | None
+    fenced: bool = False
 
 
 class MetadataView(Protocol):
@@ -46,16 +47,27 @@ class MetadataView(Protocol):
         """The listener a request without one is answered for (the first configured)."""
         ...
 
-    def endpoints(self, image: MetadataImage, listener: str) -> list[Endpoint]:
-        """Each broker of ``image`` with an endpoint on ``listener``, by node id."""
+    def endpoints(
+        self, image: MetadataImage, listener: str, *, include_fenced: bool = False
+    ) -> list[Endpoint]:
+        """Each unfenced broker of ``image`` (every one with ``include_fenced``) with an
+        endpoint on ``listener``, by node id."""
         ...
 
 
-def endpoints_for_listener(image: MetadataImage, listener: str) -> list[Endpoint]:
+def endpoints_for_listener(
+    image: MetadataImage, listener: str, *, include_fenced: bool = False
+) -> list[Endpoint]:
+    """The live brokers' endpoints on ``listener``: a fenced broker (registered but not
+    caught up, or silent past ``broker.session.timeout.ms``) is left out, as Kafka's
+    metadata cache lists only alive brokers (Metadata, DescribeCluster, FindCoordinator);
+    DescribeCluster v2 may ask for them too (``include_fenced``, KIP-1073)."""
     endpoints = []
     for broker in sorted(image.brokers.values(), key=lambda b: b.broker_id):
+        if broker.fenced and not include_fenced:
+            continue
         for name, host, port in broker.endpoints:
             if name == listener:
-                endpoints.append(Endpoint(broker.broker_id, host, port, broker.rack))
+                endpoints.append(Endpoint(broker.broker_id, host, port, broker.rack, broker.fenced))
                 break
     return endpoints

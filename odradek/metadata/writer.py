@@ -64,6 +64,13 @@ class MetadataWriter(Protocol):
         """Start-up: feed the loader every batch known committed; the loader's image."""
         ...
 
+    @property
+    def active_epoch(self) -> int:
+        """The leader epoch in which this writer may write (it is the active
+        controller), or -1: what the controller's in-memory state (broker sessions)
+        belongs to."""
+        ...
+
 
 def read_committed_batches(
     log: Log, start_offset: int = 0
@@ -196,6 +203,10 @@ class LocalMetadataWriter:
         self.snapshotter = MetadataSnapshotter(snapshot_policy or SnapshotPolicy(), log.clock())
         self._snapshot_task: asyncio.Task[None] | None = None
         self._last_timestamp_ms = -1  # of the last committed batch
+
+    @property
+    def active_epoch(self) -> int:
+        return -1 if self._failed is not None else CONTROLLER_EPOCH
 
     def replay(self) -> MetadataImage:
         run = self.loader.replay()

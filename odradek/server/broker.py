@@ -10,13 +10,16 @@ voters of ``controller.quorum.voters`` over the controller listeners, or this no
 alone, which elects itself without any network — and wait until the loader has
 applied the quorum's high watermark of the current epoch; only then check partition
 dirs against the image, bind the broker listeners (so port 0 becomes a real port),
-register this broker with those endpoints through its own controller (only the
-active controller can write: elsewhere the registration is retried in the
-background), create the partitions the
-image assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, and
-only then accept client connections and print the ready line.
-Shutdown runs the other way: stop accepting, let in-flight requests finish, resign
-and stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
+start the broker lifecycle (broker_lifecycle.py: BrokerRegistration with those
+endpoints, then BrokerHeartbeats, to the active controller over the controller
+listeners, or in-process on the zero-config node), create the partitions the image
+assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, wait until
+the controller has unfenced this broker, and only then accept client connections and
+print the ready line. The active controller's session timer (``_session_ticks``)
+fences brokers that stopped heartbeating.
+Shutdown runs the other way: a controlled shutdown (want_shut_down, a brief wait for
+the controller's answer), stop accepting, let in-flight requests finish, resign and
+stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
 marker.
 
 This module is the composition root: it builds the parts and hands each only the
@@ -29,8 +32,10 @@ change goes through one ``ControllerChannel``: the single zero-config node's
 controller listeners — even when that is this node, so one code path serves every
 node whoever leads. The controller listener serves those forwarded requests with
 this node's own controller behind ``GatedControllerChannel`` (NOT_CONTROLLER unless
-it is the active one). Nothing imports this module but the ``serve`` command and
-tests.
+it is the active one), and BrokerRegistration/BrokerHeartbeat with the controller
+itself. Both controller clients (forwarding, lifecycle) reach this node's own
+controller where its listener bound (``own_controller``). Nothing imports this
+module but the ``serve`` command and tests.
 """
 
 from __future__ import annotations
@@ -71,6 +76,12 @@ from odradek.raft.driver import RaftDriver
 from odradek.raft.election_store import QUORUM_STATE_FILE, ElectionState, FileElectionStore
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.replica_manager import ReplicaManager
+from odradek.server.broker_lifecycle import (
+    BrokerLifecycleManager,
+    broker_registration,
+    lifecycle_manager,
+    new_incarnation_id,
+)
 from odradek.server.config import (
     BROKER_CONFIGS,
     CONFIGS_BY_NAME,
@@ -111,8 +122,8 @@ SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
 # (a single voter is there within one append linger), and logs the wait every 5 s.
 CATCH_UP_POLL_S: Final = 0.01
 CATCH_UP_LOG_EVERY_S: Final = 5.0
-# A node that is not the active controller retries its registration this often.
-REGISTRATION_RETRY_S: Final = 1.0
+# How long a SIGTERM'd broker waits for the controller's should_shut_down.
+CONTROLLED_SHUTDOWN_WAIT_S: Final = 1.0
 
 
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
@@ -173,7 +184,12 @@ class Broker:
         # own, accepting before the broker listeners do, since the quorum must run
         # before this node can catch up.
         self.controller_server: SocketServer | None = None
-        self._registration: asyncio.Task[None] | None = None
+        # One per process start: the controller tells this run from an earlier one.
+        self.incarnation_id = new_incarnation_id()
+        self.lifecycle: BrokerLifecycleManager | None = None
+        # This node's voter entry at the controller listener it bound, once bound.
+        self.own_controller: QuorumVoter | None = None
+        self._session_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
@@ -272,7 +288,8 @@ class Broker:
             port = listener.port or ports.get(listener.name, listener.port)
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
-        await self._register(endpoints)
+        self._start_lifecycle(endpoints)
+        self._session_timer = asyncio.create_task(self._session_ticks())
         # The loader caught up with the quorum's high watermark (_start_quorum): the
         # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
@@ -283,6 +300,11 @@ class Broker:
         self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
+        assert self.lifecycle is not None
+        await self.lifecycle.wait_unfenced()
+        # ... and this node's own image shows it (its Metadata lists this broker).
+        while (me := self.image.brokers.get(self.node_id)) is None or me.fenced:
+            await asyncio.sleep(CATCH_UP_POLL_S)
         self.server.start()
         return [b.url() for b in bound] + [b.url() for b in controller_bound]
 
@@ -325,6 +347,7 @@ class Broker:
                 metadata=self.metadata_view,
                 config=self.config_view,
                 controller=gate,
+                brokers=self.controller,
             )
             self.controller_server = SocketServer(
                 Dispatcher(services, Plane.CONTROLLER),
@@ -336,15 +359,16 @@ class Broker:
                 for li in self.config.controller_listeners
             ]
             self.controller_server.start()
-            if self.remote_channel is not None and bound:
-                # Forwarding to this node goes to the listener it bound, whatever the
-                # voters entry says (port 0, a name only the other nodes resolve).
+            if bound:
+                # This node's controller clients (forwarding, the broker lifecycle) reach
+                # it at the listener it bound, whatever the voters entry says (port 0, a
+                # name only the other nodes resolve).
                 own = bound[0]
                 host = "127.0.0.1" if own.host in ("", "0.0.0.0") else own.host
                 host = "::1" if host == "::" else host
-                await self.remote_channel.client.set_address(
-                    QuorumVoter(self.node_id, host, own.port)
-                )
+                self.own_controller = QuorumVoter(self.node_id, host, own.port)
+                if self.remote_channel is not None:
+                    await self.remote_channel.client.set_address(self.own_controller)
         driver.start()
         await self._wait_caught_up(writer, driver)
         return bound
@@ -369,32 +393,47 @@ class Broker:
                     writer.applied_end,
                 )
 
-    async def _register(self, endpoints: list[tuple[str, str, int]]) -> None:
-        """Register this broker through its own controller; a node whose controller is
-        not the active one keeps trying in the background (registration is not
-        forwarded: BrokerRegistration will replace this)."""
-        rack = self.config["broker.rack"]
-        try:
-            await self.local_channel.register_broker(self.node_id, endpoints, rack)
-        except ControllerError as error:
-            if error.code != "NOT_CONTROLLER":
-                raise
-            logger.info("broker registration deferred: %s", error)
-            self._registration = asyncio.create_task(self._register_later(endpoints))
+    def _start_lifecycle(self, endpoints: list[tuple[str, str, int]]) -> None:
+        """Register this broker and keep heartbeating (broker_lifecycle.py): over the
+        controller listeners to the active controller when a quorum is configured,
+        in-process on the zero-config node."""
+        self.lifecycle = lifecycle_manager(
+            self.config,
+            self.cluster_id,
+            self.controller_voters(),
+            broker_registration(self.config, self.incarnation_id, endpoints),
+            lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
+            lambda: self.controller,
+            lambda: self.metadata_loader.image.offset,
+        )
+        self.lifecycle.start()
 
-    async def _register_later(self, endpoints: list[tuple[str, str, int]]) -> None:
-        rack = self.config["broker.rack"]
+    def controller_voters(self) -> list[QuorumVoter]:
+        """controller.quorum.voters, with this node at the controller listener it bound."""
+        own = self.own_controller
+        return [
+            own if own is not None and v.node_id == own.node_id else v
+            for v in self.config.quorum_voters
+        ]
+
+    async def _session_ticks(self) -> None:
+        """The active controller fences brokers whose heartbeats stopped (elsewhere
+        this does nothing)."""
+        timeout_ms = self.config["broker.session.timeout.ms"]
+        tick_s = max(0.05, min(0.5, timeout_ms / 8000))  # well inside half a session
         while True:
-            await asyncio.sleep(REGISTRATION_RETRY_S)
-            if self.metadata_writer is None or not self.metadata_writer.is_active:
-                continue
+            await asyncio.sleep(tick_s)
             try:
-                await self.local_channel.register_broker(self.node_id, endpoints, rack)
-            except ControllerError as error:
-                logger.info("broker registration deferred: %s", error)
+                fenced = await self.controller.fence_stale_brokers()
+            except ControllerError as error:  # lost leadership or a full disk: next tick
+                logger.debug("fencing stale brokers: %s", error)
                 continue
-            logger.info("broker %d registered", self.node_id)
-            return
+            if fenced:
+                logger.info(
+                    "fenced broker(s) %s: no heartbeat for broker.session.timeout.ms=%d",
+                    ", ".join(map(str, fenced)),
+                    timeout_ms,
+                )
 
     def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
         directory = self.config.metadata_log_dir / METADATA_LOG_DIR
@@ -497,16 +536,33 @@ class Broker:
             FileSnapshotStore(raft_log.storage_log.directory),
             policy,
         )
-        return Controller(writer, self.metadata_loader, self.node_id, self.dynamic_defaults)
+        controller = Controller(
+            writer,
+            self.metadata_loader,
+            self.node_id,
+            self.dynamic_defaults,
+            session_timeout_ms=self.config["broker.session.timeout.ms"],
+        )
+        # This node's broker runs in this process: its older incarnation is dead.
+        controller.heartbeats.local_incarnation_id = self.incarnation_id
+        return controller
 
     async def stop(self) -> None:
+        # Controlled shutdown (want_shut_down until the controller fences this broker).
+        # The active controller of a quorum resigns first, so the hand-over is not
+        # delayed by its own broker's fencing: that is then asked of the next leader.
+        writer = self.metadata_writer
+        leading = writer is not None and writer.is_active
+        hand_over_first = bool(self.config.quorum_voters) and leading
+        if self.lifecycle is not None and not hand_over_first:
+            await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
         for dispatcher in self.dispatchers.values():
             dispatcher.malformed.close()  # the counts the last interval suppressed
             dispatcher.unsupported.close()
-        for task in (self._housekeeping, self._snapshot_timer, self._registration):
+        for task in (self._housekeeping, self._snapshot_timer, self._session_timer):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -520,6 +576,10 @@ class Broker:
             await self.raft_driver.shutdown(resign=True)
             if self.metadata_writer is not None:
                 self.metadata_writer.fail_waiters("the controller is shutting down")
+        if self.lifecycle is not None:
+            if hand_over_first:
+                await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+            await self.lifecycle.stop()
         if self.controller_server is not None:
             await self.controller_server.stop(grace_s=0.5)
         loop = asyncio.get_running_loop()
@@ -662,8 +722,10 @@ class BrokerMetadata:
     def default_listener(self) -> str:
         return self._broker.default_listener_name
 
-    def endpoints(self, image: MetadataImage, listener: str) -> list[Endpoint]:
-        return endpoints_for_listener(image, listener)
+    def endpoints(
+        self, image: MetadataImage, listener: str, *, include_fenced: bool = False
+    ) -> list[Endpoint]:
+        return endpoints_for_listener(image, listener, include_fenced=include_fenced)
 
 
 class BrokerConfigs:

@@ -6,9 +6,10 @@ channel, the group coordinator, config lookups, producer ids, the log dirs. Each
 is a small Protocol, so a test fakes just the part a handler uses, and the cluster
 work can swap one (an RPC ``ControllerChannel`` on a broker-only node, a transaction
 coordinator) without touching handlers. A controller listener's handlers get a
-``ControllerServices`` instead: the Raft driver for the quorum APIs, and the same
+``ControllerServices`` instead: the Raft driver for the quorum APIs, the same
 ``AdminServices`` the broker's admin handlers use, over this node's own controller,
-for the admin requests brokers forward. ``broker.py`` is the
+for the admin requests brokers forward, and the controller's broker decisions for
+BrokerRegistration and BrokerHeartbeat. ``broker.py`` is the
 composition root: it builds a ``Services`` from its parts and nothing imports it.
 
 Where the parts live: ``MetadataView`` in ``metadata/view.py`` and
@@ -29,6 +30,11 @@ from odradek.metadata.view import Endpoint, MetadataView
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.metadata.broker_heartbeats import (
+        BrokerHeartbeat,
+        BrokerRegistration,
+        HeartbeatReply,
+    )
     from odradek.raft.driver import RaftDriver
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
@@ -117,14 +123,30 @@ class BrokerServices(AdminServices, Protocol):
     def log_dirs(self) -> LogDirsView: ...
 
 
+class BrokerControl(Protocol):
+    """The controller's broker decisions (``metadata.controller.Controller`` fits)."""
+
+    async def register_broker(self, request: BrokerRegistration) -> int:
+        """The broker epoch; raises ControllerError."""
+        ...
+
+    async def broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
+        """Raises ControllerError."""
+        ...
+
+
 class ControllerServices(AdminServices, Protocol):
     """What the CONTROLLER plane's handlers see: the node's Raft driver (the quorum
-    APIs) and, for the forwarded admin requests, this node's image and config tables
+    APIs); for the forwarded admin requests, this node's image and config tables
     and a channel to its own controller that answers NOT_CONTROLLER unless this node
-    is the active controller (``GatedControllerChannel``)."""
+    is the active controller (``GatedControllerChannel``); and the controller's broker
+    registration and heartbeats (NOT_CONTROLLER unless active, from the controller)."""
 
     @property
     def raft(self) -> RaftDriver: ...
+
+    @property
+    def brokers(self) -> BrokerControl: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +157,7 @@ class ControllerPlaneServices:
     metadata: MetadataView
     config: ConfigView
     controller: ControllerChannel
+    brokers: BrokerControl
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,6 +176,7 @@ class Services:
 
 __all__ = [
     "AdminServices",
+    "BrokerControl",
     "BrokerServices",
     "ConfigContext",
     "ConfigView",

@@ -34,6 +34,7 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.server.broker import METADATA_LOG_CONFIG
 from odradek.storage.log_loader import open_log
+from tests.support.brokers import register_unfenced
 
 T = TypeVar("T")
 DEFAULTS = {"num.partitions": 2, "default.replication.factor": 1}
@@ -75,7 +76,7 @@ async def channel_over(tmp_path: Path) -> AsyncIterator[tuple[LocalControllerCha
     loader = MetadataLoader()
     controller = Controller(LocalMetadataWriter(log, loader), loader, 1, lambda: DEFAULTS)
     channel = LocalControllerChannel(lambda: controller, Rules())
-    await channel.register_broker(1, [("PLAINTEXT", "localhost", 9092)], None)
+    await register_unfenced(controller, 1)
     try:
         yield channel, controller
     finally:
@@ -90,17 +91,6 @@ def run(
             return await body(channel, controller)
 
     return asyncio.run(go())
-
-
-def test_register_broker_is_in_the_image_when_it_returns(tmp_path: Path) -> None:
-    async def body(channel: LocalControllerChannel, controller: Controller) -> None:
-        assert controller.image.brokers[1].endpoints == (("PLAINTEXT", "localhost", 9092),)
-        await channel.register_broker(1, [("PLAINTEXT", "otherhost", 9093)], "r1")
-        assert controller.image.brokers[1].rack == "r1"
-        with pytest.raises(AssertionError, match="combined mode"):
-            await channel.register_broker(2, [("PLAINTEXT", "h", 1)], None)
-
-    run(tmp_path, body)
 
 
 def test_create_topics_answers_an_error_or_none_per_topic_and_the_image_has_them(

@@ -48,6 +48,7 @@ from odradek.server.handlers import Plane
 from odradek.server.services import ControllerPlaneServices
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
+from tests.support.brokers import register_unfenced
 
 DEFAULTS = {"num.partitions": 2, "default.replication.factor": 1}
 FOLLOWER_LAG_S = 0.2
@@ -107,7 +108,7 @@ async def forwarding(tmp_path: Path, lag_s: float = FOLLOWER_LAG_S) -> AsyncIter
     controller = Controller(LocalMetadataWriter(log, loader), loader, 1, lambda: DEFAULTS)
     node = Node(controller)
     local = LocalControllerChannel(lambda: controller, BrokerConfigRules(node, node))
-    await local.register_broker(1, [("PLAINTEXT", "localhost", 9092)], None)
+    await register_unfenced(controller, 1)
     follower = [controller.image]
     loop = asyncio.get_running_loop()
 
@@ -122,6 +123,7 @@ async def forwarding(tmp_path: Path, lag_s: float = FOLLOWER_LAG_S) -> AsyncIter
         metadata=node,
         config=node,
         controller=gate,
+        brokers=controller,
     )
     server = SocketServer(
         Dispatcher(services, Plane.CONTROLLER), max_frame_bytes=1 << 20, idle_timeout_ms=10_000

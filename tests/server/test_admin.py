@@ -61,7 +61,7 @@ def test_claimed_admin_versions_are_the_tested_ones() -> None:
     assert claimed[DESCRIBE_LOG_DIRS] == (1, 4)
     assert claimed[CREATE_PARTITIONS] == (0, 3)
     assert claimed[INCREMENTAL_ALTER_CONFIGS] == (0, 1)
-    assert claimed[DESCRIBE_CLUSTER] == (0, 1)
+    assert claimed[DESCRIBE_CLUSTER] == (0, 2)
 
 
 # -- request builders ------------------------------------------------------------------
@@ -316,7 +316,7 @@ def test_create_partitions(shared_broker: BrokerProcess, version: int) -> None:
 
 
 # -- DescribeCluster -----------------------------------------------------------------------
-@pytest.mark.parametrize("version", range(0, 2))
+@pytest.mark.parametrize("version", range(0, 3))
 def test_describe_cluster(shared_broker: BrokerProcess, version: int) -> None:
     module = nested(DESCRIBE_CLUSTER, version)
     with WireClient(shared_broker.bootstrap) as client:
@@ -326,8 +326,11 @@ def test_describe_cluster(shared_broker: BrokerProcess, version: int) -> None:
                 module.DescribeClusterRequest,
                 include_cluster_authorized_operations=False,
                 endpoint_type=1,
+                include_fenced_brokers=True,  # v2 (KIP-1073): fenced ones too, marked
             )
         )
+        if version >= 2:  # the single node is unfenced before it is ready
+            assert [b.is_fenced for b in response.brokers] == [False]
         assert response.error_code == ErrorCode.none
         assert (response.cluster_id, response.controller_id) == (cluster_id, 1)
         assert [(b.broker_id, b.host, b.port, b.rack) for b in response.brokers] == [
@@ -341,6 +344,7 @@ def test_describe_cluster(shared_broker: BrokerProcess, version: int) -> None:
                 module.DescribeClusterRequest,
                 include_cluster_authorized_operations=True,
                 endpoint_type=1,
+                include_fenced_brokers=False,
             )
         )
         operations = response.cluster_authorized_operations
@@ -351,6 +355,7 @@ def test_describe_cluster(shared_broker: BrokerProcess, version: int) -> None:
                     module.DescribeClusterRequest,
                     include_cluster_authorized_operations=False,
                     endpoint_type=2,
+                    include_fenced_brokers=False,
                 )
             )
             assert controllers.error_code == ErrorCode.unsupported_endpoint_type

@@ -197,7 +197,13 @@ def test_a_node_waiting_for_its_quorum_stops_on_sigterm(tmp_path: Path) -> None:
     assert odradek("storage", "format", "-t", cluster_id, "-c", str(properties)).returncode == 0
     node = BrokerProcess(data_dir, ["--config", str(properties)]).launch()
     try:
-        time.sleep(2)  # alone: no majority, so never ready
+        # Alone: no majority, so never ready. Wait until it is waiting (its signal
+        # handlers are installed by then; a loaded machine may take seconds to get there).
+        deadline = time.monotonic() + 60
+        while "odradek.raft: node 1 starts as" not in node.log():
+            assert time.monotonic() < deadline and node.alive(), node.log()
+            time.sleep(0.1)
+        time.sleep(1)
         assert node.alive()
         begun = time.monotonic()
         assert node.stop() == 1

@@ -17,6 +17,7 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.server.broker import METADATA_LOG_CONFIG
 from odradek.storage.log_loader import open_log
+from tests.support.brokers import register_unfenced
 
 
 def test_create_topics_at_the_partition_limit_commits_and_replays(tmp_path: Path) -> None:
@@ -31,7 +32,7 @@ def test_create_topics_at_the_partition_limit_commits_and_replays(tmp_path: Path
             0,
             lambda: {"num.partitions": 1, "default.replication.factor": 1},
         )
-        await controller.register_broker([("PLAINTEXT", "localhost", 9092)], None)
+        await register_unfenced(controller, 0)
         (result,) = await controller.create_topics(
             [NewTopic("wide", MAX_PARTITIONS_PER_REQUEST, 1)], False
         )

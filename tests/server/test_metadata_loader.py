@@ -30,6 +30,7 @@ from odradek.storage.errors import CommittedDataCorruptError
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
+from tests.support.brokers import register_unfenced
 
 from .test_metadata_image import as_model, record_lists
 
@@ -271,12 +272,14 @@ def test_the_controller_decides_on_the_image_the_loader_publishes(tmp_path: Path
     controller.replay()
 
     async def changes() -> None:
-        await controller.register_broker([("PLAINTEXT", "localhost", 9092)], None)
+        await register_unfenced(controller, 0)
         await controller.create_topics([NewTopic("t")], False)
 
     asyncio.run(changes())
     log.close()
-    assert controller.image is loader.image and len(seen.published) == 2
+    assert (
+        controller.image is loader.image and len(seen.published) == 3
+    )  # registered, unfenced, created
     delta, image = seen.published[-1]
     assert image is controller.image and set(image.topics["t"].partitions) == {0, 1}
     assert [t.name for t in delta.created_topics.values()] == ["t"]

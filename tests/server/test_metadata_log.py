@@ -33,7 +33,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.metadata.image import MetadataRecord
 from odradek.records.batch import iter_batches
-from odradek.records.codec import Record, encode_batch
+from odradek.records.codec import Record, decode_batch, encode_batch
 from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
 from odradek.storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
@@ -207,7 +207,8 @@ def pristine(restartable: BrokerProcess, tmp_path: Path) -> tuple[BrokerProcess,
         topic = make_topic(client, "c")
         for _ in range(10):
             assert produce(client, topic, 0, batch([b"x" * 100] * 50)).error_code == 0
-        set_topic_configs(client, topic, retention_ms="7200000")  # the last metadata batch
+        # the last change (the clean stop then fences the broker: controlled shutdown)
+        set_topic_configs(client, topic, retention_ms="7200000")
     assert broker.stop() == 0
     copy = tmp_path / "pristine"
     shutil.copytree(broker.data_dir, copy)
@@ -295,9 +296,18 @@ def test_torn_tail_is_cut_and_the_operator_may_start_from_the_metadata_before_da
         assert list_offset(client, topic, 0, -1).offset == 500
     broker.stop()
 
-    # Damage in the last flushed batch (the config change): refused, unless asked.
+    # Damage in the flushed batch of the config change: refused, unless asked.
     path = restore(broker, copy)
-    *_, last = iter_batches(path.read_bytes())
+    data = path.read_bytes()
+    *_, last = (
+        h
+        for h in iter_batches(data)
+        if not h.is_control
+        and any(
+            r.key == b"Config"
+            for r in decode_batch(data[h.position : h.position + h.batch_length + 12]).records
+        )
+    )
     flip(path, last.position + 40, mask=0x10)
     line = serve_refused(broker.data_dir)
     assert f"position {last.position}" in line, line

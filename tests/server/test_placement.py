@@ -126,6 +126,8 @@ class MemoryWriter:
     def replay(self) -> MetadataImage:
         return self.loader.image
 
+    active_epoch = 1
+
 
 def controller_with(brokers: dict[int, bool]) -> Controller:
     """A controller whose image has these brokers (id → fenced)."""

@@ -37,6 +37,7 @@ from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from odradek.storage.log_manager import CLEAN_SHUTDOWN_FILE, LogManager, LogManagerSettings
+from tests.support.brokers import register_unfenced
 
 from .conftest import FakeClock, make_batch
 
@@ -88,7 +89,7 @@ def controller(tmp_path: Path) -> Iterator[Controller]:
     log = open_metadata_log(tmp_path / "__cluster_metadata-0")
     controller = local_controller(log)
     controller.replay()
-    asyncio.run(controller.register_broker([("PLAINTEXT", "localhost", 9092)], None))
+    asyncio.run(register_unfenced(controller, 1))
     yield controller
     log.close()
 

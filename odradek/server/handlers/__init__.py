@@ -86,6 +86,7 @@ def load_all() -> None:
     """Import every handler module so that its ``@handles`` entries register."""
     from odradek.server.handlers import (  # noqa: F401
         api_versions,
+        broker_registration,
         cluster_admin,
         configs,
         consumer_groups,

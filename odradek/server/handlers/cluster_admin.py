@@ -1,7 +1,9 @@
 """DescribeCluster (key 60) and DescribeLogDirs (key 35).
 
-DescribeCluster answers with the brokers' endpoints on the listener the request came
-in on (as Metadata does) and this node as controller; a node serving clients
+DescribeCluster answers with the unfenced brokers' endpoints on the listener the
+request came in on (as Metadata does) and the active controller; v2 (KIP-1073) adds
+the fenced ones too, marked ``is_fenced``, when the request sets
+``include_fenced_brokers``; a node serving clients
 describes brokers only, so endpoint_type 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE,
 as on a Kafka broker. DescribeLogDirs lists every log dir with the size of each
 partition in it; there are no future replicas or intra-broker moves yet, so
@@ -30,7 +32,7 @@ DESCRIBE_CLUSTER_KEY = 60
 BROKERS_ENDPOINT: Final = 1
 
 
-@handles(DESCRIBE_CLUSTER_KEY, 0, 1)
+@handles(DESCRIBE_CLUSTER_KEY, 0, 2)
 async def describe_cluster(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_CLUSTER_KEY, request.header.api_version)
     body = request.body
@@ -52,10 +54,17 @@ async def describe_cluster(services: BrokerServices, request: Request) -> Any:
         )
     brokers = tuple(
         make(
-            module.DescribeClusterBroker, broker_id=e.node_id, host=e.host, port=e.port, rack=e.rack
+            module.DescribeClusterBroker,
+            broker_id=e.node_id,
+            host=e.host,
+            port=e.port,
+            rack=e.rack,
+            is_fenced=e.fenced,
         )
         for e in services.metadata.endpoints(
-            services.metadata.image, request_listener(services, request)
+            services.metadata.image,
+            request_listener(services, request),
+            include_fenced=bool(getattr(body, "include_fenced_brokers", False)),
         )
     )
     return make(

@@ -1,5 +1,9 @@
 """Metadata (key 3): brokers, topics, partitions and leaders from the metadata image.
 
+Brokers are the unfenced ones only (``MetadataView.endpoints``): a broker that has not
+caught up since it registered, or stopped heartbeating, is left out. A partition led
+by a fenced broker still names it as leader until leader election lands (next issue).
+
 Authorized operations (KIP-430): v8+ report a topic's when the request sets
 ``include_topic_authorized_operations``; v8-v10 report the cluster's when it sets
 ``include_cluster_authorized_operations`` (v11 moved that to DescribeCluster,
