@@ -149,3 +149,22 @@ def response_schema(api_key: int, api_version: int) -> type:
 
 def request_schema(api_key: int, api_version: int) -> type:
     return load_request_schema(api_key, api_version)
+
+
+def warm_codecs(versions: dict[int, tuple[int, int]]) -> None:
+    """Build now, ahead of need, the codecs of each API's highest version in both
+    directions: served (request reader and bounds checker, response writer) and sent to
+    a peer (request writer, response reader). They are otherwise built lazily on first
+    use, and the first use of the quorum APIs is a failover: a successor's first
+    election imported kio's Vote/BeginQuorumEpoch modules and generated their checkers
+    in the middle of it (a third of its CPU in a 1.7 s SIGTERM hand-over, bench/cluster.py).
+    Pure and idempotent (the builders are cached), so it may run on a worker thread."""
+    for api_key, (_lowest, highest) in versions.items():
+        _request_codec(api_key, highest)
+        _response_codec(api_key, highest)
+        request = load_request_schema(api_key, highest)
+        response = load_response_schema(api_key, highest)
+        entity_writer(request.__header_schema__)
+        entity_writer(request)
+        entity_reader(response.__header_schema__)
+        entity_reader(response)

@@ -69,6 +69,7 @@ from odradek.metadata.view import Endpoint, endpoints_for_listener
 from odradek.metadata.writer import MetadataSnapshotsUnusableError
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
+from odradek.protocol.messages import warm_codecs
 from odradek.raft.config import RaftConfig
 from odradek.raft.control_records import leader_change_entry
 from odradek.raft.disk_log import DiskRaftLog
@@ -92,7 +93,7 @@ from odradek.server.config import (
 from odradek.server.config_alter import BrokerConfigRules
 from odradek.server.coordinator_io import ChannelTopicCreator, ReplicaPartitionWriter
 from odradek.server.dispatcher import Dispatcher
-from odradek.server.handlers import Plane
+from odradek.server.handlers import Plane, supported_versions
 from odradek.server.services import ControllerPlaneServices, Services
 from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
@@ -191,6 +192,7 @@ class Broker:
         self.own_controller: QuorumVoter | None = None
         self._session_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
+        self._codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
@@ -359,6 +361,11 @@ class Broker:
                 for li in self.config.controller_listeners
             ]
             self.controller_server.start()
+            # The quorum APIs' codecs are built now, on a worker thread, not lazily
+            # in the middle of this node's first election (a failover).
+            self._codec_warmup = asyncio.create_task(
+                asyncio.to_thread(warm_codecs, supported_versions(Plane.CONTROLLER))
+            )
             if bound:
                 # This node's controller clients (forwarding, the broker lifecycle) reach
                 # it at the listener it bound, whatever the voters entry says (port 0, a
@@ -562,7 +569,12 @@ class Broker:
         for dispatcher in self.dispatchers.values():
             dispatcher.malformed.close()  # the counts the last interval suppressed
             dispatcher.unsupported.close()
-        for task in (self._housekeeping, self._snapshot_timer, self._session_timer):
+        for task in (
+            self._housekeeping,
+            self._snapshot_timer,
+            self._session_timer,
+            self._codec_warmup,
+        ):
             if task is not None:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):

@@ -760,3 +760,18 @@ def test_list_offsets_unknown_partition(shared_broker: BrokerProcess) -> None:
         response = list_offset(client, unique("nope"), 0, -1)
     assert response.error_code == ErrorCode.unknown_topic_or_partition
     assert response.offset == -1
+
+
+def test_warm_codecs_builds_the_highest_version_of_each_api_both_ways() -> None:
+    from odradek.protocol import messages
+
+    messages._request_codec.cache_clear()
+    messages._response_codec.cache_clear()
+    messages.warm_codecs({52: (0, 2), 1: (12, 18)})  # Vote, the metadata Fetch
+    built = messages._request_codec.cache_info().currsize
+    assert built == 2 and messages._response_codec.cache_info().currsize == 2
+    messages._request_codec(52, 2)
+    messages._response_codec(1, 18)
+    assert messages._request_codec.cache_info().hits == 1  # built by the warm-up
+    assert messages._response_codec.cache_info().hits == 1
+    assert messages._request_codec.cache_info().currsize == built  # no lower version
