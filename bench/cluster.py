@@ -174,11 +174,14 @@ def restart_times(base: Path, rounds: int) -> tuple[list[float], list[float], in
     try:
         quorum.start()
         leader, _ = quorum.wait_for_leader(ROUND_TIMEOUT_S)
-        # Every log as long as the leader's before the stop, and the leader stopped last
-        # (a follower stopped after it would elect itself and write a LeaderChange).
+        # Every log as long as the leader's (and flushed: a follower reports only what
+        # it flushed), then all three killed at once: a clean stop would not do, as each
+        # broker's controlled shutdown has the controller write a FenceBroker that the
+        # nodes already stopped never receive (and a follower stopped last would elect
+        # itself and write a LeaderChange).
         wait_converged(quorum)
-        for node_id in sorted(quorum.node_ids, key=lambda n: n == leader):
-            quorum.stop(node_id)
+        for node_id in quorum.node_ids:
+            quorum.kill(node_id)
         records = history("churn")
         ends = {append_history(quorum.data_dir(n), records) for n in quorum.node_ids}
         if len(ends) != 1:
