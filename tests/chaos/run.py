@@ -187,16 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="odradek-chaos-"))
     result = run(config, workdir, progress=lambda line: print(line, flush=True))
     print(table(result))
-    if not result.passed:
-        print(details(result))
-        print(f"data kept in {workdir}")
-        print(f"replay: {replay}")
-        return 1
-    if args.keep:
-        print(f"data kept in {workdir}")
-    else:
-        shutil.rmtree(workdir, ignore_errors=True)
-    return 0
+    return _verdict(result, workdir, replay, keep=args.keep)
 
 
 def main_quorum(args: argparse.Namespace, seed: int) -> int:
@@ -217,12 +208,18 @@ def main_quorum(args: argparse.Namespace, seed: int) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="odradek-chaos-quorum-"))
     result = run_quorum(config, workdir, progress=lambda line: print(line, flush=True))
     print(quorum_table(result))
+    return _verdict(result, workdir, replay, keep=args.keep)
+
+
+def _verdict(result: Result | QuorumResult, workdir: Path, replay: str, *, keep: bool) -> int:
+    """Exit status 1 with the details and the replay line on a failure (the data kept);
+    0 otherwise, the data removed unless asked to keep it."""
     if not result.passed:
         print(details(result))
         print(f"data kept in {workdir}")
         print(f"replay: {replay}")
         return 1
-    if args.keep:
+    if keep:
         print(f"data kept in {workdir}")
     else:
         shutil.rmtree(workdir, ignore_errors=True)
