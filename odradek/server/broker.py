@@ -84,7 +84,9 @@ from odradek.server.broker_lifecycle import (
 )
 from odradek.server.config import (
     BROKER_CONFIGS,
+    BROKER_ROLE,
     CONFIGS_BY_NAME,
+    CONTROLLER_ROLE,
     BrokerConfig,
     ConfigError,
     QuorumVoter,
@@ -194,7 +196,13 @@ class Broker:
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
-        self.default_listener_name = config.listeners[0].name
+        # process.roles: a controller-only node binds no client listener and runs no
+        # partitions, coordinators or broker lifecycle; a broker-only node (not among
+        # controller.quorum.voters) replicates the metadata log as a Raft observer.
+        self.is_broker = BROKER_ROLE in config.roles
+        self.is_controller = CONTROLLER_ROLE in config.roles
+        listeners = config.listeners or config.controller_listeners
+        self.default_listener_name = listeners[0].name
         metadata = self.metadata_view = BrokerMetadata(self)
         configs = self.config_view = BrokerConfigs(self)
         # This node's own controller: the single node's channel, the controller
@@ -204,7 +212,7 @@ class Broker:
         )
         self.remote_channel: RemoteControllerChannel | None = None
         self.controller_channel: ControllerChannel = self.local_channel
-        if config.quorum_voters:
+        if config.quorum_voters and self.is_broker:
             # A quorum's broker sends every change to the active controller, itself
             # included (one code path whichever node leads).
             self.controller_channel = self.remote_channel = self._remote_channel()
@@ -278,6 +286,14 @@ class Broker:
         controller_bound = await self._start_quorum()
         # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
+        self._session_timer = asyncio.create_task(self._session_ticks())
+        self._housekeeping = asyncio.create_task(self.log_manager.run())
+        self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
+        if not self.is_broker:
+            # A controller-only node: it votes, leads, runs the controller and writes
+            # snapshots; nothing of a broker (no client listener, partitions, groups or
+            # registration).
+            return [b.url() for b in controller_bound]
         bound = [
             self.server.bind(li.name, li.host, li.port, self.dispatchers[self.plane_of(li.name)])
             for li in self.config.listeners
@@ -289,15 +305,12 @@ class Broker:
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
         self._start_lifecycle(endpoints)
-        self._session_timer = asyncio.create_task(self._session_ticks())
         # The loader caught up with the quorum's high watermark (_start_quorum): the
         # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
         self.group_coordinator.on_metadata(self.image)
         self.group_coordinator.start()
-        self._housekeeping = asyncio.create_task(self.log_manager.run())
-        self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
         assert self.lifecycle is not None
@@ -712,11 +725,20 @@ class BrokerMetadata:
 
     @property
     def controller_id(self) -> int:
-        # Combined nodes: the quorum's leader is the active controller (the one every
-        # broker forwards its changes to); this node while none is known.
-        driver = self._broker.raft_driver
+        # The quorum's leader is the active controller (the one every broker forwards
+        # its changes to) when it is also a broker clients can reach (combined nodes).
+        # A controller-only leader is not in Metadata's broker list, so, as Kafka's
+        # KRaft brokers do, clients are given a live broker instead — this one, which
+        # forwards their admin requests to the active controller.
+        broker = self._broker
+        driver = broker.raft_driver
         leader = None if driver is None else driver.leader_id
-        return self._broker.node_id if leader is None else leader
+        if leader is None:
+            return broker.node_id
+        registered = broker.image.brokers.get(leader)
+        if registered is None or registered.fenced:
+            return broker.node_id
+        return leader
 
     @property
     def default_listener(self) -> str:

@@ -7,10 +7,10 @@ storage format``), and keeps one ``BrokerProcess`` per node. ``roles`` makes som
 broker-only (observers of the metadata log: no CONTROLLER listener, not voters) or
 controller-only (no client listener); the voters are the nodes with the controller
 role. ``templates`` starts a node's properties from a file (the
-``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones. ``start()`` launches all
-nodes before waiting for any (a node is ready only once a majority runs); each node's
-broker port is kept across restarts, so clients reconnect to the addresses they
-bootstrapped from. Every process is stopped by pid (``close``: SIGTERM, then SIGKILL).
+``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
+``start()`` launches all nodes before waiting for any (a node is ready only once a
+majority runs); each node's broker port is kept across restarts, so clients reconnect
+to the addresses they bootstrapped from. Every process is stopped by pid (``close``: SIGTERM, then SIGKILL).
 
 ``leader()`` asks the controllers the quorum's state in-process, with the requests
 ``odradek metadata-quorum --bootstrap-controller`` sends (DescribeCluster, then
