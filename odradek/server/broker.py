@@ -58,7 +58,12 @@ from odradek.metadata.controller_channel import (
     LocalControllerChannel,
 )
 from odradek.metadata.controller_client import ControllerClient, connector
-from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteControllerChannel
+from odradek.metadata.controller_rpc import (
+    DESCRIBE_QUORUM_KEY,
+    DESCRIBE_QUORUM_VERSIONS,
+    FORWARDED_VERSIONS,
+    RemoteControllerChannel,
+)
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
@@ -95,6 +100,7 @@ from odradek.server.config_alter import BrokerConfigRules
 from odradek.server.coordinator_io import ChannelTopicCreator, ReplicaPartitionWriter
 from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane
+from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.services import ControllerPlaneServices, Services
 from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
@@ -231,6 +237,9 @@ class Broker:
             groups=self.group_coordinator,
             producer_ids=ProducerIdManager(self.node_id, self.controller_channel),
             log_dirs=self.log_manager,
+            # DescribeQuorum on a broker listener: forwarded to the active controller,
+            # or answered by the zero-config node's own quorum.
+            quorum=self.remote_channel or LocalQuorumDescriber(lambda: self.raft_driver),
         )
         self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
         self.dispatcher = self.dispatchers[Plane.BROKER]
@@ -253,7 +262,10 @@ class Broker:
         client = ControllerClient(
             self.config.quorum_voters,
             lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
-            connector(client_id=f"broker-{self.node_id}-forwarding", versions=FORWARDED_VERSIONS),
+            connector(
+                client_id=f"broker-{self.node_id}-forwarding",
+                versions={**FORWARDED_VERSIONS, DESCRIBE_QUORUM_KEY: DESCRIBE_QUORUM_VERSIONS},
+            ),
             retry_backoff_s=raft_config.retry_backoff_ms / 1000,
             connect_timeout_s=raft_config.request_timeout_ms / 1000,
         )
