@@ -191,6 +191,11 @@ def test_dedicated_controllers_and_broker_only_observers(tmp_path: Path) -> None
         # The controller's restart: it rejoins as a follower, the leader unchanged.
         quorum.start_node(leader)
         assert quorum.wait_for_leader(30)[0] == new_leader
+        # SIGTERM: a broker-only and a controller-only node stop cleanly (exit 0).
+        assert quorum.stop(5) == 0
+        assert quorum.stop(leader) == 0
+        for node in (5, leader):
+            assert "Traceback" not in quorum.nodes[node].log()
 
 
 def describe_controllers(quorum: Quorum) -> list[int]:

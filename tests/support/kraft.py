@@ -10,7 +10,8 @@ role. ``templates`` starts a node's properties from a file (the
 ``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
 ``start()`` launches all nodes before waiting for any (a node is ready only once a
 majority runs); each node's broker port is kept across restarts, so clients reconnect
-to the addresses they bootstrapped from. Every process is stopped by pid (``close``: SIGTERM, then SIGKILL).
+to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
+SIGTERM, then SIGKILL).
 
 ``leader()`` asks the controllers the quorum's state in-process, with the requests
 ``odradek metadata-quorum --bootstrap-controller`` sends (DescribeCluster, then
