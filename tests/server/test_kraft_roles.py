@@ -4,7 +4,9 @@ node that catches up by FetchSnapshot.
 - Three controller-only and two broker-only nodes, from ``examples/cluster/dedicated``
   (their addresses and dirs replaced by free ones): the quorum elects among the
   controllers only; both brokers register and appear in Metadata (confluent-kafka,
-  kcat -L), the controllers do not; ``metadata-quorum --bootstrap-server <broker>``
+  kcat -L), the controllers do not; Metadata names a broker as controller (Kafka's
+  KRaft brokers do: clients cannot reach controller listeners), so kafka-python's
+  CreateTopics goes to a broker, which forwards it; ``metadata-quorum --bootstrap-server <broker>``
   lists the brokers as observers (forwarded DescribeQuorum); a controller listener's
   DescribeCluster (KIP-919) lists the controllers; CreateTopics through a broker works
   and a real client produces and consumes on it; after kill -9 of the active
@@ -35,6 +37,8 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka.admin import KafkaAdminClient
+from kafka.admin import NewTopic as KafkaNewTopic
 
 from odradek.cli.metadata_quorum import describe, describe_through_brokers
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX
@@ -172,7 +176,27 @@ def test_dedicated_controllers_and_broker_only_observers(tmp_path: Path) -> None
         assert f"LeaderId:               {leader}" in status
         assert '"id": 4' in status.split("CurrentObservers:")[1]
 
+        # kafka-python's admin client sends CreateTopics to the controller Metadata
+        # names: a broker here (the controllers are unreachable to clients), which
+        # forwards it.
+        admin_kp = KafkaAdminClient(
+            bootstrap_servers=[quorum.broker_address(4)], request_timeout_ms=30_000
+        )
+        try:
+            assert admin_kp.describe_cluster()["controller_id"] in (4, 5)
+            admin_kp.create_topics([KafkaNewTopic("via-kafka-python", 1, 2)])
+        finally:
+            admin_kp.close()
         create_topic(quorum.broker_address(5), "dedicated", 2, 2)
+        eventually(
+            "kafka-python's topic on broker 5",
+            lambda: (
+                "via-kafka-python"
+                in AdminClient({"bootstrap.servers": quorum.broker_address(5), **QUIET})
+                .list_topics(timeout=10)
+                .topics
+            ),
+        )
         produce_and_consume(quorum.bootstrap, "dedicated", [b"a", b"b", b"c", b"d"])
 
         quorum.kill(leader)
