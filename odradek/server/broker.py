@@ -28,6 +28,7 @@ outside the voter set): it fetches the metadata log from the leader, never votes
 stands, and its writer and loader apply what commits exactly as on a voter (its
 controller is never active); it registers, heartbeats and forwards to the leader
 its driver learnt, over the voters' controller listeners.
+
 Shutdown runs the other way: a controlled shutdown (want_shut_down, a brief wait for
 the controller's answer), stop accepting, let in-flight requests finish, resign and
 stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
@@ -102,7 +103,6 @@ from odradek.server.config import (
     BROKER_CONFIGS,
     BROKER_ROLE,
     CONFIGS_BY_NAME,
-    CONTROLLER_ROLE,
     BrokerConfig,
     ConfigError,
     QuorumVoter,
@@ -212,7 +212,6 @@ class Broker:
         # partitions, coordinators or broker lifecycle; a broker-only node (not among
         # controller.quorum.voters) replicates the metadata log as a Raft observer.
         self.is_broker = BROKER_ROLE in config.roles
-        self.is_controller = CONTROLLER_ROLE in config.roles
         listeners = config.listeners or config.controller_listeners
         self.default_listener_name = listeners[0].name
         metadata = self.metadata_view = BrokerMetadata(self)
