@@ -10,9 +10,11 @@ leader's log end offset minus the replica's; ``MaxFollowerLagTimeMs`` is how lon
 before the leader the most lagging voter was last caught up (0 when the leader is the
 most lagging, -1 when a time is unknown), as Kafka computes them.
 
-``--bootstrap-server`` names a broker listener, which Kafka's brokers answer by
-forwarding to the active controller; odradek's brokers do not forward DescribeQuorum
-yet, so the tool says so in one line and asks for ``--bootstrap-controller``.
+``--bootstrap-server`` names a broker listener instead: DescribeCluster (broker
+endpoints) gives the cluster id, and DescribeQuorum sent to that broker is forwarded
+by it to the active controller, as Kafka's brokers do; the voters' controller
+addresses come from the response's ``nodes`` (v2). Observers — broker-only nodes
+replicating the metadata log — are listed with Status Observer.
 Every failure is one line on stderr with exit status 1 (bad arguments: 2).
 """
 
@@ -41,6 +43,7 @@ NAME: Final = "metadata-quorum"
 DESCRIBE_QUORUM_KEY: Final = 55
 DESCRIBE_CLUSTER_KEY: Final = 60
 CONTROLLERS_ENDPOINT: Final = 2  # DescribeCluster endpoint type (KIP-919)
+BROKERS_ENDPOINT: Final = 1
 CLIENT_VERSIONS: Final = {18: (0, 3), DESCRIBE_QUORUM_KEY: (0, 2), DESCRIBE_CLUSTER_KEY: (1, 1)}
 REQUEST_TIMEOUT_S: Final = 10.0
 LABEL_WIDTH: Final = 24  # Kafka's tool aligns "ClusterId:" .. "CurrentObservers:" values
@@ -90,7 +93,7 @@ def add_parser(subparsers: Subparsers) -> None:
     where.add_argument(
         "--bootstrap-server",
         metavar="HOST:PORT[,HOST:PORT]",
-        help="broker listener(s) to ask (not served by odradek's brokers yet)",
+        help="broker listener(s) to ask (they forward to the active controller)",
     )
     actions = parser.add_subparsers(title="actions", metavar="ACTION")
     actions.required = True
@@ -107,13 +110,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.bootstrap_server is not None:
             addresses = parse_addresses("--bootstrap-server", args.bootstrap_server)
-            raise QuorumToolError(
-                f"the broker listener {addresses[0][0]}:{addresses[0][1]} cannot describe the "
-                "quorum: odradek's brokers do not forward DescribeQuorum to the controllers "
-                "yet; ask a controller listener with --bootstrap-controller HOST:PORT"
-            )
-        addresses = parse_addresses("--bootstrap-controller", args.bootstrap_controller)
-        quorum = asyncio.run(describe(addresses))
+            quorum = asyncio.run(describe_through_brokers(addresses))
+        else:
+            addresses = parse_addresses("--bootstrap-controller", args.bootstrap_controller)
+            quorum = asyncio.run(describe(addresses))
     except QuorumToolError as error:
         print(f"{NAME}: {error}", file=sys.stderr)
         return 1
@@ -155,9 +155,7 @@ async def _ask(connection: BrokerConnection, api_key: int, **fields: Any) -> Any
     try:
         version = connection.version_for(api_key)
     except UnsupportedVersionError:
-        raise QuorumToolError(
-            f"{address} does not serve API {api_key}: is it a controller listener?"
-        ) from None
+        raise QuorumToolError(f"{address} does not serve API {api_key}") from None
     try:
         return await connection.send(request_entity(api_key, version, **fields))
     except (KafkaConnectionError, OSError) as error:
@@ -173,6 +171,58 @@ async def describe(addresses: Sequence[tuple[str, int]]) -> Quorum:
         except QuorumToolError as error:
             failures.append(str(error))
     raise QuorumToolError("; ".join(failures))
+
+
+async def describe_through_brokers(addresses: Sequence[tuple[str, int]]) -> Quorum:
+    """Ask the first reachable broker; it forwards DescribeQuorum to the active controller."""
+    failures = []
+    for host, port in addresses:
+        try:
+            return await _describe_through_broker(host, port)
+        except QuorumToolError as error:
+            failures.append(str(error))
+    raise QuorumToolError("; ".join(failures))
+
+
+async def _describe_through_broker(host: str, port: int) -> Quorum:
+    connection = await _connect(host, port)
+    try:
+        cluster = await _ask(
+            connection,
+            DESCRIBE_CLUSTER_KEY,
+            include_cluster_authorized_operations=False,
+            endpoint_type=BROKERS_ENDPOINT,
+        )
+        if cluster.error_code != ErrorCode.none:
+            raise QuorumToolError(
+                f"{host}:{port}: {cluster.error_code.name}: {cluster.error_message or ''}".rstrip()
+            )
+        response = await _ask_quorum(connection)
+    finally:
+        await connection.close()
+    voters = {
+        node.node_id: (node.listeners[0].host, node.listeners[0].port)
+        for node in getattr(response, "nodes", ())
+        if node.listeners
+    }
+    return _quorum(cluster.cluster_id, response, voters, f"{host}:{port}")
+
+
+async def _ask_quorum(connection: BrokerConnection) -> Any:
+    try:
+        version = connection.version_for(DESCRIBE_QUORUM_KEY)
+    except UnsupportedVersionError:
+        address = f"{connection.address.host}:{connection.address.port}"
+        raise QuorumToolError(f"{address} does not serve DescribeQuorum") from None
+    partition = request_entity(DESCRIBE_QUORUM_KEY, version, "PartitionData", partition_index=0)
+    topic = request_entity(
+        DESCRIBE_QUORUM_KEY,
+        version,
+        "TopicData",
+        topic_name="__cluster_metadata",
+        partitions=(partition,),
+    )
+    return await _ask(connection, DESCRIBE_QUORUM_KEY, topics=(topic,))
 
 
 async def _describe_through(host: str, port: int) -> Quorum:
@@ -197,26 +247,7 @@ async def _describe_through(host: str, port: int) -> Quorum:
     leader_host, leader_port = voters[leader]
     connection = await _connect(leader_host, leader_port)
     try:
-        response = await _ask(
-            connection,
-            DESCRIBE_QUORUM_KEY,
-            topics=(
-                request_entity(
-                    DESCRIBE_QUORUM_KEY,
-                    connection.version_for(DESCRIBE_QUORUM_KEY),
-                    "TopicData",
-                    topic_name="__cluster_metadata",
-                    partitions=(
-                        request_entity(
-                            DESCRIBE_QUORUM_KEY,
-                            connection.version_for(DESCRIBE_QUORUM_KEY),
-                            "PartitionData",
-                            partition_index=0,
-                        ),
-                    ),
-                ),
-            ),
-        )
+        response = await _ask_quorum(connection)
     finally:
         await connection.close()
     return _quorum(cluster.cluster_id, response, voters, f"{leader_host}:{leader_port}")

@@ -25,7 +25,6 @@ from pathlib import Path
 
 from odradek.cli.subcommand import Subparsers
 from odradek.server.config import (
-    BROKER_ROLE,
     BrokerConfig,
     ConfigError,
     read_properties_file,
@@ -100,13 +99,6 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as error:
         print(f"odradek serve: {error}", file=sys.stderr)
         return 2
-    if BROKER_ROLE not in config.roles:
-        print(
-            "odradek serve: process.roles=controller: a controller-only node cannot be served "
-            "yet (the controller quorum arrives with the KRaft work)",
-            file=sys.stderr,
-        )
-        return 1
     from odradek.network.limits import raise_open_file_limit
 
     raise_open_file_limit()  # connections and log files share the descriptor table

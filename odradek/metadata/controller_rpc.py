@@ -30,6 +30,12 @@ When no controller answers in time the call fails as a whole: REQUEST_TIMED_OUT,
 for every item of CreateTopics/DeleteTopics (the channel's per-item contract), raised
 by the single-item calls.
 
+DescribeQuorum sent to a broker listener is forwarded as it is
+(``describe_quorum``): the client's request at the client's version goes to the
+active controller (a controller that is not the leader answers the partition with
+NOT_LEADER_OR_FOLLOWER, retried like NOT_CONTROLLER) and its response goes back
+unchanged, as Kafka's brokers forward it.
+
 Broker registration is not a channel call: it is BrokerRegistration/BrokerHeartbeat's
 (server/broker_lifecycle.py), sent over a controller client of its own.
 """
@@ -73,6 +79,9 @@ ALTER_CONFIGS_KEY: Final = 33
 CREATE_PARTITIONS_KEY: Final = 37
 INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44
 ALLOCATE_PRODUCER_IDS_KEY: Final = 67
+DESCRIBE_QUORUM_KEY: Final = 55
+# DescribeQuorum as a broker listener serves and forwards it (the controller plane's range).
+DESCRIBE_QUORUM_VERSIONS: Final = (0, 2)
 # The versions a broker forwards with and a controller listener serves (the broker
 # plane's ranges of the same APIs; AllocateProducerIds has only v0).
 FORWARDED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
@@ -337,8 +346,38 @@ class RemoteControllerChannel:
         )
         return block
 
+    # -- the quorum's state --------------------------------------------------------------
+    async def describe_quorum(self, request: Any) -> Any:
+        """The active controller's DescribeQuorumResponse to ``request`` (a client's
+        DescribeQuorumRequest, forwarded at its own version)."""
+
+        def build(version: int) -> Any:
+            if request.__version__ > version:
+                raise ControllerError(
+                    "UNSUPPORTED_VERSION",
+                    f"the controller serves DescribeQuorum up to v{version}, "
+                    f"asked v{request.__version__}",
+                )
+            return request
+
+        return await self.client.send(
+            DESCRIBE_QUORUM_KEY,
+            build,
+            timeout_s=self._timeout_s,
+            is_not_controller=_quorum_not_led_here,
+        )
+
     async def close(self) -> None:
         await self.client.close()
+
+
+def _quorum_not_led_here(response: Any) -> bool:
+    """A DescribeQuorum answered by a controller that does not lead: ask another."""
+    return any(
+        partition.error_code == ErrorCode.not_leader_or_follower
+        for topic in response.topics
+        for partition in topic.partitions
+    )
 
 
 def _creatable(version: int, topic: NewTopic) -> Any:
@@ -426,6 +465,7 @@ def _configs_show(resource: tuple[str, str], ops: Sequence[ConfigOp], replace: b
 
 
 __all__ = [
+    "DESCRIBE_QUORUM_VERSIONS",
     "FORWARDED_VERSIONS",
     "WIRE_RESOURCE_TYPES",
     "RemoteControllerChannel",

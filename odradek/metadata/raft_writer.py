@@ -164,12 +164,14 @@ class RaftMetadataWriter:
         if snapshot_id.end_offset <= self.applied_end:
             return  # the loader holds it (start-up read it, or later entries)
         contents = read_snapshot(payload, snapshot_file_name(snapshot_id))
+        # Past what this node applied: the snapshot came from the leader (FetchSnapshot),
+        # this node being behind the leader's log start.
+        logger.info(
+            "caught up by the leader's metadata snapshot %s (applied below offset %d before)",
+            snapshot_file_name(snapshot_id),
+            self.applied_end,
+        )
         if self.loader.image.offset >= 0:
-            logger.warning(
-                "metadata snapshot %s replaces the image (applied below offset %d only)",
-                snapshot_file_name(snapshot_id),
-                self.applied_end,
-            )
             self.loader.reset_to_snapshot(snapshot_id.end_offset, contents.records)
         else:
             run = self.loader.replay()

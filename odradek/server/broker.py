@@ -17,6 +17,18 @@ assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, wait u
 the controller has unfenced this broker, and only then accept client connections and
 print the ready line. The active controller's session timer (``_session_ticks``)
 fences brokers that stopped heartbeating.
+
+process.roles decides which of those parts run. A combined node runs all of them. A
+controller-only node stops after the quorum: it binds only its controller listeners,
+votes, leads, runs the controller and the session and snapshot timers, and never
+binds a client listener, creates partitions, starts the coordinators or registers.
+A broker-only node is not among controller.quorum.voters and has no controller
+listener, so the same RaftDriver runs it as an observer (the core's rule for a node
+outside the voter set): it fetches the metadata log from the leader, never votes or
+stands, and its writer and loader apply what commits exactly as on a voter (its
+controller is never active); it registers, heartbeats and forwards to the leader
+its driver learnt, over the voters' controller listeners.
+
 Shutdown runs the other way: a controlled shutdown (want_shut_down, a brief wait for
 the controller's answer), stop accepting, let in-flight requests finish, resign and
 stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
@@ -51,21 +63,25 @@ from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
-from odradek.metadata.controller import METADATA_TOPIC, Controller
+from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import (
     ControllerChannel,
     GatedControllerChannel,
     LocalControllerChannel,
 )
 from odradek.metadata.controller_client import ControllerClient, connector
-from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteControllerChannel
+from odradek.metadata.controller_rpc import (
+    DESCRIBE_QUORUM_KEY,
+    DESCRIBE_QUORUM_VERSIONS,
+    FORWARDED_VERSIONS,
+    RemoteControllerChannel,
+)
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.raft_writer import RaftMetadataWriter
 from odradek.metadata.snapshotter import SnapshotPolicy
-from odradek.metadata.view import Endpoint, endpoints_for_listener
 from odradek.metadata.writer import MetadataSnapshotsUnusableError
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
@@ -74,7 +90,7 @@ from odradek.raft.config import RaftConfig
 from odradek.raft.control_records import leader_change_entry
 from odradek.raft.disk_log import DiskRaftLog
 from odradek.raft.driver import RaftDriver
-from odradek.raft.election_store import QUORUM_STATE_FILE, ElectionState, FileElectionStore
+from odradek.raft.election_store import FileElectionStore
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.broker_lifecycle import (
@@ -83,8 +99,10 @@ from odradek.server.broker_lifecycle import (
     lifecycle_manager,
     new_incarnation_id,
 )
+from odradek.server.broker_views import BrokerConfigs, BrokerMetadata
 from odradek.server.config import (
     BROKER_CONFIGS,
+    BROKER_ROLE,
     CONFIGS_BY_NAME,
     BrokerConfig,
     ConfigError,
@@ -94,6 +112,16 @@ from odradek.server.config_alter import BrokerConfigRules
 from odradek.server.coordinator_io import ChannelTopicCreator, ReplicaPartitionWriter
 from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane, supported_versions
+from odradek.server.metadata_log import (
+    METADATA_LOG_CONFIG,
+    METADATA_LOG_DIR,
+    MetadataLogDamagedError,
+    damaged_message,
+    missing_message,
+    open_metadata_log,
+    seed_election_epoch,
+)
+from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.services import ControllerPlaneServices, Services
 from odradek.storage.errors import CommittedDataCorruptError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
@@ -106,16 +134,6 @@ from odradek.storage.meta_properties import (
 )
 
 logger = logging.getLogger(__name__)
-
-METADATA_LOG_DIR: Final = f"{METADATA_TOPIC}-0"
-# The metadata log is never truncated by retention: only a snapshot moves its start
-# (metadata/snapshotter.py).
-# One commit is one batch: a CreateTopics of 10,000 partitions (the per-request limit)
-# is about 2 MB of records, over the 1 MiB topic default, so batches may be up to a
-# segment (KRaft's controller batches are bounded at 8 MiB too).
-METADATA_LOG_CONFIG: Final = LogConfig(
-    retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
-)
 
 # How often the time bound of metadata snapshots is checked (commits check the bytes).
 SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
@@ -148,10 +166,6 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
             max_size=config["group.consumer.max.size"],
         ),
     )
-
-
-class MetadataLogDamagedError(StorageError):
-    """The flushed part of ``__cluster_metadata`` is damaged or gone: the broker stops."""
 
 
 class Broker:
@@ -196,7 +210,12 @@ class Broker:
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
-        self.default_listener_name = config.listeners[0].name
+        # process.roles: a controller-only node binds no client listener and runs no
+        # partitions, coordinators or broker lifecycle; a broker-only node (not among
+        # controller.quorum.voters) replicates the metadata log as a Raft observer.
+        self.is_broker = BROKER_ROLE in config.roles
+        listeners = config.listeners or config.controller_listeners
+        self.default_listener_name = listeners[0].name
         metadata = self.metadata_view = BrokerMetadata(self)
         configs = self.config_view = BrokerConfigs(self)
         # This node's own controller: the single node's channel, the controller
@@ -206,7 +225,7 @@ class Broker:
         )
         self.remote_channel: RemoteControllerChannel | None = None
         self.controller_channel: ControllerChannel = self.local_channel
-        if config.quorum_voters:
+        if config.quorum_voters and self.is_broker:
             # A quorum's broker sends every change to the active controller, itself
             # included (one code path whichever node leads).
             self.controller_channel = self.remote_channel = self._remote_channel()
@@ -225,6 +244,9 @@ class Broker:
             groups=self.group_coordinator,
             producer_ids=ProducerIdManager(self.node_id, self.controller_channel),
             log_dirs=self.log_manager,
+            # DescribeQuorum on a broker listener: forwarded to the active controller,
+            # or answered by the zero-config node's own quorum.
+            quorum=self.remote_channel or LocalQuorumDescriber(lambda: self.raft_driver),
         )
         self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
         self.dispatcher = self.dispatchers[Plane.BROKER]
@@ -247,7 +269,10 @@ class Broker:
         client = ControllerClient(
             self.config.quorum_voters,
             lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
-            connector(client_id=f"broker-{self.node_id}-forwarding", versions=FORWARDED_VERSIONS),
+            connector(
+                client_id=f"broker-{self.node_id}-forwarding",
+                versions={**FORWARDED_VERSIONS, DESCRIBE_QUORUM_KEY: DESCRIBE_QUORUM_VERSIONS},
+            ),
             retry_backoff_s=raft_config.retry_backoff_ms / 1000,
             connect_timeout_s=raft_config.request_timeout_ms / 1000,
         )
@@ -280,6 +305,14 @@ class Broker:
         controller_bound = await self._start_quorum()
         # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
+        self._session_timer = asyncio.create_task(self._session_ticks())
+        self._housekeeping = asyncio.create_task(self.log_manager.run())
+        self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
+        if not self.is_broker:
+            # A controller-only node: it votes, leads, runs the controller and writes
+            # snapshots; nothing of a broker (no client listener, partitions, groups or
+            # registration).
+            return [b.url() for b in controller_bound]
         bound = [
             self.server.bind(li.name, li.host, li.port, self.dispatchers[self.plane_of(li.name)])
             for li in self.config.listeners
@@ -291,15 +324,12 @@ class Broker:
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
         self._start_lifecycle(endpoints)
-        self._session_timer = asyncio.create_task(self._session_ticks())
         # The loader caught up with the quorum's high watermark (_start_quorum): the
         # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
         self.group_coordinator.on_metadata(self.image)
         self.group_coordinator.start()
-        self._housekeeping = asyncio.create_task(self.log_manager.run())
-        self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
         assert self.lifecycle is not None
@@ -443,34 +473,12 @@ class Broker:
                 )
 
     def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
-        directory = self.config.metadata_log_dir / METADATA_LOG_DIR
-        raft_log = DiskRaftLog.open(
-            directory,
-            METADATA_LOG_CONFIG,
-            recovery_point=recovery_point,
-            clean_shutdown=clean,
+        return open_metadata_log(
+            self.config.metadata_log_dir / METADATA_LOG_DIR,
+            recovery_point,
+            clean,
             strict=not self.truncate_damaged_metadata,
         )
-        stats = raft_log.load_stats
-        assert stats is not None
-        if stats.recovered_segments:
-            logger.info(
-                "recovered %s from offset %d: %d segment(s), %d batches, %d bytes in %d ms",
-                METADATA_LOG_DIR,
-                recovery_point,
-                stats.recovered_segments,
-                stats.batches_recovered,
-                stats.bytes_recovered,
-                stats.elapsed_ms,
-            )
-        if stats.corruption is not None:
-            logger.warning(
-                "%s: cut %d bytes after the last valid batch: %s",
-                METADATA_LOG_DIR,
-                stats.bytes_truncated,
-                stats.corruption,
-            )
-        return raft_log
 
     def _load_metadata(self) -> None:
         """Open ``__cluster_metadata-0`` from its recovery point and replay it: the
@@ -497,7 +505,7 @@ class Broker:
         has_data = has_snapshot or any(p.stat().st_size for p in directory.glob("*.log"))
         if partitions and not has_data and not self.truncate_damaged_metadata:
             # Checked before opening the log, which would create an empty one.
-            raise MetadataLogDamagedError(_missing_message(directory, partitions))
+            raise MetadataLogDamagedError(missing_message(directory, partitions))
         opened: DiskRaftLog | None = None
         try:
             raft_log = opened = self._open_metadata_log(recovery_point, clean)
@@ -507,7 +515,7 @@ class Broker:
             raise MetadataLogDamagedError(str(error)) from None
         except CommittedDataCorruptError as error:
             if not self.truncate_damaged_metadata:
-                raise MetadataLogDamagedError(_damaged_message(error, first_dir)) from None
+                raise MetadataLogDamagedError(damaged_message(error, first_dir)) from None
             logger.warning(
                 "metadata log damaged (%s); keeping only the metadata before the damage", error
             )
@@ -520,7 +528,7 @@ class Broker:
         log = raft_log.storage_log
         if log.log_end_offset == 0 and partitions and self.image.offset < 0:
             if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
-                raise MetadataLogDamagedError(_missing_message(directory, partitions))
+                raise MetadataLogDamagedError(missing_message(directory, partitions))
             logger.warning(
                 "metadata log is empty; %d partition(s) it does not know will be set aside",
                 len(partitions),
@@ -704,106 +712,15 @@ class Broker:
         )
 
 
-class BrokerMetadata:
-    """The broker's ``MetadataView``: the controller's image, this node's identity."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    @property
-    def image(self) -> MetadataImage:
-        return self._broker.image
-
-    @property
-    def node_id(self) -> int:
-        return self._broker.node_id
-
-    @property
-    def cluster_id(self) -> str:
-        return self._broker.cluster_id
-
-    @property
-    def controller_id(self) -> int:
-        # Combined nodes: the quorum's leader is the active controller (the one every
-        # broker forwards its changes to); this node while none is known.
-        driver = self._broker.raft_driver
-        leader = None if driver is None else driver.leader_id
-        return self._broker.node_id if leader is None else leader
-
-    @property
-    def default_listener(self) -> str:
-        return self._broker.default_listener_name
-
-    def endpoints(
-        self, image: MetadataImage, listener: str, *, include_fenced: bool = False
-    ) -> list[Endpoint]:
-        return endpoints_for_listener(image, listener, include_fenced=include_fenced)
-
-
-class BrokerConfigs:
-    """The broker's ``ConfigView``: static properties, with the image's dynamic ones."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-
-    @property
-    def static(self) -> BrokerConfig:
-        return self._broker.config
-
-    def dynamic_defaults(self) -> dict[str, int]:
-        return self._broker.dynamic_defaults()
-
-    def topic_defaults(self) -> LogConfig:
-        return self._broker.topic_defaults()
-
-    def effective_topic_config(
-        self, topic: str, explicit: Mapping[str, Any] | None = None
-    ) -> dict[str, Any]:
-        return self._broker.effective_topic_config(topic, explicit)
-
-
-def _missing_message(directory: Path, partitions: list[str]) -> str:
-    shown = ", ".join(partitions[:3]) + (", ..." if len(partitions) > 3 else "")
-    return (
-        f"{directory} is missing or empty but {directory.parent} holds {len(partitions)} "
-        f"partition(s) ({shown}); nothing was changed. Restore the metadata log from a "
-        "backup, or start with --truncate-damaged-metadata to begin an empty cluster "
-        "(the partitions are then set aside, not deleted)"
-    )
-
-
-def _damaged_message(error: CommittedDataCorruptError, log_dir: Path) -> str:
-    return (
-        f"metadata log damaged where it was already flushed: {error}. Nothing was changed "
-        f"(no partition in {log_dir} was touched). Restore {log_dir / METADATA_LOG_DIR} from "
-        "a backup, or start with --truncate-damaged-metadata to keep only the metadata "
-        f"before position {error.position} of {Path(str(error.path)).name} (partitions it no "
-        "longer knows are then set aside, not deleted)"
-    )
-
-
-def seed_election_epoch(
-    store: FileElectionStore, raft_log: DiskRaftLog, snapshots: FileSnapshotStore
-) -> None:
-    """A metadata log without ``quorum-state`` (written by the single voter before the
-    quorum, or fresh): record the newest epoch it holds, so the first election's epoch
-    exceeds every epoch in the log (a leader must never append in an epoch another
-    leader's batches already use)."""
-    if store.path.exists():
-        return
-    latest = snapshots.latest()
-    epoch = max(raft_log.last_fetched_epoch, latest.epoch if latest is not None else 0)
-    if epoch > 0:
-        logger.info(
-            "%s absent: the metadata log holds epochs up to %d; the first election is past it",
-            QUORUM_STATE_FILE,
-            epoch,
-        )
-        store.write(ElectionState(epoch=epoch))
-
-
 def broker_config_names() -> list[str]:
     return [d.name for d in BROKER_CONFIGS]
 
 
-__all__ = ["Broker", "Path"]
+__all__ = [
+    "METADATA_LOG_CONFIG",
+    "METADATA_LOG_DIR",
+    "Broker",
+    "MetadataLogDamagedError",
+    "Path",
+    "seed_election_epoch",
+]

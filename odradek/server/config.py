@@ -517,6 +517,15 @@ class BrokerConfig:
                     "or controller.quorum.bootstrap.servers (only a combined broker,controller "
                     "node runs without a quorum configured)",
                 )
+        elif not self.quorum_voters:
+            # Kafka's dynamic quorum (KIP-853) finds the voters through the bootstrap
+            # servers; odradek's quorum is static: without the voters a broker-only node
+            # could not tell whom to follow, and a controller would elect itself alone.
+            raise ConfigError(
+                "controller.quorum.voters",
+                "must name the voters (id@host:port,...): a dynamic quorum found through "
+                "controller.quorum.bootstrap.servers alone (KIP-853) is not implemented",
+            )
         else:
             self._check_quorum_roles(roles, controller_names, all_names)
         if BROKER_ROLE in roles:

@@ -103,6 +103,15 @@ class AdminServices(ConfigContext, Protocol):
     def controller(self) -> ControllerChannel: ...
 
 
+class QuorumDescriber(Protocol):
+    """DescribeQuorum asked on a broker listener: forwarded to the active controller
+    (``RemoteControllerChannel``), or answered by the zero-config node's own quorum."""
+
+    async def describe_quorum(self, request: Any) -> Any:
+        """The DescribeQuorumResponse to a client's request; raises ControllerError."""
+        ...
+
+
 class BrokerServices(AdminServices, Protocol):
     @property
     def replicas(self) -> ReplicaManager: ...
@@ -121,6 +130,9 @@ class BrokerServices(AdminServices, Protocol):
 
     @property
     def log_dirs(self) -> LogDirsView: ...
+
+    @property
+    def quorum(self) -> QuorumDescriber | None: ...
 
 
 class BrokerControl(Protocol):
@@ -172,6 +184,7 @@ class Services:
     producer_ids: ProducerIdSource
     log_dirs: LogDirsView
     txns: None = None
+    quorum: QuorumDescriber | None = None
 
 
 __all__ = [
@@ -187,5 +200,6 @@ __all__ = [
     "LogDirsView",
     "MetadataView",
     "ProducerIdSource",
+    "QuorumDescriber",
     "Services",
 ]

@@ -19,6 +19,7 @@ from kio.schema.errors import ErrorCode
 from odradek.cli.main import main
 from odradek.client.connection import BrokerAddress, BrokerConnection, request_entity
 from tests.raft.test_driver import CLUSTER_ID, Cluster, batch, run, wait_until
+from tests.support.broker import running_broker
 
 
 async def tool(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
@@ -125,10 +126,7 @@ def test_a_dead_first_address_falls_through_to_the_next(
     [
         (["--bootstrap-controller", "nowhere", "describe", "--status"], "is not HOST:PORT"),
         (["--bootstrap-controller", "127.0.0.1:1", "describe", "--status"], "cannot reach"),
-        (
-            ["--bootstrap-server", "127.0.0.1:9092", "describe", "--status"],
-            "--bootstrap-controller",
-        ),
+        (["--bootstrap-server", "127.0.0.1:1", "describe", "--status"], "cannot reach"),
     ],
 )
 def test_failures_are_one_line(
@@ -176,3 +174,35 @@ def test_a_controller_listener_refuses_to_describe_brokers(tmp_path: Path) -> No
             await connection.close()
 
     run(scenario, tmp_path)
+
+
+def test_bootstrap_server_on_the_zero_config_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker listener answers DescribeQuorum; the zero-config node from its own
+    single-voter quorum (nothing to forward to)."""
+    with running_broker(tmp_path / "data") as broker:
+        assert (
+            main(
+                ["metadata-quorum", "--bootstrap-server", broker.bootstrap, "describe", "--status"]
+            )
+            == 0
+        )
+        out = capsys.readouterr().out
+        assert int(fields(out)["LeaderId"]) == 1
+        assert int(fields(out)["HighWatermark"]) > 0
+        assert json.loads(fields(out)["CurrentObservers"]) == []
+        assert (
+            main(
+                [
+                    "metadata-quorum",
+                    "--bootstrap-server",
+                    broker.bootstrap,
+                    "describe",
+                    "--replication",
+                ]
+            )
+            == 0
+        )
+        rows = [line.split() for line in capsys.readouterr().out.splitlines()[1:]]
+        assert [(row[0], row[-1]) for row in rows] == [("1", "Leader")]

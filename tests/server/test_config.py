@@ -230,6 +230,17 @@ def test_voters_round_trip(voters: list[tuple[int, str, int]]) -> None:
             "needs controller.quorum.voters",
         ),
         ({"node__id": "2"}, "controller.quorum.voters", "not one of the voters [1]"),
+        # A static quorum: the bootstrap servers alone do not name the voters.
+        (
+            {
+                "process__roles": "broker",
+                "controller__quorum__voters": None,
+                "controller__quorum__bootstrap__servers": "localhost:9093",
+                "listeners": "PLAINTEXT://:9092",
+            },
+            "controller.quorum.voters",
+            "must name the voters",
+        ),
         ({"controller__listener__names": ""}, "controller.listener.names", "at least one"),
         (
             {"controller__listener__names": "CONTROLLER,CTRL2"},
@@ -321,11 +332,13 @@ def test_broker_only_and_controller_only_nodes_load() -> None:
     assert controller.broker_listeners == ()
 
 
-def test_bootstrap_servers_alone_configure_a_quorum() -> None:
-    config = BrokerConfig(
+def test_bootstrap_servers_alone_are_refused() -> None:
+    """They configure a quorum (no zero-config start), but a static one needs its voters:
+    without them a controller would elect itself alone (KIP-853 is not implemented)."""
+    error = error_of(
         kraft(controller__quorum__voters=None, controller__quorum__bootstrap__servers="h:9093")
     )
-    assert config.quorum_configured and config.quorum_voters == ()
+    assert error.key == "controller.quorum.voters" and "KIP-853" in str(error)
 
 
 def test_metadata_log_dir_is_one_of_the_log_dirs() -> None:

@@ -231,7 +231,9 @@ def test_quorum_node_refuses_dirs_of_another_cluster(tmp_path: Path) -> None:
     assert read_meta_properties(data_dir) == before
 
 
-def test_controller_only_node_is_not_served_yet(tmp_path: Path) -> None:
+def test_controller_only_node_is_served_once_formatted(tmp_path: Path) -> None:
+    """process.roles=controller is served now (tests/server/test_kraft_roles.py runs a
+    quorum of them); like every quorum node it refuses an unformatted dir in one line."""
     result = serve(
         "--override",
         f"log.dirs={tmp_path / 'data'}",
@@ -243,8 +245,8 @@ def test_controller_only_node_is_not_served_yet(tmp_path: Path) -> None:
         "listeners=CONTROLLER://127.0.0.1:19093",
     )
     assert result.returncode == 1
-    (line,) = message_lines(result.stderr)
-    assert line.startswith("odradek serve: process.roles=controller") and "not" in line
+    (line,) = [m for m in message_lines(result.stderr) if m.startswith("odradek serve:")]
+    assert "run `odradek storage format" in line
     assert not (tmp_path / "data").exists()
 
 

@@ -37,13 +37,14 @@ class BrokerProcess:
         self.urls: dict[str, str] = {}
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
-    def start(self, listen: str = "127.0.0.1:0") -> BrokerProcess:
+    def start(self, listen: str | None = "127.0.0.1:0") -> BrokerProcess:
         self.launch(listen)
         return self.wait_ready()
 
-    def launch(self, listen: str = "127.0.0.1:0") -> BrokerProcess:
+    def launch(self, listen: str | None = "127.0.0.1:0") -> BrokerProcess:
         """Spawn the process without waiting for it to be ready (a quorum's nodes are
-        ready only once a majority runs: launch them all, then ``wait_ready``)."""
+        ready only once a majority runs: launch them all, then ``wait_ready``).
+        ``listen=None``: no ``--listen`` (a controller-only node has no client listener)."""
         assert self.process is None or self.process.poll() is not None
         log = open(self.log_path, "ab")  # noqa: SIM115 - closed with the process
         self.process = subprocess.Popen(
@@ -54,8 +55,7 @@ class BrokerProcess:
                 "serve",
                 "--data-dir",
                 str(self.data_dir),
-                "--listen",
-                listen,
+                *(("--listen", listen) if listen is not None else ()),
                 *self.extra_args,
             ],
             stdout=subprocess.PIPE,

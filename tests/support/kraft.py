@@ -3,10 +3,15 @@
 ``Quorum(workdir)`` writes one ``examples/cluster``-style properties file per node
 (process.roles=broker,controller, ``controller.quorum.voters`` over fixed free ports,
 a CONTROLLER listener on each), formats every node's dir with one cluster id (``odradek
-storage format``), and keeps one ``BrokerProcess`` per node. ``start()`` launches all
-nodes before waiting for any (a node is ready only once a majority runs); each node's
-broker port is kept across restarts, so clients reconnect to the addresses they
-bootstrapped from. Every process is stopped by pid (``close``: SIGTERM, then SIGKILL).
+storage format``), and keeps one ``BrokerProcess`` per node. ``roles`` makes some nodes
+broker-only (observers of the metadata log: no CONTROLLER listener, not voters) or
+controller-only (no client listener); the voters are the nodes with the controller
+role. ``templates`` starts a node's properties from a file (the
+``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
+``start()`` launches all nodes before waiting for any (a node is ready only once a
+majority runs); each node's broker port is kept across restarts, so clients reconnect
+to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
+SIGTERM, then SIGKILL).
 
 ``leader()`` asks the controllers the quorum's state in-process, with the requests
 ``odradek metadata-quorum --bootstrap-controller`` sends (DescribeCluster, then
@@ -57,14 +62,20 @@ class Quorum:
         node_ids: Iterable[int] = NODE_IDS,
         properties: Mapping[str, str] | None = None,
         serve_args: Iterable[str] = (),
+        roles: Mapping[int, str] | None = None,
+        templates: Mapping[int, Path] | None = None,
     ) -> None:
         self.workdir = workdir
         self.node_ids = tuple(node_ids)
+        self.roles = {n: (roles or {}).get(n, "broker,controller") for n in self.node_ids}
+        self.templates = dict(templates or {})
+        self.controller_ids = tuple(n for n in self.node_ids if "controller" in self.roles[n])
+        self.broker_ids = tuple(n for n in self.node_ids if "broker" in self.roles[n])
         self.controller_ports = dict(
-            zip(self.node_ids, free_ports(len(self.node_ids)), strict=True)
+            zip(self.controller_ids, free_ports(len(self.controller_ids)), strict=True)
         )
-        broker_ports = free_ports(len(self.node_ids))
-        self.listen = {n: f"{HOST}:{p}" for n, p in zip(self.node_ids, broker_ports, strict=True)}
+        broker_ports = free_ports(len(self.broker_ids))
+        self.listen = {n: f"{HOST}:{p}" for n, p in zip(self.broker_ids, broker_ports, strict=True)}
         self.cluster_id = odradek("storage", "random-uuid").stdout.strip()
         self.nodes: dict[int, BrokerProcess] = {}
         workdir.mkdir(parents=True, exist_ok=True)
@@ -85,17 +96,30 @@ class Quorum:
 
     def _write_properties(self, node_id: int, extra: Mapping[str, str]) -> Path:
         voters = ",".join(f"{n}@{HOST}:{port}" for n, port in self.controller_ports.items())
-        lines = {
-            "process.roles": "broker,controller",
-            "node.id": str(node_id),
-            "controller.quorum.voters": voters,
-            "listeners": f"PLAINTEXT://{self.listen[node_id]},"
-            f"CONTROLLER://{HOST}:{self.controller_ports[node_id]}",
-            "inter.broker.listener.name": "PLAINTEXT",
-            "controller.listener.names": "CONTROLLER",
-            "log.dirs": str(self.data_dir(node_id)),
-            **extra,
-        }
+        listeners = []
+        if node_id in self.listen:
+            listeners.append(f"PLAINTEXT://{self.listen[node_id]}")
+        if node_id in self.controller_ports:
+            listeners.append(f"CONTROLLER://{HOST}:{self.controller_ports[node_id]}")
+        template = self.templates.get(node_id)
+        lines = dict(_read_properties(template)) if template is not None else {}
+        for key in ("advertised.listeners", "metadata.log.dir"):  # addresses, dirs: ours
+            lines.pop(key, None)
+        lines.update(
+            {
+                "process.roles": self.roles[node_id],
+                "node.id": str(node_id),
+                "controller.quorum.voters": voters,
+                "listeners": ",".join(listeners),
+                "controller.listener.names": "CONTROLLER",
+                "log.dirs": str(self.data_dir(node_id)),
+            }
+        )
+        if node_id in self.listen:
+            lines["inter.broker.listener.name"] = "PLAINTEXT"
+        else:
+            lines.pop("inter.broker.listener.name", None)
+        lines.update(extra)
         path = self.config_file(node_id)
         path.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
         return path
@@ -104,7 +128,7 @@ class Quorum:
 
     def start(self) -> Quorum:
         for node_id, node in self.nodes.items():
-            node.launch(self.listen[node_id])
+            node.launch(self.listen.get(node_id))
         for node in self.nodes.values():
             node.wait_ready()
         return self
@@ -112,8 +136,12 @@ class Quorum:
     def start_node(self, node_id: int) -> float:
         """Start one node again on its own port; seconds until it was ready."""
         began = time.monotonic()
-        self.nodes[node_id].start(self.listen[node_id])
+        self.nodes[node_id].start(self.listen.get(node_id))
         return time.monotonic() - began
+
+    def launch_node(self, node_id: int) -> None:
+        """Spawn one node without waiting (``nodes[node_id].wait_ready()`` later)."""
+        self.nodes[node_id].launch(self.listen.get(node_id))
 
     def kill(self, node_id: int) -> None:
         self.nodes[node_id].kill()
@@ -141,14 +169,15 @@ class Quorum:
 
     @property
     def bootstrap(self) -> str:
-        return ",".join(self.listen[n] for n in self.node_ids)
+        return ",".join(self.listen[n] for n in self.broker_ids)
 
     def broker_address(self, node_id: int) -> str:
         return self.listen[node_id]
 
     def leader(self, among: Iterable[int] | None = None) -> tuple[int, int] | None:
         """(leader id, epoch) as the controllers of ``among`` (default all) see it now."""
-        addresses = [(HOST, self.controller_ports[n]) for n in (among or self.node_ids)]
+        asked = among or self.controller_ids
+        addresses = [(HOST, self.controller_ports[n]) for n in asked if n in self.controller_ports]
         try:
             quorum = asyncio.run(describe(addresses))
         except QuorumToolError:
@@ -165,10 +194,21 @@ class Quorum:
         """(leader id, epoch) once a node outside ``not_in`` leads."""
         deadline = time.monotonic() + timeout_s
         seen = None
-        asked = tuple(among or self.node_ids)
+        asked = tuple(among or self.controller_ids)
         while time.monotonic() < deadline:
             seen = self.leader(asked)
             if seen is not None and seen[0] not in not_in:
                 return seen
             time.sleep(poll_s)
         raise AssertionError(f"no leader outside {set(not_in)} within {timeout_s} s: {seen}")
+
+
+def _read_properties(path: Path) -> dict[str, str]:
+    """key=value lines of a properties file (comments and blank lines skipped)."""
+    properties = {}
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith(("#", "!")) and "=" in line:
+            key, _, value = line.partition("=")
+            properties[key.strip()] = value.strip()
+    return properties

@@ -10,6 +10,12 @@ answered here at the top level, as Kafka's KafkaRaftClient does: INCONSISTENT_CL
 (the core's answer to another cluster's request, moved up by ``wire.response_to_kio``)
 and INVALID_REQUEST for a request naming anything but ``__cluster_metadata``-0 (a
 consumer's Fetch sent to a controller listener gets that, never a traceback).
+
+DescribeQuorum is served on the BROKER plane too, as Kafka's brokers serve it: the
+broker forwards the client's request to the active controller (``services.quorum``)
+and answers with the controller's response, so ``kafka-metadata-quorum.sh
+--bootstrap-server`` (and ``odradek metadata-quorum --bootstrap-server``) works
+against any broker. No controller in time: REQUEST_TIMED_OUT at the top level.
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from odradek.metadata.errors import ControllerError
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import make
 from odradek.protocol.messages import Request
@@ -29,7 +36,7 @@ from odradek.raft.driver import QuorumStoppedError, source_id_of
 from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
-    from odradek.server.services import ControllerServices
+    from odradek.server.services import BrokerServices, ControllerServices
 
 
 async def _quorum_request(services: ControllerServices, request: Request) -> Any:
@@ -77,6 +84,24 @@ async def describe_quorum(services: ControllerServices, request: Request) -> Any
     description, wall_offset_ms = services.raft.describe_quorum()
     nodes = [(v.node_id, v.host, v.port) for v in services.raft.voters]
     return wire.describe_quorum_to_kio(description, version, wall_offset_ms, nodes)
+
+
+@handles(wire.DESCRIBE_QUORUM_KEY, *wire.VERSIONS[wire.DESCRIBE_QUORUM_KEY], plane=Plane.BROKER)
+async def describe_quorum_on_broker(services: BrokerServices, request: Request) -> Any:
+    version = request.header.api_version
+    try:
+        wire.check_describe_quorum_request(request.body)
+    except wire.WireError as error:
+        return wire.error_response(wire.DESCRIBE_QUORUM_KEY, version, error.code)
+    if services.quorum is None:
+        return wire.error_response(
+            wire.DESCRIBE_QUORUM_KEY, version, ErrorCode.unknown_server_error
+        )
+    try:
+        return await services.quorum.describe_quorum(request.body)
+    except ControllerError as error:
+        code = getattr(ErrorCode, error.code.lower(), ErrorCode.unknown_server_error)
+        return wire.error_response(wire.DESCRIBE_QUORUM_KEY, version, code)
 
 
 DESCRIBE_CLUSTER_KEY: Final = 60
