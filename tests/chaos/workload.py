@@ -378,8 +378,9 @@ class AdminRunner(Runner):
     controller Metadata names; NOT_CONTROLLER or a timeout make it ask again).
 
     What is recorded is what the cluster acknowledged: ``created`` (success, or
-    TOPIC_ALREADY_EXISTS on a re-ask: an earlier attempt was done), ``deleted`` (success,
-    or UNKNOWN_TOPIC_OR_PART on a re-ask), and every name a delete was sent for
+    TOPIC_ALREADY_EXISTS: an earlier attempt was done, ours or the forwarding broker's
+    resend), ``deleted`` (success, or UNKNOWN_TOPIC_OR_PART likewise), and every name a
+    delete was sent for
     (``delete_sent``: such a topic may be gone even without an answer)."""
 
     def __init__(self, bootstrap: str, interval_s: float, seed: int, delete_every: int = 3):
@@ -398,7 +399,6 @@ class AdminRunner(Runner):
     def _ask(self, admin: AdminClient, operation: str, name: str) -> bool:
         """Re-ask until answered; True when the cluster confirmed it."""
         deadline = time.monotonic() + ADMIN_GIVE_UP_S
-        retried = False
         while time.monotonic() < deadline:
             self.attempts += 1
             if operation == "create":
@@ -417,14 +417,16 @@ class AdminRunner(Runner):
             except Exception as exc:  # the future's own timeout
                 code = type(exc).__name__
             self.errors[f"{operation}:{code}"] += 1
-            if retried and (
-                (operation == "create" and code == "TOPIC_ALREADY_EXISTS")
-                or (operation == "delete" and code == "UNKNOWN_TOPIC_OR_PART")
+            # The repeat's answer means an earlier attempt was done — ours, or the
+            # forwarding broker's own resend after the controller's answer was lost
+            # (so even a first ask may get it). Names are never reused, and the checks
+            # verify every confirmed create and delete on every node at the end.
+            if (operation == "create" and code == "TOPIC_ALREADY_EXISTS") or (
+                operation == "delete" and code == "UNKNOWN_TOPIC_OR_PART"
             ):
                 return True
             if code not in RETRIABLE_ADMIN and code != "TimeoutError":
                 raise RuntimeError(f"{operation} {name}: {code}")
-            retried = True
             time.sleep(0.2)
         self.unanswered.append(f"{operation} {name}")
         return False
@@ -452,21 +454,20 @@ def create_topic_retrying(
     client whose first Metadata came from a node that had not yet applied the
     controller's registration waits for a controller it never re-asks for."""
     deadline = time.monotonic() + timeout_s
-    retried = False
     while True:
         try:
             create_topic(bootstrap, topic, partitions, 15.0)
             return
         except KafkaException as exc:
             error = exc.args[0]
-            if retried and isinstance(error, KafkaError) and error.name() == "TOPIC_ALREADY_EXISTS":
+            # An earlier attempt was done (ours, or the forwarding broker's resend).
+            if isinstance(error, KafkaError) and error.name() == "TOPIC_ALREADY_EXISTS":
                 return
             if time.monotonic() > deadline:
                 raise
         except TimeoutError:
             if time.monotonic() > deadline:
                 raise
-        retried = True
         time.sleep(0.5)
 
 
