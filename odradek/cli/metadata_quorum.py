@@ -24,7 +24,7 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -164,21 +164,21 @@ async def _ask(connection: BrokerConnection, api_key: int, **fields: Any) -> Any
 
 async def describe(addresses: Sequence[tuple[str, int]]) -> Quorum:
     """Ask the first reachable controller who leads, then ask the leader."""
-    failures = []
-    for host, port in addresses:
-        try:
-            return await _describe_through(host, port)
-        except QuorumToolError as error:
-            failures.append(str(error))
-    raise QuorumToolError("; ".join(failures))
+    return await _first_reachable(addresses, _describe_through)
 
 
 async def describe_through_brokers(addresses: Sequence[tuple[str, int]]) -> Quorum:
     """Ask the first reachable broker; it forwards DescribeQuorum to the active controller."""
+    return await _first_reachable(addresses, _describe_through_broker)
+
+
+async def _first_reachable(
+    addresses: Sequence[tuple[str, int]], ask: Callable[[str, int], Awaitable[Quorum]]
+) -> Quorum:
     failures = []
     for host, port in addresses:
         try:
-            return await _describe_through_broker(host, port)
+            return await ask(host, port)
         except QuorumToolError as error:
             failures.append(str(error))
     raise QuorumToolError("; ".join(failures))
