@@ -460,6 +460,26 @@ def test_consumer_groups_and_the_classic_apis(client: WireClient) -> None:
         )
     )
     assert fetched.groups[0].error_code == E.stale_member_epoch
+    assert fetched.groups[0].topics == ()  # not the partitions at offset -1
+    fetched = client.request(
+        make(
+            module.OffsetFetchRequest,
+            groups=(
+                make(
+                    module.OffsetFetchRequestGroup,
+                    group_id=group,
+                    member_id=member.member_id,
+                    member_epoch=epoch + 1,
+                    topics=(
+                        make(module.OffsetFetchRequestTopics, name=topic, partition_indexes=(0,)),
+                    ),
+                ),
+            ),
+            require_stable=True,
+        )
+    )
+    assert fetched.groups[0].error_code == E.stale_member_epoch
+    assert fetched.groups[0].topics == ()  # a client must not read "nothing committed"
     error, found = fetch_offsets(client, 9, {group: None})[group]  # an admin: no member
     assert error == E.none and found[tp].offset == 5
     # DeleteGroups refuses a group with members; an empty one converts to classic.

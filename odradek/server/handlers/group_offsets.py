@@ -112,7 +112,12 @@ def _fetch_group(
         found = services.groups.fetch_offsets(group_id, partitions, member_id, member_epoch)
     except CoordinatorError as failure:
         error, found = failure.code, {}
-        if partitions is not None:
+        # v8+ says a group's error once, with no topics (as Kafka): partitions listed
+        # with offset -1 beside it would read as "nothing committed" to a client that
+        # looks at them first, and send a consumer back to auto.offset.reset (a
+        # STALE_MEMBER_EPOCH race re-read a whole partition that way). Below v8 the
+        # error goes with each partition asked for.
+        if partitions is not None and not grouped:
             found = dict.fromkeys(partitions)
     by_topic: dict[str, list[Any]] = {}
     topic_class = module.OffsetFetchResponseTopics if grouped else module.OffsetFetchResponseTopic
