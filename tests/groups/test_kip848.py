@@ -152,6 +152,7 @@ class Member:
         self.owned: set[int] = set()
         self.revoked: list[int] = []
         self.values: list[int] = []
+        self.seen: list[tuple[int, int, int]] = []  # (partition, offset, value): for a failure
         self.consumer = Consumer(
             {
                 "bootstrap.servers": bootstrap,
@@ -193,6 +194,7 @@ class Member:
         if message is not None and message.error() is None:
             assert message.partition() in self.owned
             self.values.append(int(message.value()))
+            self.seen.append((message.partition(), message.offset(), int(message.value())))
 
     def commit_positions(self) -> None:
         tps = [TopicPartition(self.topic, p) for p in sorted(self.owned)]
@@ -288,6 +290,11 @@ def test_three_consumers_share_partitions_and_one_leaves(
         for member in stayers:
             member.poll()
         values = sorted(v for m in members for v in m.values)
+        if values != list(range(1200)):  # say who read what twice, from where
+            twice = {v for v in values if values.count(v) > 1}
+            for member in members:
+                reads = [s for s in member.seen if s[2] in twice]
+                print(member.name, "owned", sorted(member.owned), "twice:", reads[:5], len(reads))
         assert values == list(range(1200))  # every record exactly once
     finally:
         close_all(members[1:])
