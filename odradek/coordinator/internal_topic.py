@@ -22,10 +22,13 @@ import asyncio
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from odradek.coordinator.partition_writer import TopicCreator
 from odradek.metadata.image import MetadataImage
-from odradek.metadata.view import MetadataView
+
+if TYPE_CHECKING:
+    from odradek.metadata.view import MetadataView
 
 logger = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ the runtime's ``CoordinatorShard`` Protocol:
   ``on_loaded`` restores the classic groups from them — Stable with their members, so
   clients that reconnect keep their assignment without a rebalance. A malformed
   record is skipped with a warning. Consumer group membership is not persisted:
-  after a move its members rejoin with epoch 0, as ``consumer_groups.py`` says;
+  after a move its members rejoin with epoch 0, as consumer_coordinator.py says;
 - ``on_unloaded`` answers every parked JoinGroup/SyncGroup with NOT_COORDINATOR;
 - ``tick`` runs the due group timers and, every ``offsets.retention.check.interval.ms``,
   offset expiry, as one write: the groups' records and the expired offsets'
