@@ -411,6 +411,9 @@ class CoordinatorRuntime(Generic[S]):
                 except Exception as error:
                     _settle(write.future, error=error)
                     continue
+            except asyncio.CancelledError:  # shutdown: the caller must not wait forever
+                _settle(write.future, error=CoordinatorError("NOT_COORDINATOR", "shutting down"))
+                raise
             except Exception as error:
                 _settle(write.future, error=error)
                 continue

@@ -150,10 +150,10 @@ CATCH_UP_LOG_EVERY_S: Final = 5.0
 CONTROLLED_SHUTDOWN_WAIT_S: Final = 1.0
 
 
-def offsets_replication_factor(config: BrokerConfig) -> int:
-    """offsets.topic.replication.factor; 1 on the zero-config single node unless set
-    (Kafka's single-node example configs set it to 1: one broker can never meet 3)."""
-    name = "offsets.topic.replication.factor"
+def internal_replication_factor(config: BrokerConfig, name: str) -> int:
+    """An internal topic's replication factor config (offsets.topic.replication.factor,
+    transaction.state.log.replication.factor): 1 on the zero-config single node unless
+    set, as Kafka's single-node example configs set it (one broker never meets 3)."""
     if not config.quorum_configured and not config.is_set(name):
         return 1
     return int(config[name])
@@ -162,7 +162,7 @@ def offsets_replication_factor(config: BrokerConfig) -> int:
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
     return CoordinatorSettings(
         partitions=config["offsets.topic.num.partitions"],
-        replication_factor=offsets_replication_factor(config),
+        replication_factor=internal_replication_factor(config, "offsets.topic.replication.factor"),
         segment_bytes=config["offsets.topic.segment.bytes"],
         metadata_max_bytes=config["offset.metadata.max.bytes"],
         retention_ms=config["offsets.retention.minutes"] * 60_000,

@@ -22,7 +22,7 @@ from odradek.coordinator.group.coordinator import (
 )
 from odradek.coordinator.group.offset_store import OffsetCommit
 from odradek.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
-from odradek.server.broker import offsets_replication_factor
+from odradek.server.broker import internal_replication_factor
 from odradek.server.config import BrokerConfig
 from tests.coordinator.runtime_support import FakeWriter
 
@@ -159,4 +159,5 @@ def test_offsets_topic_waits_for_enough_live_brokers() -> None:
     ],
 )
 def test_offsets_replication_factor(properties: dict[str, str], expected: int) -> None:
-    assert offsets_replication_factor(BrokerConfig(properties)) == expected
+    config = BrokerConfig(properties)
+    assert internal_replication_factor(config, "offsets.topic.replication.factor") == expected

@@ -353,3 +353,20 @@ def test_leadership_changes_from_a_metadata_delta() -> None:
     gone = TopicImage(TOPIC, uuid.uuid4(), {0: PartitionImage(0, (1,), (1,), 1, 3)})
     deleted = MetadataDelta(0, 1, deleted_topics={gone.topic_id: gone})
     assert leadership_changes(deleted, TOPIC, 1) == [(0, None)]
+
+
+def test_stop_answers_the_write_in_flight_too() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.runtime.on_leadership(0, 0)
+        await loaded(rig)
+        rig.writer.hold = True
+        in_flight = asyncio.ensure_future(rig.runtime.write(0, lambda s: s.put(b"a", b"1", 1)))
+        queued = asyncio.ensure_future(rig.runtime.write(0, lambda s: s.put(b"b", b"2", 2)))
+        await settle()
+        await rig.runtime.stop()
+        for write in (in_flight, queued):
+            error = write.exception()
+            assert isinstance(error, CoordinatorError) and error.code == "NOT_COORDINATOR"
+
+    run(test)
