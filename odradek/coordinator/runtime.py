@@ -13,7 +13,9 @@ a *shard* type (``CoordinatorShard``) plus a facade that routes its requests:
   ignored, None unloads. Each load is a ``_Context`` tied to its epoch; a load whose
   context is no longer the partition's current one is discarded when it next looks.
 - **A load reads to the log end**, not the high watermark (a new leader's HW may
-  trail records the old leader acknowledged), replaying every record into a fresh
+  trail records the old leader acknowledged) — once the replica itself leads in the
+  load's epoch (``PartitionWriter.leader_epoch``; before that it may still be a
+  follower appending, and the load waits) — replaying every record into a fresh
   shard, then waits until the HW passes what it read: until then requests get
   COORDINATOR_LOAD_IN_PROGRESS, so nothing is answered from records a further
   leader change could still take back. A load that fails outright is retried with a
@@ -62,6 +64,7 @@ logger = logging.getLogger(__name__)
 TICK_S: Final = 0.05  # longest sleep of the ticker of all shards' deadlines
 MIN_TICK_S: Final = 0.002  # shortest (a deadline a tick cannot clear must not spin)
 LOAD_RETRY_MAX_S: Final = 30  # backoff cap of a partition whose load failed
+REPLICA_EPOCH_POLL_S: Final = 0.01  # a load waiting for its replica to lead in its epoch
 
 T = TypeVar("T")
 KeyValue = tuple[bytes, bytes | None]
@@ -292,6 +295,12 @@ class CoordinatorRuntime(Generic[S]):
     async def _load_once(self, context: _Context[S]) -> None:
         tp = (self.topic, context.partition)
         started = self.clock()
+        while self.writer.leader_epoch(tp) < context.epoch:
+            # The replica has not become leader in this epoch yet (it may still be a
+            # follower appending what it fetches): its log end is not final yet.
+            await asyncio.sleep(REPLICA_EPOCH_POLL_S)
+            if not self._current(context):
+                return
         shard = self.new_shard(context.partition)
         end = self.writer.log_end_offset(tp)
         count = 0

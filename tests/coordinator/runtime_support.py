@@ -39,6 +39,8 @@ class FakeWriter:
         self.fail: str | None = None
         self.appended: list[tuple[TopicPartition, list[Record]]] = []
         self.reads: list[tuple[TopicPartition, int, int | None]] = []
+        # The epoch each replica leads in; unset: ahead of any epoch a test loads in.
+        self.leader_epochs: dict[TopicPartition, int] = {}
         self._hw_moved = asyncio.Event()
 
     def log(self, tp: TopicPartition) -> FakeLog:
@@ -91,7 +93,7 @@ class FakeWriter:
                 yield kept
 
     def leader_epoch(self, tp: TopicPartition) -> int:
-        return 0
+        return self.leader_epochs.get(tp, 1 << 30)
 
     def log_end_offset(self, tp: TopicPartition) -> int:
         return self.log(tp).log_end_offset

@@ -370,3 +370,31 @@ def test_stop_answers_the_write_in_flight_too() -> None:
             assert isinstance(error, CoordinatorError) and error.code == "NOT_COORDINATOR"
 
     run(test)
+
+
+def test_a_load_waits_until_the_replica_leads_in_its_epoch() -> None:
+    async def test() -> None:
+        rig = Rig()
+        rig.writer.write_directly(TP, (b"a", b"1"))
+        rig.writer.set_high_watermark(TP, 1)
+        rig.writer.leader_epochs[TP] = 6  # the metadata says 7; the replica lags
+        rig.runtime.on_leadership(0, 7)
+        await asyncio.sleep(0.05)
+        assert rig.runtime.state(0) is PartitionState.LOADING and rig.writer.reads == []
+        assert rig.error_of() == "COORDINATOR_LOAD_IN_PROGRESS"
+        rig.writer.write_directly(TP, (b"b", b"2"))  # still fetched as a follower
+        rig.writer.set_high_watermark(TP, 2)
+        rig.writer.leader_epochs[TP] = 7
+        shard = await loaded_within(rig, 10.0)
+        assert shard.state == {b"a": b"1", b"b": b"2"}
+        await rig.runtime.stop()
+
+    run(test)
+
+
+async def loaded_within(rig: Rig, timeout_s: float) -> RecordingShard:
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while rig.runtime.state(0) is not PartitionState.ACTIVE:
+        assert asyncio.get_running_loop().time() < deadline, rig.runtime.state(0)
+        await asyncio.sleep(0.01)
+    return rig.runtime.shard(0)
