@@ -2,15 +2,20 @@
 
 How this works and why: a coordinator keeps its state in partitions of an internal
 topic (``__consumer_offsets``; ``__transaction_state`` later) that it leads. It
-needs exactly four things from the layers below, each a Protocol here so it imports
-neither the broker, the replica manager nor the controller (the server package
-implements them, in ``server/coordinator_io.py``):
+needs these from the layers below, each a Protocol here so it imports neither the
+broker, the replica manager nor the controller (the server package implements them,
+in ``server/coordinator_io.py``):
 
 - ``PartitionWriter.append(tp, records)``: an awaitable that completes once the batch
   is written — at the high watermark once replication exists, so an answer the
   coordinator gives after it survives a leader change — with the batch's last offset;
 - ``PartitionWriter.read(tp, start, end)``: the partition's batches for a load, with a
-  ``Damage`` in place of what cannot be read (``group/loader.py``);
+  ``Damage`` in place of what cannot be read (``group/loader.py``). A load reads to
+  ``log_end_offset(tp)``, not to the high watermark: a new leader's HW may trail
+  records the old leader had acknowledged, and a coordinator that loaded only to its
+  HW would forget them; it then answers COORDINATOR_LOAD_IN_PROGRESS until
+  ``wait_for_high_watermark(tp, end)`` says the HW has passed all it loaded (so it
+  never answers from state that a further leader change could still take back);
 - ``PartitionWriter.leader_epoch(tp)``: the epoch this node leads the partition in
   (a load is tied to it: a newer epoch means reload);
 - ``TopicCreator.create_topic``: create the internal topic on first use, through the
@@ -51,6 +56,16 @@ class PartitionWriter(Protocol):
         ...
 
     def leader_epoch(self, tp: TopicPartition) -> int: ...
+
+    def log_end_offset(self, tp: TopicPartition) -> int:
+        """The offset the next append gets: where a load reads to."""
+        ...
+
+    def high_watermark(self, tp: TopicPartition) -> int: ...
+
+    async def wait_for_high_watermark(self, tp: TopicPartition, offset: int) -> None:
+        """Return once the partition's high watermark is at least ``offset``."""
+        ...
 
 
 class TopicCreator(Protocol):

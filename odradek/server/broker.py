@@ -61,7 +61,12 @@ from typing import Any, Final
 
 from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
-from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
+from odradek.coordinator.group.coordinator import (
+    OFFSETS_TOPIC,
+    CoordinatorSettings,
+    GroupCoordinator,
+)
+from odradek.coordinator.runtime import leadership_changes
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import (
@@ -76,7 +81,7 @@ from odradek.metadata.controller_rpc import (
     FORWARDED_VERSIONS,
     RemoteControllerChannel,
 )
-from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.delta import MetadataDelta, between
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
@@ -145,10 +150,19 @@ CATCH_UP_LOG_EVERY_S: Final = 5.0
 CONTROLLED_SHUTDOWN_WAIT_S: Final = 1.0
 
 
+def internal_replication_factor(config: BrokerConfig, name: str) -> int:
+    """An internal topic's replication factor config (offsets.topic.replication.factor,
+    transaction.state.log.replication.factor): 1 on the zero-config single node unless
+    set, as Kafka's single-node example configs set it (one broker never meets 3)."""
+    if not config.quorum_configured and not config.is_set(name):
+        return 1
+    return int(config[name])
+
+
 def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
     return CoordinatorSettings(
         partitions=config["offsets.topic.num.partitions"],
-        replication_factor=config["offsets.topic.replication.factor"],
+        replication_factor=internal_replication_factor(config, "offsets.topic.replication.factor"),
         segment_bytes=config["offsets.topic.segment.bytes"],
         metadata_max_bytes=config["offset.metadata.max.bytes"],
         retention_ms=config["offsets.retention.minutes"] * 60_000,
@@ -328,7 +342,7 @@ class Broker:
         # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
-        self.group_coordinator.on_metadata(self.image)
+        self._feed_coordinators(between(MetadataImage(), self.image), self.image)
         self.group_coordinator.start()
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
@@ -636,11 +650,17 @@ class Broker:
 
     def _on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
         self.replica_manager.apply_delta(delta, image, self.topic_config)
-        self.group_coordinator.on_metadata(image)
+        self._feed_coordinators(delta, image)
         if delta.broker_configs_changed:
             self.server.quotas.update(self.connection_limits())
         if delta.topics_changed:
             self.server.reserve_files()  # new partitions hold files: keep them a reserve
+
+    def _feed_coordinators(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        """Coordinator ownership follows __consumer_offsets leadership with its epoch."""
+        for partition, epoch in leadership_changes(delta, OFFSETS_TOPIC, self.node_id):
+            self.group_coordinator.on_leadership(partition, epoch)
+        self.group_coordinator.on_metadata(image)
 
     def plane_of(self, listener: str) -> Plane:
         """A listener named in controller.listener.names serves the controller plane."""

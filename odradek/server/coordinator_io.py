@@ -6,13 +6,17 @@ package imports neither the replica manager nor the controller. An append is a
 leader append with acks=all; today it is written, and so at the high watermark, when
 ``ReplicaManager.append`` returns (one replica). The replication work makes
 ``append`` await the delayed-produce future of the batch's last offset here, and the
-coordinators are unchanged.
+coordinators are unchanged. A load reads to the log end offset and then waits for
+the high watermark to pass it (``wait_for_high_watermark``); on one replica the HW is
+the LEO once an append returns, so the wait ends at once, and otherwise it re-checks
+every ``HW_POLL_S`` until the replica layer offers an HW-advance wake-up to wait on.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from odradek.coordinator.group.loader import Damage, scan
 from odradek.coordinator.partition_writer import PartitionWriteError, TopicPartition
@@ -24,6 +28,7 @@ if TYPE_CHECKING:
     from odradek.replica.replica_manager import Partition
 
 ACKS_ALL = -1
+HW_POLL_S: Final = 0.01
 
 
 class ReplicaPartitionWriter:
@@ -52,6 +57,17 @@ class ReplicaPartitionWriter:
 
     def leader_epoch(self, tp: TopicPartition) -> int:
         return self._leader(tp).leader_epoch
+
+    def log_end_offset(self, tp: TopicPartition) -> int:
+        return self._leader(tp).log.log_end_offset
+
+    def high_watermark(self, tp: TopicPartition) -> int:
+        return self._leader(tp).log.high_watermark
+
+    async def wait_for_high_watermark(self, tp: TopicPartition, offset: int) -> None:
+        # _leader raises once this node stops leading: a wait never outlives leadership.
+        while self.high_watermark(tp) < offset:
+            await asyncio.sleep(HW_POLL_S)
 
 
 class ChannelTopicCreator:

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator.group import coordinator as coordinator_module
+from odradek.coordinator import runtime as runtime_module
 from odradek.coordinator.group.coordinator import (
     CoordinatorError,
     CoordinatorSettings,
@@ -38,11 +38,20 @@ class FlakyWriter:
     def leader_epoch(self, tp: tuple[str, int]) -> int:
         return 0
 
+    def log_end_offset(self, tp: tuple[str, int]) -> int:
+        return 0
+
+    def high_watermark(self, tp: tuple[str, int]) -> int:
+        return 0
+
+    async def wait_for_high_watermark(self, tp: tuple[str, int], offset: int) -> None:
+        return None
+
 
 def test_failed_load_answers_not_available_then_retries(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(coordinator_module, "LOAD_RETRY_MAX_S", 0)
+    monkeypatch.setattr(runtime_module, "LOAD_RETRY_MAX_S", 0)
     metadata: Any = SimpleNamespace(node_id=1)
     topics: Any = None  # the topic exists: never created here
     coordinator = GroupCoordinator(
@@ -51,23 +60,20 @@ def test_failed_load_answers_not_available_then_retries(
 
     async def run() -> list[str]:
         seen = []
-        coordinator._owned.add(0)
-        coordinator._loading.add(0)
-        task = asyncio.get_running_loop().create_task(coordinator._load(0))
+        coordinator.on_leadership(0, 0)
         for _ in range(50):
             try:
-                coordinator._check_owner("g")
+                coordinator.fetch_offsets("g", None)
                 seen.append("NONE")
+                break
             except CoordinatorError as error:
                 seen.append(error.code)
-            if task.done():
-                break
             await asyncio.sleep(0)
-        await task
-        coordinator._check_owner("g")  # loaded: no error
+        coordinator.fetch_offsets("g", None)  # loaded: no error
+        await coordinator.stop()
         return seen
 
-    with caplog.at_level(logging.ERROR, logger=coordinator_module.__name__):
+    with caplog.at_level(logging.ERROR, logger=runtime_module.__name__):
         seen = asyncio.run(run())
     assert "COORDINATOR_NOT_AVAILABLE" in seen
     failures = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]

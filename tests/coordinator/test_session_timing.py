@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
-from odradek.coordinator.group import coordinator as coordinator_module
+from odradek.coordinator import runtime as runtime_module
 from odradek.coordinator.group.classic import GroupState
-from odradek.coordinator.group.coordinator import CoordinatorSettings, GroupCoordinator
+from odradek.coordinator.group.coordinator import CoordinatorSettings
+from odradek.coordinator.group.shard import GroupShard
+from odradek.coordinator.runtime import CoordinatorRuntime, PartitionState, _Context
 from tests.coordinator.classic_support import Harness, request
 
 S = GroupState
@@ -75,29 +77,32 @@ def test_lone_static_member_expires_at_its_session_and_empties_the_group() -> No
     assert h.group.state is S.EMPTY and not h.group.members
 
 
-def coordinator_at(now: list[int]) -> GroupCoordinator:
-    unused: Any = SimpleNamespace()  # timers need neither metadata nor the partitions
-    return GroupCoordinator(
-        unused, unused, unused, CoordinatorSettings(partitions=1), clock=lambda: now[0]
-    )
+def runtime_at(now: list[int]) -> tuple[CoordinatorRuntime[GroupShard], GroupShard]:
+    """A runtime with partition 0 active on an empty shard."""
+    unused: Any = SimpleNamespace()  # timers need no partition writer
+    settings = CoordinatorSettings(partitions=1)
+    shard = GroupShard(0, settings, lambda: now[0])
+    runtime = CoordinatorRuntime("__consumer_offsets", unused, lambda p: shard, lambda: now[0])
+    runtime._contexts[0] = _Context("__consumer_offsets", 0, 0, PartitionState.ACTIVE, shard)
+    return runtime, shard
 
 
 def test_ticker_wakes_at_the_earliest_deadline() -> None:
     now = [1_000]
-    coordinator = coordinator_at(now)
-    tick_s = coordinator_module.TICK_S
-    assert coordinator._next_tick_s() == tick_s  # nothing due: the longest sleep
+    coordinator, shard = runtime_at(now)
+    tick_s = runtime_module.TICK_S
+    assert coordinator.next_tick_s() == tick_s  # nothing due: the longest sleep
     h = Harness(min_session_timeout_ms=1_000)
     h.now = now[0]
     waiter = h.join(request(instance="i", session_ms=1_000))
     h.advance(3_000)
     h.stabilize([h.join_result(waiter)])
-    coordinator.groups["g"] = h.group
+    shard.groups["g"] = h.group
     deadline = h.group.next_deadline_ms()
     assert deadline is not None
     now[0] = deadline - 7
-    assert coordinator._next_tick_s() == pytest.approx(0.008)  # not the 50 ms tick
+    assert coordinator.next_tick_s() == pytest.approx(0.008)  # not the 50 ms tick
     now[0] = deadline + 5  # overdue (a busy loop): the shortest sleep, never a spin
-    assert coordinator._next_tick_s() == coordinator_module.MIN_TICK_S
+    assert coordinator.next_tick_s() == runtime_module.MIN_TICK_S
     now[0] = deadline - 10_000
-    assert coordinator._next_tick_s() == tick_s  # later deadlines: wake each tick anyway
+    assert coordinator.next_tick_s() == tick_s  # later deadlines: wake each tick anyway

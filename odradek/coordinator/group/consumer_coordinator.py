@@ -13,8 +13,9 @@ heartbeat interval (group configs ``consumer.session.timeout.ms`` /
 ``consumer.heartbeat.interval.ms`` in the metadata image) are read on every heartbeat,
 so a change applies from each member's next heartbeat, as in Kafka.
 
-``GroupCoordinator`` (coordinator.py) inherits this mixin; it provides the attributes
-declared below.
+These are functions of a ``GroupShard`` (shard.py), run in its partition's write
+queue by the ``GroupCoordinator`` facade (coordinator.py): a heartbeat changes the
+group's state but writes no record.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from __future__ import annotations
 import base64
 import logging
 import uuid
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from odradek.coordinator.group.classic import ClassicGroup, GroupState
@@ -37,110 +37,64 @@ from odradek.coordinator.group.consumer_model import (
 from odradek.metadata.image import GROUP_RESOURCE
 
 if TYPE_CHECKING:
-    from odradek.coordinator.group.coordinator import CoordinatorSettings
-    from odradek.metadata.view import MetadataView
+    from odradek.coordinator.group.shard import GroupShard
+    from odradek.metadata.image import MetadataImage
 
 logger = logging.getLogger(__name__)
 
 
-class ConsumerGroupCoordination:
-    metadata: MetadataView
-    clock: Callable[[], int]
-    groups: dict[str, ClassicGroup]
-    consumer_groups: dict[str, ConsumerGroup]
-
-    settings: CoordinatorSettings
-    _owned: set[int]  # partitions of __consumer_offsets this broker leads
-
-    def _check_owner(self, group_id: str) -> None:  # provided by GroupCoordinator
-        raise NotImplementedError
-
-    def partition_for(self, group_id: str) -> int:  # provided by GroupCoordinator
-        raise NotImplementedError
-
-    async def consumer_heartbeat(
-        self, group_id: str, request: HeartbeatRequest, *, require_member_id: bool
-    ) -> HeartbeatResult:
-        """ConsumerGroupHeartbeat; request-level failures raise CoordinatorError."""
-        problem = "GroupId can't be empty." if not group_id else None
-        problem = problem or heartbeat_problem(request, require_member_id)
-        if problem is not None:
-            return HeartbeatResult("INVALID_REQUEST", problem, request.member_id)
-        self._check_owner(group_id)
-        group = self.consumer_groups.get(group_id)
-        if group is None:
-            classic = self.groups.get(group_id)
-            if classic is not None and classic.state is not GroupState.DEAD:
-                if classic.state is not GroupState.EMPTY or classic.members:
-                    return HeartbeatResult(
-                        "GROUP_ID_NOT_FOUND",
-                        f"Group {group_id} is not a consumer group.",
-                        request.member_id,
-                    )
-                logger.info("group %s: empty classic group becomes a consumer group", group_id)
-                del self.groups[group_id]
-            if request.member_epoch != JOIN_EPOCH:
+def heartbeat(
+    shard: GroupShard,
+    group_id: str,
+    request: HeartbeatRequest,
+    image: MetadataImage,
+    *,
+    require_member_id: bool,
+) -> HeartbeatResult:
+    """ConsumerGroupHeartbeat on the group's shard (the request was checked)."""
+    group = shard.consumer_groups.get(group_id)
+    settings = settings_of(shard.settings.consumer, image, group_id)
+    if group is None:
+        classic = shard.groups.get(group_id)
+        if classic is not None and classic.state is not GroupState.DEAD:
+            if classic.state is not GroupState.EMPTY or classic.members:
                 return HeartbeatResult(
-                    "UNKNOWN_MEMBER_ID", f"group {group_id} has no members", request.member_id
+                    "GROUP_ID_NOT_FOUND",
+                    f"Group {group_id} is not a consumer group.",
+                    request.member_id,
                 )
-            group = ConsumerGroup(
-                group_id, self._settings_of(group_id), clock=self.clock, new_member_id=new_uuid
+            logger.info("group %s: empty classic group becomes a consumer group", group_id)
+            del shard.groups[group_id]
+        if request.member_epoch != JOIN_EPOCH:
+            return HeartbeatResult(
+                "UNKNOWN_MEMBER_ID", f"group {group_id} has no members", request.member_id
             )
-            self.consumer_groups[group_id] = group
-        else:
-            group.settings = self._settings_of(group_id)
-        return group.heartbeat(request, self.metadata.image, require_member_id=require_member_id)
+        group = ConsumerGroup(group_id, settings, clock=shard.clock, new_member_id=new_uuid)
+        shard.consumer_groups[group_id] = group
+    else:
+        group.settings = settings
+    return group.heartbeat(request, image, require_member_id=require_member_id)
 
-    def _settings_of(self, group_id: str) -> ConsumerGroupSettings:
-        configs = self.metadata.image.configs.get((GROUP_RESOURCE, group_id), {})
-        return self.settings.consumer.for_group(configs)
 
-    def describe_consumer_group(self, group_id: str) -> ConsumerGroup | ClassicGroup | None:
-        """The group of this id, of either kind (ConsumerGroupDescribe tells them apart)."""
-        self._check_owner(group_id)
-        group = self.consumer_groups.get(group_id)
-        if group is not None:
-            return group
-        classic = self.groups.get(group_id)
-        return classic if classic is not None and classic.state is not GroupState.DEAD else None
+def check(group_id: str, request: HeartbeatRequest, require_member_id: bool) -> str | None:
+    """What makes the request invalid (INVALID_REQUEST), or None."""
+    problem = "GroupId can't be empty." if not group_id else None
+    return problem or heartbeat_problem(request, require_member_id)
 
-    def list_consumer_groups(self) -> list[ConsumerGroup]:
-        owned = self._owned
-        return [
-            g
-            for g in self.consumer_groups.values()
-            if not g.dead and self.partition_for(g.group_id) in owned
-        ]
 
-    def tick_consumer_groups(self, now: int) -> None:
-        for group in list(self.consumer_groups.values()):
-            deadline = group.next_deadline_ms()
-            if deadline is not None and deadline <= now:
-                try:
-                    group.tick()
-                except Exception:  # one group's failure must not stop the timers
-                    logger.exception("timer of consumer group %s failed", group.group_id)
+def settings_of(
+    defaults: ConsumerGroupSettings, image: MetadataImage, group_id: str
+) -> ConsumerGroupSettings:
+    return defaults.for_group(image.configs.get((GROUP_RESOURCE, group_id), {}))
 
-    def drop_consumer_groups(self, partition: int | None) -> None:
-        """Forget the consumer groups of a partition this broker no longer leads (None: all)."""
-        for group_id in list(self.consumer_groups):
-            if partition is None or self.partition_for(group_id) == partition:
-                self.consumer_groups.pop(group_id).mark_dead()
 
-    def take_empty_consumer_group(self, group_id: str, *, convert: bool) -> bool:
-        """Whether the classic protocol may use this id: False while a consumer group with
-        members holds it; an empty one is dropped when ``convert`` (it becomes classic)."""
-        group = self.consumer_groups.get(group_id)
-        if group is None:
-            return True
-        if not group.is_empty:
-            return False
-        if not convert:
-            return True
-        logger.info("group %s: empty consumer group becomes a classic group", group_id)
-        del self.consumer_groups[group_id]
-        group.mark_dead()
-        return True
+def describe(shard: GroupShard, group_id: str) -> ConsumerGroup | ClassicGroup | None:
+    """The group of this id, of either kind (ConsumerGroupDescribe tells them apart)."""
+    group = shard.consumer_groups.get(group_id)
+    if group is not None:
+        return group
+    classic = shard.groups.get(group_id)
+    return classic if classic is not None and classic.state is not GroupState.DEAD else None
 
 
 def new_uuid() -> str:

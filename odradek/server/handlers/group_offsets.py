@@ -10,7 +10,8 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from odradek.coordinator.group.offset_coordinator import CoordinatorError, OffsetCommit
+from odradek.coordinator.group.coordinator import CoordinatorError
+from odradek.coordinator.group.offset_store import OffsetCommit
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.handlers import handles
