@@ -205,6 +205,7 @@ class Broker:
         # This node's voter entry at the controller listener it bound, once bound.
         self.own_controller: QuorumVoter | None = None
         self._session_timer: asyncio.Task[None] | None = None
+        self._balance_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self._codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
@@ -306,6 +307,8 @@ class Broker:
         # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
         self._session_timer = asyncio.create_task(self._session_ticks())
+        if self.config["auto.leader.rebalance.enable"]:
+            self._balance_timer = asyncio.create_task(self._leader_balance_ticks())
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         if not self.is_broker:
@@ -472,6 +475,25 @@ class Broker:
                     timeout_ms,
                 )
 
+    async def _leader_balance_ticks(self) -> None:
+        """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds
+        the active controller moves leaderships back to preferred replicas
+        (``Controller.rebalance_leaders``; elsewhere this does nothing)."""
+        interval_s = self.config["leader.imbalance.check.interval.seconds"]
+        percentage = self.config["leader.imbalance.per.broker.percentage"]
+        while True:
+            await asyncio.sleep(interval_s)
+            moved = await self.controller.rebalance_leaders(percentage)
+            if moved:
+                logger.info("moved %d partition leadership(s) back to preferred replicas", moved)
+
+    def unclean_election_default(self) -> bool:
+        """The broker default of unclean.leader.election.enable, dynamic over static."""
+        raw = self.dynamic_broker_configs().get("unclean.leader.election.enable")
+        if raw is None:
+            return bool(self.config["unclean.leader.election.enable"])
+        return raw.strip().lower() == "true"
+
     def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
         return open_metadata_log(
             self.config.metadata_log_dir / METADATA_LOG_DIR,
@@ -557,6 +579,7 @@ class Broker:
             self.node_id,
             self.dynamic_defaults,
             session_timeout_ms=self.config["broker.session.timeout.ms"],
+            unclean_default=self.unclean_election_default,
         )
         # This node's broker runs in this process: its older incarnation is dead.
         controller.heartbeats.local_incarnation_id = self.incarnation_id
@@ -581,6 +604,7 @@ class Broker:
             self._housekeeping,
             self._snapshot_timer,
             self._session_timer,
+            self._balance_timer,
             self._codec_warmup,
         ):
             if task is not None:
