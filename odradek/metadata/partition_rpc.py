@@ -69,6 +69,7 @@ async def alter_partition(
                     broker_epoch=p.broker_epochs.get(member, -1),
                 )
                 for member in p.new_isr
+                if version >= BROKER_EPOCHS_VERSION
             )
             return request_entity(
                 ALTER_PARTITION_KEY,

@@ -11,9 +11,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from odradek.metadata import partition_rpc
 from odradek.metadata.broker_heartbeats import BrokerHeartbeat
 from odradek.metadata.controller import NewTopic
+from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.elections import PREFERRED, UNCLEAN, ElectionResult
+from odradek.metadata.errors import ControllerError
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 from tests.metadata.test_controller_rpc import Setup, run
 from tests.support.brokers import register_unfenced
@@ -107,5 +112,35 @@ def test_elect_leaders_remote_waits_for_the_callers_image(tmp_path: Path) -> Non
             ElectionResult("t", 0, "ELECTION_NOT_NEEDED"),
             ElectionResult("nope", 3, "UNKNOWN_TOPIC_OR_PARTITION"),
         ]
+
+    run(tmp_path, body)
+
+
+def test_the_oldest_versions_alter_partition_v2_and_elect_leaders_v0(tmp_path: Path) -> None:
+    async def body(s: Setup) -> None:
+        epochs = await three_replicas(s)
+        topic = s.controller.image.topics["t"]
+        voters = list(s.client._voters.values())  # the same controller listener
+        old = ControllerClient(
+            voters,
+            lambda: 1,
+            connector(client_id="old", versions={56: (2, 2), 43: (0, 0)}),
+            retry_backoff_s=0.02,
+        )
+        try:
+            # v2: the new ISR without broker epochs
+            (out,) = await partition_rpc.alter_partition(
+                old, 5.0, 1, epochs[1], [IsrProposal(topic.topic_id, 0, 0, 0, (1, 3), {})]
+            )
+            assert out == IsrOutcome("NONE", 1, 0, 1, (1, 3))
+            # v0 knows only preferred elections, and has no top-level error
+            assert await partition_rpc.elect_leaders(old, 5.0, PREFERRED, [("t", 0)]) == [
+                ElectionResult("t", 0, "ELECTION_NOT_NEEDED")
+            ]
+            with pytest.raises(ControllerError) as caught:
+                await partition_rpc.elect_leaders(old, 5.0, UNCLEAN, [("t", 0)])
+            assert caught.value.code == "UNSUPPORTED_VERSION"
+        finally:
+            await old.close()
 
     run(tmp_path, body)
