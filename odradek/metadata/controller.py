@@ -294,14 +294,14 @@ class Controller:
             await self._commit(records)
             return results
 
-    async def rebalance_leaders(self, imbalance_percentage: int) -> int:
+    async def rebalance_leaders(self) -> int:
         """auto.leader.rebalance.enable's check, on the active controller's timer
         (elections.rebalance): the number of leaderships moved back to preferred
         replicas; nothing on a node that is not the active controller."""
         if self.writer.active_epoch < 0:
             return 0
         async with self._lock:
-            records = rebalance(self.image, imbalance_percentage)
+            records = rebalance(self.image)
             try:
                 await self._commit(records)
             except ControllerError:

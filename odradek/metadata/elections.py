@@ -235,27 +235,20 @@ def elect_leaders(
     return results, changes.records()
 
 
-def rebalance(image: MetadataImage, imbalance_percentage: int) -> list[MetadataRecord]:
+def rebalance(image: MetadataImage) -> list[MetadataRecord]:
     """The auto leader rebalance (seeds/000 "Leader 均衡"; ``auto.leader.rebalance.enable``):
-    a broker is imbalanced when, of the partitions it is the preferred replica of, the
-    share it does not lead exceeds ``leader.imbalance.per.broker.percentage``; each such
-    partition gets a preferred election (where the preferred replica is in the ISR)."""
-    preferred: dict[int, list[tuple[TopicImage, PartitionImage]]] = {}
+    every partition not led by its preferred replica gets a preferred election, where
+    that replica is eligible and in the ISR. As Kafka's KRaft controller, with no
+    per-broker threshold (``leader.imbalance.per.broker.percentage`` was ZooKeeper
+    mode's and is gone from Kafka 4, KAFKA-18743)."""
+    changes = PartitionChanges(image)
+    eligible = eligible_in(image)
     for name in sorted(image.topics):
         topic = image.topics[name]
         for index in sorted(topic.partitions):
             state = topic.partitions[index]
-            if state.replicas:
-                preferred.setdefault(state.replicas[0], []).append((topic, state))
-    changes = PartitionChanges(image)
-    eligible = eligible_in(image)
-    for broker_id, owned in sorted(preferred.items()):
-        if not eligible(broker_id):
-            continue
-        astray = [(t, s) for t, s in owned if s.leader != broker_id]
-        if len(astray) * 100 > imbalance_percentage * len(owned):
-            for topic, state in astray:
-                changes.elect_preferred(topic, state.partition, eligible)
+            if state.replicas and state.leader != state.replicas[0]:
+                changes.elect_preferred(topic, index, eligible)
     return changes.records()
 
 

@@ -480,10 +480,9 @@ class Broker:
         the active controller moves leaderships back to preferred replicas
         (``Controller.rebalance_leaders``; elsewhere this does nothing)."""
         interval_s = self.config["leader.imbalance.check.interval.seconds"]
-        percentage = self.config["leader.imbalance.per.broker.percentage"]
         while True:
             await asyncio.sleep(interval_s)
-            moved = await self.controller.rebalance_leaders(percentage)
+            moved = await self.controller.rebalance_leaders()
             if moved:
                 logger.info("moved %d partition leadership(s) back to preferred replicas", moved)
 

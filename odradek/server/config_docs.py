@@ -86,6 +86,4 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "unclean.leader.election.enable": "allow an out-of-sync replica to become leader",
     "auto.leader.rebalance.enable": "move leaders back to preferred replicas periodically",
     "leader.imbalance.check.interval.seconds": "how often the controller checks leader balance",
-    "leader.imbalance.per.broker.percentage": "share of a broker's preferred partitions it may "
-    "not lead before a rebalance",
 }

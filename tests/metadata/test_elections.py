@@ -468,7 +468,7 @@ def test_elect_leaders_preferred_and_unclean() -> None:
     run(body())
 
 
-def test_rebalance_moves_leaders_back_to_preferred_replicas_past_the_threshold() -> None:
+def test_rebalance_moves_leaders_back_to_in_sync_preferred_replicas() -> None:
     cluster = Cluster()
 
     async def body() -> None:
@@ -476,21 +476,19 @@ def test_rebalance_moves_leaders_back_to_preferred_replicas_past_the_threshold()
         await cluster.topic("t", {i: (1 + i % 3, 1 + (i + 1) % 3) for i in range(6)})
         assert await cluster.expire(2, 3) == [1]
         await cluster.heartbeat(1)
-        led_by_1 = [i for i in range(6) if cluster.state("t", i).leader == 1]
-        assert led_by_1 == []
-        # rejoin broker 1 to every ISR it is a replica of
-        topic = cluster.image.topics["t"]
-        for i in range(6):
-            state = cluster.state("t", i)
-            if 1 in state.replicas and 1 not in state.isr:
-                await cluster.controller.alter_partition(
-                    state.leader,
-                    cluster.epochs[state.leader],
-                    [proposal(topic, state, [*state.isr, 1])],
-                )
-        assert await cluster.controller.rebalance_leaders(100) == 0  # 100%: never imbalanced
-        assert await cluster.controller.rebalance_leaders(10) == 2
-        assert [i for i in range(6) if cluster.state("t", i).leader == 1] == [0, 3]
-        assert await cluster.controller.rebalance_leaders(10) == 0
+        assert [i for i in range(6) if cluster.state("t", i).leader == 1] == []
+        # broker 1 back but in no ISR: nothing to move
+        assert await cluster.controller.rebalance_leaders() == 0
+        # rejoin broker 1 to partition 0's ISR only
+        topic, state = cluster.image.topics["t"], cluster.state("t", 0)
+        await cluster.controller.alter_partition(
+            state.leader, cluster.epochs[state.leader], [proposal(topic, state, [*state.isr, 1])]
+        )
+        assert await cluster.controller.rebalance_leaders() == 1
+        assert [i for i in range(6) if cluster.state("t", i).leader == 1] == [0]
+        assert cluster.state("t", 0).leader_epoch == state.leader_epoch + 1
+        assert await cluster.controller.rebalance_leaders() == 0
+        cluster.writer.active_epoch = -1  # not the active controller: does nothing
+        assert await cluster.controller.rebalance_leaders() == 0
 
     run(body())
