@@ -4,6 +4,7 @@ in-memory writer (module docs of metadata/elections.py and metadata/alter_partit
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import uuid
 from collections.abc import Coroutine, Sequence
@@ -11,6 +12,7 @@ from typing import Any, TypeVar
 
 import pytest
 
+from odradek.cli.metadata_decoder import describe
 from odradek.metadata.broker_heartbeats import BrokerHeartbeat, BrokerRegistration
 from odradek.metadata.controller import Controller, NewTopic
 from odradek.metadata.delta import between
@@ -192,6 +194,12 @@ def test_partition_change_bumps_epochs_round_trips_and_shows_in_the_delta() -> N
     delta = between(base, led)
     change = delta.partitions[(topic_id, 0)]
     assert change.old == base.topics["t"].partitions[0] and change.new.leader == -1
+    # dump-log --cluster-metadata-decoder
+    record = MetadataRecord("PartitionChange", {"topic_id": str(topic_id), "partition": 0})
+    assert json.loads(describe(*record.encode())) == {
+        "type": "PartitionChange",
+        "data": {"partition": 0, "topic_id": str(topic_id)},
+    }
 
 
 def test_new_topic_isr_is_its_replicas_led_by_the_first() -> None:

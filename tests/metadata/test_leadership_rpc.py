@@ -19,7 +19,7 @@ from odradek.metadata.controller import NewTopic
 from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.elections import PREFERRED, UNCLEAN, ElectionResult
 from odradek.metadata.errors import ControllerError
-from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from tests.metadata.test_controller_rpc import Setup, run
 from tests.support.brokers import register_unfenced
 
@@ -35,6 +35,8 @@ async def three_replicas(s: Setup) -> dict[int, int]:
 
 def test_alter_partition_remote_and_local_answer_alike(tmp_path: Path) -> None:
     async def body(s: Setup) -> None:
+        channels: list[IsrChannel] = [s.remote, s.local]  # both are IsrChannels (mypy)
+        assert len(channels) == 2
         epochs = await three_replicas(s)
         topic = s.controller.image.topics["t"]
 
