@@ -24,12 +24,14 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import TopicCollection
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
 from odradek.metadata import partition_rpc
 from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 from tests.support.kraft import HOST, Quorum, odradek
+from tests.support.wire import WireClient, cluster_metadata
 
 T = TypeVar("T")
 SESSION_TIMEOUT_MS = 3000
@@ -143,6 +145,16 @@ def test_kill_moves_leadership_and_preferred_election_restores_the_spread(
     assert solo.leader == -1 and solo.error is not None
     assert solo.error.code() == 5  # LEADER_NOT_AVAILABLE
     assert solo.isrs == [victim]  # the last ISR member stays: only it has the data
+    # Metadata v12 on the wire: the dead node's replicas are offline_replicas
+    survivor = next(n for n in quorum.broker_ids if n != victim)
+    with WireClient(quorum.broker_address(survivor)) as client:
+        answer = cluster_metadata(client, all_topics=True)
+    wire = {t.name: {p.partition_index: p for p in t.partitions} for t in answer.topics}
+    assert wire["solo"][0].error_code == ErrorCode.leader_not_available
+    assert list(wire["solo"][0].offline_replicas) == [victim]
+    assert list(wire["spread"][led].offline_replicas) == [victim]
+    assert wire["spread"][led].error_code == ErrorCode.none
+    assert wire["spread"][led].leader_epoch == 1  # one leader change
     print(f"leadership of spread-{led} moved from {victim} to {successor} in {took:.1f} s")
 
     quorum.start_node(victim)
