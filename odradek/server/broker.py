@@ -475,6 +475,19 @@ class Broker:
                     timeout_ms,
                 )
 
+    async def _controlled_shutdown(self) -> None:
+        """want_shut_down until the controller has moved this broker's leaderships
+        away and lets it go (or CONTROLLED_SHUTDOWN_WAIT_S passed); logged either way."""
+        assert self.lifecycle is not None
+        if await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S):
+            logger.info("controlled shutdown done: the controller let this broker go")
+        else:
+            logger.warning(
+                "controlled shutdown: no answer from the controller within %.1f s; "
+                "stopping anyway (leaderships move when the session expires)",
+                CONTROLLED_SHUTDOWN_WAIT_S,
+            )
+
     async def _leader_balance_ticks(self) -> None:
         """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds
         the active controller moves leaderships back to preferred replicas
@@ -592,7 +605,7 @@ class Broker:
         leading = writer is not None and writer.is_active
         hand_over_first = bool(self.config.quorum_voters) and leading
         if self.lifecycle is not None and not hand_over_first:
-            await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+            await self._controlled_shutdown()
         self.replica_manager.stop_waiting()
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
@@ -621,7 +634,7 @@ class Broker:
                 self.metadata_writer.fail_waiters("the controller is shutting down")
         if self.lifecycle is not None:
             if hand_over_first:
-                await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+                await self._controlled_shutdown()
             await self.lifecycle.stop()
         if self.controller_server is not None:
             await self.controller_server.stop(grace_s=0.5)

@@ -9,7 +9,8 @@ brings its offline partition back. Preferred leadership comes back only once the
 returned node is in sync again: here its rejoining the ISR is asked for over the wire
 with AlterPartition as the leader would send it (the leader's own ISR expansion is
 replica/isr.py's), and ``odradek leader-election --election-type PREFERRED`` then
-restores the spread. Every process is stopped by the test, by pid.
+restores the spread. SIGTERM then moves the node's leadership away before it exits
+(a controlled shutdown). Every process is stopped by the test, by pid.
 """
 
 from __future__ import annotations
@@ -198,3 +199,9 @@ def test_kill_moves_leadership_and_preferred_election_restores_the_spread(
     assert "Successfully completed leader election (PREFERRED) for partitions" in result.stdout
     assert f"spread-{led}" in result.stdout
     assert leaders(admin, "spread") == {0: 1, 1: 2, 2: 3}
+
+    # SIGTERM: a controlled shutdown moves the leadership before the process exits
+    assert quorum.stop(victim) == 0
+    assert "controlled shutdown done" in quorum.nodes[victim].log()
+    state = wait_for("moved on SIGTERM", moved, 30)
+    assert state[led].leader == successor and victim not in state[led].isrs
