@@ -26,11 +26,13 @@ NODE = 2
 T = uuid.UUID(int=5)
 
 
-def partition(leader: int, epoch: int, isr: list[int], partition_epoch: int) -> MetadataRecord:
+def partition(
+    leader: int, epoch: int, isr: list[int], partition_epoch: int, replicas: list[int] | None = None
+) -> MetadataRecord:
     fields = {
         "topic_id": str(T),
         "partition": 0,
-        "replicas": [1, 2, 3],
+        "replicas": replicas or [1, 2, 3],
         "isr": isr,
         "leader": leader,
         "leader_epoch": epoch,
@@ -95,8 +97,7 @@ def test_a_single_replica_leads_with_the_hw_at_the_log_end(
 ) -> None:
     replicas, fetchers, loader = node
     topic = MetadataRecord("Topic", {"name": "t", "topic_id": str(T)})
-    single = partition(NODE, 0, [NODE], 0)
-    single.fields["replicas"] = [NODE]
+    single = partition(NODE, 0, [NODE], 0, replicas=[NODE])
     loader.handle_commit(1, [topic, single])
     assert fetchers.added == []
     replicas.append("t", 0, batch(b"a", b"b"), -1)
