@@ -35,14 +35,24 @@ fetcher through the ``FollowerLog`` methods at the end.
 
 from __future__ import annotations
 
-import enum
 import logging
 import uuid
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Final
 
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.replica.partition_state import (
+    DEFAULT_LAG_TIME_MAX_MS,
+    FOLLOWER,
+    LEADER,
+    LEGAL_TRANSITIONS,
+    NEW,
+    NOT_APPLIED,
+    OFFLINE,
+    UNKNOWN_OFFSET,
+    FollowerState,
+    PartitionError,
+    PartitionState,
+)
 from odradek.replica.purgatory import DelayedProduces, FetchWatchers, Waiter
 from odradek.replica.reads import (
     LATEST,
@@ -56,57 +66,6 @@ from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.log import AppendInfo, Log
 
 logger = logging.getLogger(__name__)
-
-UNKNOWN_OFFSET: Final = -1
-DEFAULT_LAG_TIME_MAX_MS: Final = 30_000  # replica.lag.time.max.ms
-# AlterPartition errors after which the controller surely did not apply the change.
-_NOT_APPLIED: Final = frozenset({"OPERATION_NOT_ATTEMPTED", "INELIGIBLE_REPLICA"})
-
-
-class PartitionError(Exception):
-    """An error for one partition in a request; ``code`` is the Kafka error name."""
-
-    def __init__(self, code: str, message: str = "") -> None:
-        super().__init__(message or code)
-        self.code = code
-
-
-class PartitionState(enum.Enum):
-    NEW = "New"
-    LEADER = "Leader"
-    FOLLOWER = "Follower"
-    OFFLINE = "Offline"
-
-
-NEW, LEADER, FOLLOWER, OFFLINE = (
-    PartitionState.NEW,
-    PartitionState.LEADER,
-    PartitionState.FOLLOWER,
-    PartitionState.OFFLINE,
-)
-LEGAL_TRANSITIONS: Final = {
-    NEW: frozenset({LEADER, FOLLOWER, OFFLINE}),
-    LEADER: frozenset({LEADER, FOLLOWER, OFFLINE}),  # LEADER -> LEADER: a new epoch
-    FOLLOWER: frozenset({LEADER, FOLLOWER, OFFLINE}),
-    OFFLINE: frozenset(),  # until a restart recovers the log
-}
-
-
-@dataclass(slots=True)
-class FollowerState:
-    """What a leader knows of one follower (Kafka's ReplicaState)."""
-
-    log_end_offset: int = UNKNOWN_OFFSET
-    log_start_offset: int = UNKNOWN_OFFSET
-    last_fetch_leader_log_end_offset: int = UNKNOWN_OFFSET
-    last_fetch_ms: int = 0
-    last_caught_up_ms: int = 0
-    broker_epoch: int = -1
-
-    def is_caught_up(self, leader_end: int, now_ms: int, lag_time_max_ms: int) -> bool:
-        return self.log_end_offset == leader_end or now_ms - self.last_caught_up_ms <= (
-            lag_time_max_ms
-        )
 
 
 class Partition:
@@ -430,7 +389,7 @@ class Partition:
         if self.pending is not proposal:
             return False  # superseded by the metadata
         if outcome.error != "NONE":
-            if outcome.error in _NOT_APPLIED:
+            if outcome.error in NOT_APPLIED:
                 self.pending = None  # surely not applied: back to the committed ISR
             else:  # e.g. INVALID_UPDATE_VERSION: the metadata will bring the truth
                 logger.info(
