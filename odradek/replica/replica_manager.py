@@ -440,10 +440,12 @@ class ReplicaManager:
                 partition.fetches.discard(waiter)
 
     def stop_waiting(self) -> None:
-        """Shutdown: wake every parked fetch so it answers now instead of at max_wait."""
+        """Shutdown: wake every parked fetch so it answers now instead of at max_wait,
+        and answer parked acks=all produces NOT_LEADER_OR_FOLLOWER (the client retries
+        on the next leader) instead of holding the shutdown for their timeout."""
         self.closing = True
         for partition in self.partitions.values():
-            partition.fetches.wake_all()
+            partition.stop("NOT_LEADER_OR_FOLLOWER")
 
     # -- offsets -------------------------------------------------------------------
     def offset_for_timestamp(
