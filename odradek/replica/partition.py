@@ -50,6 +50,7 @@ from odradek.replica.partition_state import (
     OFFLINE,
     UNKNOWN_OFFSET,
     FollowerState,
+    NotFollowerError,
     PartitionError,
     PartitionState,
 )
@@ -557,9 +558,7 @@ class Partition:
 
     def _check_follower(self) -> None:
         if self.state is not FOLLOWER:
-            raise PartitionError(
-                "NOT_LEADER_OR_FOLLOWER", f"{self.topic}-{self.index} is not a follower here"
-            )
+            raise NotFollowerError(f"{self.topic}-{self.index} is not a follower here")
 
     def append_as_follower(self, records: bytes | memoryview) -> None:
         self._check_follower()

@@ -13,6 +13,8 @@ import enum
 from dataclasses import dataclass
 from typing import Final
 
+from odradek.records.errors import CodedError
+
 UNKNOWN_OFFSET: Final = -1
 DEFAULT_LAG_TIME_MAX_MS: Final = 30_000  # replica.lag.time.max.ms
 # AlterPartition errors after which the controller surely did not apply the change.
@@ -25,6 +27,15 @@ class PartitionError(Exception):
     def __init__(self, code: str, message: str = "") -> None:
         super().__init__(message or code)
         self.code = code
+
+
+class NotFollowerError(PartitionError, CodedError):
+    """A fetcher drove a partition that no longer follows here (its role changed
+    between the request and the response): also a ``StorageError``, which is what a
+    ``FollowerLog`` raises, so the fetcher backs off and finds the new role."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("NOT_LEADER_OR_FOLLOWER", message)
 
 
 class PartitionState(enum.Enum):

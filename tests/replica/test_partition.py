@@ -28,6 +28,7 @@ from odradek.replica.partition import (
     PartitionError,
 )
 from odradek.replica.reads import FetchPosition
+from odradek.storage.errors import StorageError
 from odradek.storage.log_config import LogConfig
 from tests.replica.partition_support import (
     F2,
@@ -265,3 +266,11 @@ def test_a_follower_partition_follows_the_leader_s_hw_and_log_start(tmp_path: Pa
     partition.become_leader(2, 1, REPLICAS, REPLICAS, now_ms=0)
     with pytest.raises(PartitionError):
         partition.append_as_follower(batch(b"x"))
+
+
+def test_a_fetcher_driving_a_partition_that_now_leads_gets_a_storage_error(
+    leader: Partition,
+) -> None:
+    with pytest.raises(StorageError) as raised:  # what a FollowerLog raises: it backs off
+        leader.truncate_to(0)
+    assert raised.value.code == "NOT_LEADER_OR_FOLLOWER"
