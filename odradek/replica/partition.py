@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 from odradek.replica.partition_state import (
@@ -54,7 +54,12 @@ from odradek.replica.partition_state import (
     PartitionError,
     PartitionState,
 )
-from odradek.replica.purgatory import DelayedProduces, FetchWatchers, Waiter
+from odradek.replica.purgatory import (
+    DelayedDeleteRecords,
+    DelayedProduces,
+    FetchWatchers,
+    Waiter,
+)
 from odradek.replica.reads import (
     LATEST,
     MAX_TIMESTAMP,
@@ -97,7 +102,11 @@ class Partition:
         self.followers: dict[int, FollowerState] = {}
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self.produces = DelayedProduces()
+        self.deletes = DelayedDeleteRecords()
         self.fetches = FetchWatchers()
+        # Which brokers are alive (registered, unfenced): only their log start offsets
+        # hold DeleteRecords back. Set by the owner from the metadata.
+        self.is_alive: Callable[[int], bool] = lambda _: True
 
     def __repr__(self) -> str:
         return (
@@ -202,6 +211,7 @@ class Partition:
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         if was_leader:
             self.produces.fail_all("NOT_LEADER_OR_FOLLOWER")
+            self.deletes.fail_all("NOT_LEADER_OR_FOLLOWER")
         self.fetches.wake_all()
         return True
 
@@ -210,11 +220,13 @@ class Partition:
         if self.state is not OFFLINE:
             self._transition(OFFLINE)
         self.produces.fail_all("KAFKA_STORAGE_ERROR")
+        self.deletes.fail_all("KAFKA_STORAGE_ERROR")
         self.fetches.wake_all()
 
     def stop(self, error: str = "NOT_LEADER_OR_FOLLOWER") -> None:
         """The partition is no longer hosted here: answer everything waiting on it."""
         self.produces.fail_all(error)
+        self.deletes.fail_all(error)
         self.fetches.wake_all()
 
     # -- checks -------------------------------------------------------------------------
@@ -310,12 +322,15 @@ class Partition:
         elif fetch_offset >= follower.last_fetch_leader_log_end_offset:
             follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
         follower.log_end_offset = fetch_offset
+        moved_start = log_start_offset != follower.log_start_offset
         follower.log_start_offset = log_start_offset
         follower.last_fetch_leader_log_end_offset = leader_end
         follower.last_fetch_ms = now_ms
         if broker_epoch >= 0:
             follower.broker_epoch = broker_epoch
         self._maybe_expand_isr(replica_id, follower)
+        if moved_start and len(self.deletes):
+            self.deletes.complete_up_to(self.low_watermark())
         return self.maybe_increment_high_watermark()
 
     def _follower(self, replica_id: int) -> FollowerState:
@@ -518,8 +533,21 @@ class Partition:
             return -1, -1
         return self.end_offset_for_epoch(requested_epoch)
 
+    def low_watermark(self) -> int:
+        """The smallest log start offset over this leader and its live followers (a
+        follower that has not reported one holds it at -1)."""
+        low = self.log.log_start_offset
+        for replica, follower in self.followers.items():
+            if self.is_alive(replica):
+                low = min(low, follower.log_start_offset)
+        return low
+
+    def delay_delete_records(self, required_offset: int, waiter: Waiter[int | str]) -> None:
+        self.deletes.add(required_offset, waiter)
+
     def delete_records_before(self, offset: int) -> int:
-        """DeleteRecords: advance the log start offset to ``offset`` (-1: the HW)."""
+        """DeleteRecords: advance the log start offset to ``offset`` (-1: the HW);
+        returns the offset the replicas' low watermark must reach before the answer."""
         self.check_leader()
         log = self.log
         if not log.config.is_deleting:
@@ -535,7 +563,7 @@ class Partition:
             log.increment_log_start_offset(target)
         except OffsetOutOfRangeError as error:
             raise PartitionError("OFFSET_OUT_OF_RANGE", str(error)) from None
-        return log.log_start_offset
+        return target
 
     # -- FollowerLog (replica/interfaces.py): the fetcher drives a follower -------------
     @property

@@ -10,6 +10,10 @@ completes it when its state moves — the asyncio loop only awaits the waiter:
   after the append (Kafka checks the committed ISR at that moment); when the partition
   stops leading, NOT_LEADER_OR_FOLLOWER. Timeouts are the caller's: it stops waiting
   and ``discard``s the waiter, answering REQUEST_TIMED_OUT.
+- ``DelayedDeleteRecords``: DeleteRecords waits until every live replica's log start
+  offset has passed the requested offset (Kafka's low watermark), so a follower never
+  keeps records the leader reported deleted; completed with the low watermark, or
+  failed like a produce when leadership moves.
 - ``FetchWatchers``: two waiter sets per partition, because consumers and followers
   wait for different things — consumers read below the HW and so wake when it advances;
   followers read to the log end and so wake on an append. One waiter of a fetch that
@@ -68,6 +72,39 @@ class DelayedProduces:
         """A produce that timed out: forget its waiter."""
         self._heap = [entry for entry in self._heap if entry[2] is not waiter]
         heapq.heapify(self._heap)
+
+
+class DelayedDeleteRecords:
+    """DeleteRecords of one partition waiting for the replicas' log start offsets."""
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[int, Waiter[int | str]]] = []
+
+    def __len__(self) -> int:
+        return sum(1 for _, waiter in self._waiting if not waiter.done())
+
+    def add(self, required_offset: int, waiter: Waiter[int | str]) -> None:
+        self._waiting.append((required_offset, waiter))
+
+    def complete_up_to(self, low_watermark: int) -> None:
+        """Answer (with ``low_watermark``) every request whose offset it reached."""
+        still = []
+        for required, waiter in self._waiting:
+            if required <= low_watermark:
+                if not waiter.done():
+                    waiter.set_result(low_watermark)
+            else:
+                still.append((required, waiter))
+        self._waiting = still
+
+    def fail_all(self, error: str) -> None:
+        waiting, self._waiting = self._waiting, []
+        for _, waiter in waiting:
+            if not waiter.done():
+                waiter.set_result(error)
+
+    def discard(self, waiter: Waiter[int | str]) -> None:
+        self._waiting = [entry for entry in self._waiting if entry[1] is not waiter]
 
 
 class FetchWatchers:

@@ -38,6 +38,7 @@ from odradek.metadata.image import MetadataImage, PartitionImage, TopicImage
 from odradek.replica.interfaces import (
     FetchStart,
     FollowerLog,
+    IsrChannel,
     IsrOutcome,
     IsrProposal,
     ReplicaFetching,
@@ -87,13 +88,20 @@ class ReplicaManager:
         log_manager: LogManager,
         *,
         fetching: ReplicaFetching | None = None,
+        isr_channel: IsrChannel | None = None,
+        broker_epoch: Callable[[], int] = lambda: -1,
         isr_manager: AlterPartitionManager | None = None,
         lag_time_max_ms: int = DEFAULT_LAG_TIME_MAX_MS,
         clock: Callable[[], int] = monotonic_ms,
     ) -> None:
+        """``isr_channel`` (with this broker's current ``broker_epoch``) makes the
+        AlterPartitionManager, which ``isr_expiration`` runs; ``isr_manager`` gives one
+        ready-made instead (tests)."""
         self.node_id = node_id
         self.log_manager = log_manager
         self.fetching = fetching
+        if isr_manager is None and isr_channel is not None:
+            isr_manager = AlterPartitionManager(isr_channel, node_id, broker_epoch)
         self.isr_manager = isr_manager
         self.lag_time_max_ms = lag_time_max_ms
         self.clock = clock
@@ -106,6 +114,7 @@ class ReplicaManager:
         self.not_created: dict[tuple[str, int], str] = {}
         self.closing = False  # shutdown: fetches stop long-polling
         self.caught_up = False  # set by catch_up(); deltas before it are not acted on
+        self.image = MetadataImage()  # the last one applied: which brokers are alive
 
     # -- reacting to metadata ------------------------------------------------------
     def catch_up(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
@@ -144,6 +153,7 @@ class ReplicaManager:
         start or stop fetching accordingly."""
         if not self.caught_up:
             return  # catch_up() applies the whole image once it is known complete
+        self.image = image
         stops: list[TopicPartition] = []
         for topic in delta.deleted_topics.values():
             for index in topic.partitions:
@@ -218,6 +228,7 @@ class ReplicaManager:
             partition = Partition(
                 key[0], key[1], topic_id, log, self.node_id, lag_time_max_ms=self.lag_time_max_ms
             )
+            partition.is_alive = self.broker_alive
             self.partitions[key] = partition
         self.not_created.pop(key, None)
         epochs = (state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
@@ -245,6 +256,10 @@ class ReplicaManager:
             self.fetching.remove_partitions([key])
         self.log_manager.delete_log(*key)
         return True
+
+    def broker_alive(self, broker_id: int) -> bool:
+        broker = self.image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced
 
     # -- lookups -------------------------------------------------------------------
     def hosted(self, topic: str, index: int) -> Partition:
@@ -371,10 +386,17 @@ class ReplicaManager:
                 self._send_proposal(partition)
 
     async def isr_expiration(self) -> None:
-        """Run ``maybe_shrink_isr`` every half ``replica.lag.time.max.ms``, as Kafka."""
-        while True:
-            await asyncio.sleep(max(self.lag_time_max_ms, 2) / 2000)
-            self.maybe_shrink_isr()
+        """Run ``maybe_shrink_isr`` every half ``replica.lag.time.max.ms``, as Kafka,
+        and the AlterPartitionManager's sends meanwhile (the broker starts this task)."""
+        if self.isr_manager is not None:
+            self.isr_manager.start()
+        try:
+            while True:
+                await asyncio.sleep(max(self.lag_time_max_ms, 2) / 2000)
+                self.maybe_shrink_isr()
+        finally:
+            if self.isr_manager is not None:
+                await self.isr_manager.close()
 
     # -- fetch ---------------------------------------------------------------------
     async def fetch(self, params: FetchParams) -> FetchResults:
@@ -467,9 +489,39 @@ class ReplicaManager:
         partition = self.hosted(topic, index)
         return partition.last_offset_for_leader_epoch(current_leader_epoch, requested_epoch)
 
-    def delete_records_before(self, topic: str, index: int, offset: int) -> int:
-        """DeleteRecords on the leader; returns the new log start offset."""
-        return self.hosted(topic, index).delete_records_before(offset)
+    async def delete_records(
+        self, wanted: Sequence[tuple[str, int, int]], timeout_ms: int
+    ) -> list[tuple[int, str]]:
+        """DeleteRecords, two-phase like produce: move each partition's log start, then
+        wait until the live replicas' log starts (the low watermark) passed it, up to
+        ``timeout_ms``. (low watermark, error name) per (topic, partition, offset)."""
+        results: list[tuple[int, str]] = []
+        waiting: list[tuple[int, Partition, asyncio.Future[int | str]]] = []
+        for topic, index, offset in wanted:
+            try:
+                partition = self.hosted(topic, index)
+                required = partition.delete_records_before(offset)
+            except PartitionError as error:
+                results.append((-1, error.code))
+                continue
+            low = partition.low_watermark()
+            results.append((low, "NONE"))
+            if low < required:
+                waiter: asyncio.Future[int | str] = asyncio.get_running_loop().create_future()
+                partition.delay_delete_records(required, waiter)
+                waiting.append((len(results) - 1, partition, waiter))
+        if waiting:
+            await asyncio.wait([w for _, _, w in waiting], timeout=max(timeout_ms, 0) / 1000)
+        for slot, partition, waiter in waiting:
+            if not waiter.done():
+                partition.deletes.discard(waiter)
+                waiter.cancel()
+                results[slot] = (-1, "REQUEST_TIMED_OUT")
+            elif isinstance(outcome := waiter.result(), str):
+                results[slot] = (-1, outcome)
+            else:
+                results[slot] = (outcome, "NONE")
+        return results
 
 
 def _assigned(

@@ -202,3 +202,47 @@ def test_a_fetch_with_an_error_or_a_diverging_epoch_answers_at_once(
         assert results[0][1][0][1].diverging_epoch is not None
 
     asyncio.run(run())
+
+
+def test_delete_records_waits_for_the_live_followers_log_start(
+    cluster: tuple[ReplicaManager, Partition],
+) -> None:
+    manager, partition = cluster
+    partition.is_alive = lambda broker: broker != F3  # F3 is fenced: not waited for
+
+    async def run() -> list[tuple[int, str]]:
+        manager.append("t", 0, batch(b"a", b"b", b"c"), 1)
+        follower_fetch(partition, F2, 3, now_ms=1)
+        follower_fetch(partition, F3, 3, now_ms=1)  # HW 3
+        deleting = asyncio.create_task(manager.delete_records([("t", 0, 2), ("t", 9, 0)], 30_000))
+        await asyncio.sleep(0.01)
+        assert not deleting.done()  # F2 has not reported a log start of 2 yet
+        assert partition.log_start_offset == 2  # the leader's own is moved at once
+        position = FetchPosition(3, 1 << 20, log_start_offset=2)
+        partition.read(position, F2, 10, 2, max_bytes=1 << 20, min_one_batch=True)
+        return await deleting
+
+    assert asyncio.run(run()) == [(2, "NONE"), (-1, "UNKNOWN_TOPIC_OR_PARTITION")]
+
+
+def test_delete_records_times_out_and_fails_on_leadership_loss(
+    cluster: tuple[ReplicaManager, Partition],
+) -> None:
+    manager, partition = cluster
+    manager.append("t", 0, batch(b"a", b"b"), 1)
+    follower_fetch(partition, F2, 2, now_ms=1)
+    follower_fetch(partition, F3, 2, now_ms=1)
+
+    async def timed_out() -> list[tuple[int, str]]:
+        return await manager.delete_records([("t", 0, 1)], 50)
+
+    assert asyncio.run(timed_out()) == [(-1, "REQUEST_TIMED_OUT")]
+    assert len(partition.deletes) == 0
+
+    async def moved() -> list[tuple[int, str]]:
+        deleting = asyncio.create_task(manager.delete_records([("t", 0, -1)], 30_000))
+        await asyncio.sleep(0.01)
+        partition.become_follower(F2, 2, 1, REPLICAS, REPLICAS)
+        return await deleting
+
+    assert asyncio.run(moved()) == [(-1, "NOT_LEADER_OR_FOLLOWER")]

@@ -1,7 +1,9 @@
 """DeleteRecords (key 21) and OffsetForLeaderEpoch (key 23), answered by partition leaders.
 
 DeleteRecords moves a partition's log start offset forward (offset -1 means the high
-watermark); segments wholly below it are deleted, the rest is hidden from readers.
+watermark); segments wholly below it are deleted, the rest is hidden from readers. The
+answer waits (up to the request's timeout) until every live replica's log start offset
+has passed it too (Kafka's low watermark), as the replica layer does it.
 Topics whose cleanup.policy does not include ``delete`` refuse it with
 POLICY_VIOLATION, as Kafka does.
 
@@ -32,21 +34,19 @@ UNDEFINED: Final = (-1, -1)
 @handles(DELETE_RECORDS_KEY, 0, 2)
 async def delete_records(services: BrokerServices, request: Request) -> Any:
     module = response_module(DELETE_RECORDS_KEY, request.header.api_version)
+    body = request.body
+    wanted = [(t.name, p.partition_index, p.offset) for t in body.topics for p in t.partitions]
+    timeout_ms = int(body.timeout.total_seconds() * 1000)
+    answers = iter(await services.replicas.delete_records(wanted, timeout_ms))
     topics = []
-    for topic in request.body.topics:
+    for topic in body.topics:
         partitions = []
-        for wanted in topic.partitions:
-            low_watermark, code = -1, "NONE"
-            try:
-                low_watermark = services.replicas.delete_records_before(
-                    topic.name, wanted.partition_index, wanted.offset
-                )
-            except PartitionError as error:
-                code = error.code
+        for wanted_partition in topic.partitions:
+            low_watermark, code = next(answers)
             partitions.append(
                 make(
                     module.DeleteRecordsPartitionResult,
-                    partition_index=wanted.partition_index,
+                    partition_index=wanted_partition.partition_index,
                     low_watermark=low_watermark,
                     error_code=error_code(code),
                 )
