@@ -502,12 +502,15 @@ class Partition:
         self, timestamp: int, current_leader_epoch: int, isolation_level: int | None
     ) -> tuple[int, int, int]:
         """ListOffsets: (timestamp, offset, leader epoch). A consumer (an isolation
-        level given) asking for the latest offset, or for a record above the HW, of a
-        leader whose HW has not reached the start of its epoch gets
+        level given) sees up to the HW (read_committed: the LSO, the HW until
+        transactions exist); a broker or a debug tool (None) up to the log end, as
+        Kafka. A consumer asking for the latest offset, or for a record above the HW,
+        of a leader whose HW has not reached the start of its epoch gets
         OFFSET_NOT_AVAILABLE: the records below that start may still be committed."""
         self.check_leader(current_leader_epoch)
-        visible = self.log.high_watermark
-        lagging = isolation_level is not None and self.leader_epoch_start_offset > visible
+        consumer = isolation_level is not None
+        visible = self.log.high_watermark if consumer else self.log.log_end_offset
+        lagging = consumer and self.leader_epoch_start_offset > visible
         if timestamp == LATEST and not lagging:
             return -1, visible, self._leader_epoch
         try:

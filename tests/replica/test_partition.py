@@ -129,6 +129,9 @@ def test_a_new_leader_hides_its_tail_until_the_isr_has_fetched_it(tmp_path: Path
     assert partition.high_watermark == 3
     assert b"c" in records_bytes(consumer_fetch(partition, 2))
     assert partition.offset_for_timestamp(-1, -1, 0) == (-1, 3, 1)
+    partition.append_as_leader(batch(b"d"), 1)
+    assert partition.offset_for_timestamp(-1, -1, 0) == (-1, 3, 1)  # a consumer: the HW
+    assert partition.offset_for_timestamp(-1, -1, None) == (-1, 4, 1)  # a broker: the end
 
 
 def test_a_follower_reads_to_the_log_end_a_consumer_below_the_hw(leader: Partition) -> None:
