@@ -3,13 +3,12 @@
 How this works and why: ``coordinator/partition_writer.py`` says what a coordinator
 needs from below; this module provides it from the server's parts, so the coordinator
 package imports neither the replica manager nor the controller. An append is a
-leader append with acks=all; today it is written, and so at the high watermark, when
-``ReplicaManager.append`` returns (one replica). The replication work makes
-``append`` await the delayed-produce future of the batch's last offset here, and the
-coordinators are unchanged. A load reads to the log end offset and then waits for
-the high watermark to pass it (``wait_for_high_watermark``); on one replica the HW is
-the LEO once an append returns, so the wait ends at once, and otherwise it re-checks
-every ``HW_POLL_S`` until the replica layer offers an HW-advance wake-up to wait on.
+leader append with acks=all that returns once the high watermark has passed the batch
+(``ReplicaManager.append_at_high_watermark``: the followers in the ISR have it), so an
+answer a coordinator gives after it survives a leader change. A load reads to the log
+end offset and then waits for the high watermark to pass it
+(``wait_for_high_watermark``, re-checked every ``HW_POLL_S``): a new leader's HW may
+trail records the old leader acknowledged.
 """
 
 from __future__ import annotations
@@ -27,7 +26,6 @@ from odradek.replica.replica_manager import PartitionError, ReplicaManager
 if TYPE_CHECKING:
     from odradek.replica.replica_manager import Partition
 
-ACKS_ALL = -1
 HW_POLL_S: Final = 0.01
 
 
