@@ -1,0 +1,208 @@
+"""tests/support/netproxy.py against real processes: who connects is told from /proc,
+a cut link drops its connections and holds or refuses new ones, other links and the
+test's own clients are untouched, and a heal lets held bytes through."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from tests.support.netproxy import CLIENT, HOLD, REFUSE, NetProxy, identify
+
+# A party process: for every "host port timeout" line, connect, send "ping", and print
+# what came back ("pong:<bytes>"), or the error's class name.
+PARTY = r"""
+import socket, sys
+for line in sys.stdin:
+    host, port, timeout = line.split()
+    try:
+        with socket.create_connection((host, int(port)), timeout=float(timeout)) as s:
+            s.sendall(b"ping")
+            data = s.recv(100)
+            print("pong:" + data.decode() if data else "closed", flush=True)
+    except Exception as exc:
+        print(type(exc).__name__, flush=True)
+"""
+
+
+class Party:
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", PARTY],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def ping(self, port: int, timeout_s: float = 5.0) -> str:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(f"127.0.0.1 {port} {timeout_s}\n")
+        self.process.stdin.flush()
+        return self.process.stdout.readline().strip()
+
+    def close(self) -> None:
+        self.process.kill()
+        self.process.wait()
+
+
+class Echo:
+    """An upstream that answers every chunk with "pong" + the chunk, on its own thread."""
+
+    def __init__(self) -> None:
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self.accepted = 0
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                conn, _ = self.listener.accept()
+            except OSError:
+                return
+            self.accepted += 1
+            threading.Thread(target=self._echo, args=(conn,), daemon=True).start()
+
+    @staticmethod
+    def _echo(conn: socket.socket) -> None:
+        with conn:
+            try:
+                while data := conn.recv(100):
+                    conn.sendall(data.replace(b"ping", b"pong"))
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def parties() -> Iterator[dict[str, Party]]:
+    started = {"n1": Party(), "n2": Party()}
+    try:
+        yield started
+    finally:
+        for party in started.values():
+            party.close()
+
+
+@pytest.fixture
+def echo() -> Iterator[Echo]:
+    server = Echo()
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def client_ping(port: int, timeout_s: float = 5.0) -> str:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout_s) as sock:
+            sock.sendall(b"ping")
+            data = sock.recv(100)
+            return "pong:" + data.decode() if data else "closed"
+    except Exception as exc:
+        return type(exc).__name__
+
+
+def test_the_connecting_process_is_told_from_proc(echo: Echo) -> None:
+    child = Party()
+    try:
+        with socket.create_server(("127.0.0.1", 0)) as listener:
+            port = listener.getsockname()[1]
+            mine = socket.create_connection(("127.0.0.1", port))
+            accepted, peer = listener.accept()
+            with mine, accepted:
+                assert identify(peer, port, {"me": _self_pid()}) == "me"
+                assert identify(peer, port, {"other": child.pid}) is None
+    finally:
+        child.close()
+
+
+def _self_pid() -> int:
+    return os.getpid()
+
+
+def test_a_cut_link_holds_new_connections_until_healed_and_spares_other_links(
+    parties: dict[str, Party], echo: Echo
+) -> None:
+    pids = {name: party.pid for name, party in parties.items()}
+    with NetProxy(lambda: pids, mode=HOLD) as net:
+        to_b = net.add("b", ("127.0.0.1", echo.port))
+        assert parties["n1"].ping(to_b.port) == "pong:pong"
+        assert client_ping(to_b.port) == "pong:pong"
+        net.cut("n1", "b")
+        assert net.is_cut("n1", "b") and not net.is_cut("b", "n1")
+        # held: accepted, never answered; the others still get through
+        assert parties["n1"].ping(to_b.port, 0.5) in ("timeout", "TimeoutError")
+        assert parties["n2"].ping(to_b.port) == "pong:pong"
+        assert client_ping(to_b.port) == "pong:pong"
+        assert net.stats["held"] >= 1 and net.stats["from_client"] >= 2
+        # a connection held across the heal gets its bytes through afterwards
+        healer = threading.Timer(0.5, net.heal)
+        healer.start()
+        try:
+            assert parties["n1"].ping(to_b.port, 10) == "pong:pong"
+        finally:
+            healer.join()
+        assert not net.cuts
+
+
+def test_a_cut_drops_open_connections_and_refuse_mode_resets_new_ones(
+    parties: dict[str, Party], echo: Echo
+) -> None:
+    pids = {name: party.pid for name, party in parties.items()}
+    with NetProxy(lambda: {**pids, "me": _self_pid()}, mode=REFUSE) as net:
+        proxy = net.add("b", ("127.0.0.1", echo.port))
+        with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as open_one:
+            open_one.sendall(b"ping")
+            assert open_one.recv(100) == b"pong"
+            net.cut("me", "b")
+            assert net.stats["dropped"] == 1
+            try:
+                open_one.sendall(b"ping")
+                after = open_one.recv(100)
+            except OSError:
+                after = b""
+            assert after == b""
+        assert client_ping(proxy.port, 2) in ("closed", "ConnectionResetError")
+        assert parties["n1"].ping(proxy.port) == "pong:pong"
+        net.heal()
+        assert client_ping(proxy.port) == "pong:pong"
+
+
+def test_partition_cuts_both_directions_between_groups_only(echo: Echo) -> None:
+    with NetProxy(dict) as net:
+        links = net.partition([{"n1"}, {"n2", "n3"}])
+        assert links == {("n1", "n2"), ("n1", "n3"), ("n2", "n1"), ("n3", "n1")}
+        assert not net.is_cut("n2", "n3") and not net.is_cut(CLIENT, "n1")
+        net.heal()
+        assert not net.cuts
+
+
+def test_close_resets_connections_and_stops_listening(echo: Echo) -> None:
+    net = NetProxy(dict)
+    proxy = net.add("b", ("127.0.0.1", echo.port))
+    sock = socket.create_connection(("127.0.0.1", proxy.port), timeout=5)
+    with sock:
+        sock.sendall(b"ping")
+        assert sock.recv(100) == b"pong"
+        net.close()
+        time.sleep(0.1)
+        try:
+            got = sock.recv(100)
+        except OSError:
+            got = b""
+        assert got == b""
+    assert client_ping(proxy.port, 1) == "ConnectionRefusedError"
