@@ -278,7 +278,7 @@ class NetProxy:
         connection = _Connection(name, proxy.dst, writer)
         self._connections.add(connection)
         try:
-            held = b""
+            held: bytes | None = b""
             if (name, proxy.dst) in self._cut:
                 if self.mode == REFUSE:
                     self.stats["refused"] += 1
