@@ -8,6 +8,8 @@ broker-only (observers of the metadata log: no CONTROLLER listener, not voters) 
 controller-only (no client listener); the voters are the nodes with the controller
 role. ``templates`` starts a node's properties from a file (the
 ``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
+``node_properties`` adds one node's own lines last (e.g. an ``advertised.listeners``
+naming a proxy in front of it, tests/support/netproxy.py).
 ``start()`` launches all nodes before waiting for any (a node is ready only once a
 majority runs); each node's broker port is kept across restarts, so clients reconnect
 to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
@@ -64,6 +66,7 @@ class Quorum:
         serve_args: Iterable[str] = (),
         roles: Mapping[int, str] | None = None,
         templates: Mapping[int, Path] | None = None,
+        node_properties: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         self.workdir = workdir
         self.node_ids = tuple(node_ids)
@@ -80,7 +83,8 @@ class Quorum:
         self.nodes: dict[int, BrokerProcess] = {}
         workdir.mkdir(parents=True, exist_ok=True)
         for node_id in self.node_ids:
-            config = self._write_properties(node_id, properties or {})
+            extra = {**(properties or {}), **(node_properties or {}).get(node_id, {})}
+            config = self._write_properties(node_id, extra)
             formatted = odradek("storage", "format", "-t", self.cluster_id, "-c", str(config))
             if formatted.returncode != 0:
                 raise RuntimeError(f"format node {node_id}: {formatted.stderr.strip()}")
