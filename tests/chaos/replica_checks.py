@@ -23,8 +23,8 @@ also keep:
 A replica's log is a list of ``BatchDigest`` (base offset, last offset, leader epoch
 and a hash of the batch's bytes), read from its segment files after the nodes stopped,
 so three replicas of a two-minute run compare in a few megabytes of memory.
-``replication_active`` tells whether followers fetched at all (some partition has a
-batch on two replicas): until partition replication exists it is False, and a test
+``replication_active`` tells whether followers fetched at all (some batch is on two
+replicas byte for byte): until partition replication exists it is False, and a test
 reports that rather than the replica checks' certain failure.
 """
 
@@ -239,8 +239,17 @@ def check_replicas(
 
 
 def replication_active(replicas: Mapping[int, Mapping[str, Sequence[BatchDigest]]]) -> bool:
-    """Whether any partition has batches on more than one replica (followers fetched)."""
-    return any(sum(1 for batches in nodes.values() if batches) > 1 for nodes in replicas.values())
+    """Whether followers fetched: some batch is on two replicas byte for byte. Batches
+    on two replicas alone would not say it: with elections but no fetching, a new
+    leader writes batches of its own (other epoch, other offsets), never a copy."""
+    for nodes in replicas.values():
+        seen: set[BatchDigest] = set()
+        for batches in nodes.values():
+            mine = set(batches)
+            if seen & mine:
+                return True
+            seen |= mine
+    return False
 
 
 def replicas_identical(replicas: Mapping[int, Mapping[str, Sequence[BatchDigest]]]) -> bool:

@@ -166,6 +166,18 @@ def test_replication_is_inactive_when_only_one_replica_holds_data() -> None:
     assert kinds(history) == Counter(replica_behind=4)
 
 
+def test_replication_is_inactive_when_replicas_only_hold_batches_of_their_own() -> None:
+    # elections without fetching: each leader in turn wrote its own batches
+    history = clean()
+    history.replicas = {
+        0: {"node-1": batches([0, 2, 4], epoch=1), "node-2": batches([0, 2, 4], epoch=2)},
+        1: {"node-1": batches([1, 3, 5], epoch=1), "node-3": []},
+    }
+    assert not replication_active(history.replicas)
+    history.replicas = {**history.replicas, 1: {n: batches([1, 3, 5]) for n in NODES}}
+    assert replication_active(history.replicas)
+
+
 def test_an_unreadable_read_is_left_to_the_log_checks() -> None:
     history = clean()
     history.reads = {0: {**history.reads[0], 1: SEQ_UNREADABLE}, 1: history.reads[1]}

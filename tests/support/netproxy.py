@@ -256,6 +256,11 @@ class NetProxy:
                 proxy.server.close()
         for connection in list(self._connections):
             connection.abort()
+        # Connections still being identified or held end here, not with the loop.
+        tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for proxy in self.proxies:
             if proxy.server is not None:
                 with contextlib.suppress(Exception):
