@@ -269,6 +269,16 @@ class NetProxy:
     async def _accept(
         self, proxy: Proxy, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
+        try:
+            await self._serve(proxy, reader, writer)
+        except asyncio.CancelledError:
+            # close() cancels connections in flight; a connection task that ended
+            # cancelled would be logged as an error by asyncio's stream callback.
+            writer.transport.abort()
+
+    async def _serve(
+        self, proxy: Proxy, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
         peer = writer.get_extra_info("peername")
         try:
             parties = dict(self.parties())
