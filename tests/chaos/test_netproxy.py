@@ -206,3 +206,26 @@ def test_close_resets_connections_and_stops_listening(echo: Echo) -> None:
             got = b""
         assert got == b""
     assert client_ping(proxy.port, 1) == "ConnectionRefusedError"
+
+
+def test_close_ends_held_connections_without_asyncio_errors(
+    echo: Echo, caplog: pytest.LogCaptureFixture
+) -> None:
+    net = NetProxy(lambda: {"me": os.getpid()})
+    proxy = net.add("b", ("127.0.0.1", echo.port))
+    net.cut("me", "b")
+    with socket.create_connection(("127.0.0.1", proxy.port), timeout=5) as held:
+        held.sendall(b"ping")
+        deadline = time.monotonic() + 5
+        while not net.stats["held"] and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert net.stats["held"] == 1
+        with caplog.at_level("ERROR", logger="asyncio"):
+            net.close()
+        try:
+            got = held.recv(100)
+        except OSError:
+            got = b""
+        assert got == b""
+    assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
+    assert echo.accepted == 0  # held bytes never reached the upstream
