@@ -43,6 +43,7 @@ MIXES: dict[str, tuple[str, ...]] = {
     "partition": NETWORK_KINDS,
     "mixed": (*PROCESS_KINDS, *NETWORK_KINDS),
 }
+BLOCKED = ("dropped", "held", "refused")  # NetProxy.stats of connections a cut stopped
 LEADER = -1  # resolved when applied: the node leading ``Nemesis.partition``
 
 
@@ -106,6 +107,7 @@ class NemesisOutcome:
     was_leader: bool = False  # the target led the fault's partition
     recovery_s: float = 0.0  # restart until ready (kill, term)
     cut: int = 0  # links cut
+    blocked: int = 0  # connections the proxies dropped, held or refused meanwhile
     error: str = ""
 
 
@@ -142,6 +144,7 @@ def apply(
         time.sleep(fault.hold_s)
         outcome.recovery_s = node.start()
     else:
+        blocked_before = sum(net.stats[k] for k in BLOCKED)
         if fault.kind == "isolate":
             links = net.partition([{name}, {n.name for n in cluster.nodes} - {name}])
         elif fault.kind == "bridge":
@@ -154,6 +157,7 @@ def apply(
             time.sleep(fault.hold_s)
         finally:
             net.heal()
+            outcome.blocked = sum(net.stats[k] for k in BLOCKED) - blocked_before
     return outcome
 
 

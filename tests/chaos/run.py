@@ -133,6 +133,10 @@ def replication_summary(result: ReplicationResult) -> str:
         ("faults", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-"),
         ("faults on a partition leader", str(on_leader)),
         (
+            "connections cut per network fault",
+            ", ".join(str(o.blocked) for o in result.outcomes if o.cut) or "-",
+        ),
+        (
             "records sent / acked / failed",
             f"{result.sent:,} / {result.acked:,} / {result.failed:,}",
         ),

@@ -35,12 +35,13 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.faults import FaultPlan, QuorumPlan
-from tests.chaos.nemesis import NETWORK_KINDS, NemesisPlan
+from tests.chaos.nemesis import NemesisPlan
 from tests.chaos.quorum import QuorumConfig, run_quorum
 from tests.chaos.replication import ReplicationConfig, run_replication
 from tests.chaos.run import details, quorum_table, replication_summary, table
 from tests.chaos.scenario import Config, run
 
+PROC_NET = Path("/proc/net/tcp").exists()
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 PLAN = FaultPlan(
     cycles=8,
@@ -112,6 +113,7 @@ REPLICATION_PLAN = NemesisPlan(
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not PROC_NET, reason="netproxy tells nodes apart through /proc (Linux)")
 def test_replicated_topic_keeps_acknowledged_writes_through_kills_pauses_and_partitions(
     tmp_path: Path,
 ) -> None:
@@ -128,11 +130,12 @@ def test_replicated_topic_keeps_acknowledged_writes_through_kills_pauses_and_par
     print(summary)
     replay = f"replay: CHAOS_SEED={seed} python -m pytest tests/chaos/test_chaos.py -k replicated"
     # The harness itself: it ran to the end, the workload was acknowledged, and every
-    # network fault really cut links (connections dropped, held or refused).
+    # isolated node really was cut off (its Raft fetches to or from the others were
+    # dropped or held; a bridge or one-way cut may meet no connection on its links).
     assert not result.error and not result.runner_crashes, f"{summary}\n{replay}"
     assert result.acked > 0 and result.report is not None, summary
-    if any(o.fault.kind in NETWORK_KINDS for o in result.outcomes):
-        assert result.net["dropped"] + result.net["held"] + result.net["refused"] > 0, summary
+    isolated = [o for o in result.outcomes if o.fault.kind == "isolate"]
+    assert all(o.blocked > 0 for o in isolated), f"{summary}\n{isolated}"
     if not result.replication_active:
         pytest.xfail(
             "partition replication is missing: after healing, no batch of any partition "

@@ -16,6 +16,10 @@ import pytest
 
 from tests.support.netproxy import CLIENT, HOLD, REFUSE, NetProxy, identify
 
+pytestmark = pytest.mark.skipif(
+    not os.path.exists("/proc/net/tcp"), reason="netproxy tells processes apart through /proc"
+)
+
 # A party process: for every "host port timeout" line, connect, send "ping", and print
 # what came back ("pong:<bytes>"), or the error's class name.
 PARTY = r"""
