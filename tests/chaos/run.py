@@ -137,8 +137,9 @@ def replication_summary(result: ReplicationResult) -> str:
             ", ".join(str(o.blocked) for o in result.outcomes if o.cut) or "-",
         ),
         (
-            "records sent / acked / failed",
-            f"{result.sent:,} / {result.acked:,} / {result.failed:,}",
+            "records sent / acked / failed / in doubt",
+            f"{result.sent:,} / {result.acked:,} / {result.failed:,} / "
+            f"{result.sent - result.acked - result.failed:,}",
         ),
         ("records read by the group", f"{result.reads:,}"),
         ("records verified", f"{result.report.verified:,}" if result.report else "-"),
