@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.broker import BrokerProcess
-from tests.support.kraft import Quorum
+from tests.support.kraft import Quorum, node_name
 
 
 class Node:
@@ -145,7 +145,7 @@ class Cluster:
         """The nodes of a formatted, not yet started ``Quorum``."""
         cluster = cls(
             [
-                Node(f"node-{n}", quorum.data_dir(n), (), quorum.nodes[n], quorum.listen[n], n)
+                Node(node_name(n), quorum.data_dir(n), (), quorum.nodes[n], quorum.listen[n], n)
                 for n in quorum.node_ids
             ]
         )

@@ -58,7 +58,7 @@ from tests.chaos.workload import (
     read_log,
     watermarks,
 )
-from tests.support.kraft import HOST, Quorum
+from tests.support.kraft import quorum_behind_proxies
 from tests.support.netproxy import NetProxy, Proxy
 
 TOPIC = "chaos-replicated"
@@ -157,22 +157,7 @@ def proxied_cluster(
 ) -> tuple[Cluster, dict[int, Proxy]]:
     """Three formatted combined nodes whose links to each other cross ``net``: returns
     the cluster and each node's broker proxy (the addresses clients bootstrap from)."""
-    node_ids = (1, 2, 3)
-    brokers = {n: net.add(f"node-{n}") for n in node_ids}
-    controllers = {n: net.add(f"node-{n}") for n in node_ids}
-    voters = ",".join(f"{n}@{controllers[n].address}" for n in node_ids)
-    quorum = Quorum(
-        workdir,
-        node_ids,
-        properties={**PROPERTIES, **properties, "controller.quorum.voters": voters},
-        node_properties={
-            n: {"advertised.listeners": f"PLAINTEXT://{brokers[n].address}"} for n in node_ids
-        },
-    )
-    for n in node_ids:
-        host, port = quorum.listen[n].rsplit(":", 1)
-        brokers[n].upstream = (host, int(port))
-        controllers[n].upstream = (HOST, quorum.controller_ports[n])
+    quorum, brokers = quorum_behind_proxies(workdir, net, {**PROPERTIES, **properties})
     return Cluster.of_quorum(quorum), brokers
 
 

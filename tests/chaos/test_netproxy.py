@@ -11,10 +11,13 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.support.kraft import Quorum, node_name, quorum_behind_proxies
 from tests.support.netproxy import CLIENT, HOLD, REFUSE, NetProxy, identify
+from tests.support.wire import WireClient, cluster_metadata
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists("/proc/net/tcp"), reason="netproxy tells processes apart through /proc"
@@ -233,3 +236,37 @@ def test_close_ends_held_connections_without_asyncio_errors(
         assert got == b""
     assert not [r for r in caplog.records if r.name == "asyncio"], caplog.text
     assert echo.accepted == 0  # held bytes never reached the upstream
+
+
+@pytest.mark.slow
+def test_isolating_the_raft_leader_behind_proxies_elects_another_and_heals(
+    tmp_path: Path,
+) -> None:
+    """Three real nodes whose links cross the proxies: cut the active controller off
+    from the other two and they elect one of themselves, while the test (a client)
+    still reaches every node; healed, the old leader follows the new one."""
+    quorum: Quorum | None = None
+    with NetProxy(lambda: quorum.pids() if quorum is not None else {}) as net:
+        quorum, brokers = quorum_behind_proxies(tmp_path, net)
+        with quorum:
+            old, epoch = quorum.wait_for_leader(30)
+            others = [n for n in quorum.node_ids if n != old]
+            links = net.partition([{node_name(old)}, {node_name(n) for n in others}])
+            assert len(links) == 4
+            new, new_epoch = quorum.wait_for_leader(60, not_in=frozenset({old}), among=others)
+            assert new in others and new_epoch > epoch
+            assert net.stats["dropped"] + net.stats["held"] > 0
+            # the test's own connections are never cut: the isolated node still answers
+            # Metadata through its proxy
+            with WireClient(brokers[old].address, timeout_s=30) as client:
+                assert cluster_metadata(client, all_topics=True).brokers
+            net.heal()
+            deadline = time.monotonic() + 60
+            while time.monotonic() < deadline and quorum.leader([old]) != (new, new_epoch):
+                time.sleep(0.2)
+            assert quorum.leader([old]) == (new, new_epoch)
+            # clients are given the proxies (advertised.listeners), not the real ports
+            with WireClient(brokers[new].address, timeout_s=30) as client:
+                response = cluster_metadata(client, all_topics=True)
+            advertised = {b.node_id: (b.host, b.port) for b in response.brokers}
+            assert advertised == {n: ("127.0.0.1", p.port) for n, p in brokers.items()}

@@ -15,6 +15,9 @@ majority runs); each node's broker port is kept across restarts, so clients reco
 to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
 SIGTERM, then SIGKILL).
 
+``quorum_behind_proxies`` builds one whose nodes reach each other only through a
+``NetProxy`` (tests/support/netproxy.py), for tests that partition the network.
+
 ``leader()`` asks the controllers the quorum's state in-process, with the requests
 ``odradek metadata-quorum --bootstrap-controller`` sends (DescribeCluster, then
 DescribeQuorum to the leader), so polling for a new leader costs no interpreter start.
@@ -33,6 +36,7 @@ from pathlib import Path
 
 from odradek.cli.metadata_quorum import QuorumToolError, describe
 from tests.support.broker import BrokerProcess
+from tests.support.netproxy import NetProxy, Proxy
 
 NODE_IDS = (1, 2, 3)
 HOST = "127.0.0.1"
@@ -178,6 +182,10 @@ class Quorum:
     def broker_address(self, node_id: int) -> str:
         return self.listen[node_id]
 
+    def pids(self) -> dict[str, int]:
+        """``node_name(id)`` -> pid of every node process running now."""
+        return {node_name(n): node.pid for n, node in self.nodes.items() if node.alive()}
+
     def leader(self, among: Iterable[int] | None = None) -> tuple[int, int] | None:
         """(leader id, epoch) as the controllers of ``among`` (default all) see it now."""
         asked = among or self.controller_ids
@@ -205,6 +213,45 @@ class Quorum:
                 return seen
             time.sleep(poll_s)
         raise AssertionError(f"no leader outside {set(not_in)} within {timeout_s} s: {seen}")
+
+
+def node_name(node_id: int) -> str:
+    """A node's name as a party of a NetProxy (and a chaos ``Node``)."""
+    return f"node-{node_id}"
+
+
+def quorum_behind_proxies(
+    workdir: Path,
+    net: NetProxy,
+    properties: Mapping[str, str] | None = None,
+    node_ids: Iterable[int] = NODE_IDS,
+    serve_args: Iterable[str] = (),
+) -> tuple[Quorum, dict[int, Proxy]]:
+    """Combined nodes (formatted, not started) whose every link to each other crosses
+    ``net`` (tests/support/netproxy.py), so a test can cut them apart: each node listens
+    on its own ports but advertises its broker proxy (``advertised.listeners``), and
+    ``controller.quorum.voters`` names the controller listeners' proxies (Raft,
+    heartbeats, forwarding). Proxies are named ``node_name(id)``; ``net``'s parties
+    function should map those names to ``quorum.pids()``. Returns the quorum and each
+    node's broker proxy (the addresses for clients: Metadata answers with them)."""
+    ids = tuple(node_ids)
+    brokers = {n: net.add(node_name(n)) for n in ids}
+    controllers = {n: net.add(node_name(n)) for n in ids}
+    voters = ",".join(f"{n}@{controllers[n].address}" for n in ids)
+    quorum = Quorum(
+        workdir,
+        ids,
+        properties={**(properties or {}), "controller.quorum.voters": voters},
+        serve_args=serve_args,
+        node_properties={
+            n: {"advertised.listeners": f"PLAINTEXT://{brokers[n].address}"} for n in ids
+        },
+    )
+    for n in ids:
+        host, port = quorum.listen[n].rsplit(":", 1)
+        brokers[n].upstream = (host, int(port))
+        controllers[n].upstream = (HOST, quorum.controller_ports[n])
+    return quorum, brokers
 
 
 def _read_properties(path: Path) -> dict[str, str]:
