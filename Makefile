@@ -54,7 +54,12 @@ bench: $(STAMP) bench-tools
 # schedule; CHAOS_ARGS='--cycles 100 --rate 5000' changes the run. CHAOS_ARGS='--quorum
 # --cycles 40' runs it on three KRaft nodes instead (tests/chaos/quorum.py): faults on one
 # or two nodes at once, the active controller among them, under an admin client creating
-# and deleting topics beside the idempotent producer.
+# and deleting topics beside the idempotent producer. CHAOS_ARGS='--replication' runs
+# partition replication's harness (tests/chaos/replication.py): three KRaft nodes behind
+# TCP proxies (tests/support/netproxy.py) so links between nodes can be cut, a topic with
+# RF=3 and min.insync.replicas=2, 10 x 120 s runs for each fault mix (kill, pause,
+# partition, mixed; --mix, --runs, --duration change that), then a table of acknowledged,
+# lost, duplicated and inconsistent records and whether the replicas ended byte-identical.
 CHAOS_ARGS ?= --cycles 60
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)

@@ -25,7 +25,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from tests.support.broker import BrokerProcess
-from tests.support.kraft import Quorum
+from tests.support.kraft import Quorum, node_name
 
 
 class Node:
@@ -138,10 +138,14 @@ class Cluster:
         cls, workdir: Path, properties: dict[str, str], extra_args: Sequence[str] = ()
     ) -> Cluster:
         """Three combined nodes of one quorum, formatted, not yet started."""
-        quorum = Quorum(workdir, properties=properties, serve_args=extra_args)
+        return cls.of_quorum(Quorum(workdir, properties=properties, serve_args=extra_args))
+
+    @classmethod
+    def of_quorum(cls, quorum: Quorum) -> Cluster:
+        """The nodes of a formatted, not yet started ``Quorum``."""
         cluster = cls(
             [
-                Node(f"node-{n}", quorum.data_dir(n), (), quorum.nodes[n], quorum.listen[n], n)
+                Node(node_name(n), quorum.data_dir(n), (), quorum.nodes[n], quorum.listen[n], n)
                 for n in quorum.node_ids
             ]
         )
@@ -151,6 +155,10 @@ class Cluster:
     @property
     def bootstrap(self) -> str:
         return ",".join(node.listen for node in self.nodes)
+
+    def pids(self) -> dict[str, int]:
+        """name -> pid of every node process running now (paused ones included)."""
+        return {node.name: node.pid for node in self.nodes if node.alive()}
 
     def start(self) -> None:
         self.start_nodes(self.nodes)

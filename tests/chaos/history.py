@@ -112,6 +112,31 @@ class OffsetSet:
         return byte < len(self._bits) and bool(self._bits[byte] & (1 << (offset & 7)))
 
 
+class ReadLog:
+    """What a consumer group was handed: (partition, offset) -> seq, from any member.
+
+    A second read of an offset (a rebalance, a restart from the committed offset) that
+    finds another seq there is kept in ``conflicts`` as (partition, offset, first seq,
+    later seq): one offset held two records in two reads. Members add from their own
+    threads.
+    """
+
+    def __init__(self) -> None:
+        self.seqs: dict[int, dict[int, int]] = {}
+        self.conflicts: list[tuple[int, int, int, int]] = []
+        self._lock = threading.Lock()
+
+    def add(self, partition: int, offset: int, seq: int) -> None:
+        with self._lock:
+            seen = self.seqs.setdefault(partition, {})
+            first = seen.setdefault(offset, seq)
+            if first != seq:
+                self.conflicts.append((partition, offset, first, seq))
+
+    def __len__(self) -> int:
+        return sum(len(seen) for seen in self.seqs.values())
+
+
 # A seq the log reader could not attribute: no key, a key that is not a number, or a
 # value that is not the one sent with that key (corruption).
 SEQ_UNREADABLE = -1

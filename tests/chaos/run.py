@@ -7,6 +7,15 @@
 on one or two nodes at a time (the active controller among them), an admin client
 creating and deleting topics beside the idempotent producer, and the quorum's checks.
 
+    python -m tests.chaos.run --replication [--mix kill,pause,partition,mixed]
+        [--runs 10] [--duration 120] [--seed N]
+
+``--replication`` runs ``tests/chaos/replication.py``: three KRaft nodes behind TCP
+proxies, a topic with RF=3 and min.insync.replicas=2, ``--runs`` runs of ``--duration``
+seconds per fault mix (run ``i`` of a mix uses seed ``N + i``), then one table row per
+mix (runs, acknowledged, lost, duplicated, inconsistent, replicas identical); each
+failing run prints the line that replays it alone.
+
 The seed (``--seed`` or ``CHAOS_SEED``, else random) is printed first; a failing run
 prints the line that replays its fault schedule. The data directory is removed after a
 pass and kept after a failure (its path is printed, with the broker log's tail).
@@ -25,7 +34,9 @@ from pathlib import Path
 
 from tests.chaos.checks import KINDS, QUORUM_KINDS
 from tests.chaos.faults import FaultPlan, QuorumPlan
+from tests.chaos.nemesis import MIXES
 from tests.chaos.quorum import QuorumConfig, QuorumResult, run_quorum
+from tests.chaos.replication import ReplicationConfig, ReplicationResult, run_replication
 from tests.chaos.scenario import Config, Result, run
 
 
@@ -111,6 +122,91 @@ def quorum_table(result: QuorumResult) -> str:
     return "\n".join(lines)
 
 
+def replication_summary(result: ReplicationResult) -> str:
+    """One run of the replicated harness in a few lines."""
+    counts = result.report.counts if result.report is not None else Counter()
+    kinds = Counter(o.fault.kind for o in result.outcomes)
+    on_leader = sum(o.was_leader for o in result.outcomes)
+    rows = [
+        ("seed / mix", f"{result.config.seed} / {result.config.mix}"),
+        ("duration", f"{result.duration_s:.0f} s ({result.config.duration_s:g} s of workload)"),
+        ("faults", ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())) or "-"),
+        ("faults on a partition leader", str(on_leader)),
+        (
+            "connections cut per network fault",
+            ", ".join(str(o.blocked) for o in result.outcomes if o.cut) or "-",
+        ),
+        (
+            "records sent / acked / failed / in doubt",
+            f"{result.sent:,} / {result.acked:,} / {result.failed:,} / "
+            f"{result.sent - result.acked - result.failed:,}",
+        ),
+        ("records read by the group", f"{result.reads:,}"),
+        ("records verified", f"{result.report.verified:,}" if result.report else "-"),
+        ("violations", ", ".join(f"{k} {n}" for k, n in sorted(counts.items())) or "0"),
+        (
+            "ISR whole / replicas settled",
+            f"{_yes(result.isr_whole)} / {_yes(result.replicas_settled)}",
+        ),
+        ("followers fetched", _yes(result.replication_active)),
+        ("replicas byte-identical", _yes(result.replicas_identical)),
+        ("group drained", _yes(result.drained)),
+        ("proxy", ", ".join(f"{k} {n}" for k, n in sorted(result.net.items())) or "-"),
+        ("unflushed at end", str(result.unflushed)),
+        ("producer fatal error", result.producer_fatal or "-"),
+        ("broker tracebacks", str(result.broker_tracebacks)),
+        ("client thread crashes", "; ".join(result.runner_crashes) or "-"),
+        ("client errors", _errors(result.client_errors)),
+    ]
+    if result.error:
+        rows.append(("run error", result.error))
+    width = max(len(name) for name, _ in rows)
+    lines = [f"{name:<{width}}  {value}" for name, value in rows]
+    lines.append(f"{'result':<{width}}  {'PASS' if result.passed else 'FAIL'}")
+    return "\n".join(lines)
+
+
+def replication_table(results: dict[str, list[ReplicationResult]]) -> str:
+    """One row per fault mix: what the README quotes."""
+    header = (
+        "mix",
+        "runs",
+        "passed",
+        "acknowledged",
+        "lost",
+        "duplicated",
+        "inconsistent",
+        "replicas identical",
+    )
+    rows = [header]
+    for mix, runs in results.items():
+        counts: Counter[str] = Counter()
+        for result in runs:
+            if result.report is not None:
+                counts.update(result.report.counts)
+        rows.append(
+            (
+                mix,
+                str(len(runs)),
+                str(sum(r.passed for r in runs)),
+                f"{sum(r.acked for r in runs):,}",
+                str(counts["lost"]),
+                str(counts["duplicate"]),
+                str(sum(r.inconsistent for r in runs)),
+                f"{sum(r.replicas_identical for r in runs)}/{len(runs)}",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "NO"
+
+
 def _others(counts: Counter[str]) -> str:
     others = [f"{kind} {counts[kind]}" for kind in KINDS if kind not in ("lost", "duplicate")]
     shown = [text for text in others if not text.endswith(" 0")]
@@ -121,7 +217,7 @@ def _errors(errors: Counter[str]) -> str:
     return ", ".join(f"{name} {n}" for name, n in errors.most_common(6)) or "-"
 
 
-def details(result: Result | QuorumResult, broker_log_lines: int = 20) -> str:
+def details(result: Result | QuorumResult | ReplicationResult, broker_log_lines: int = 20) -> str:
     """What a failed run found: violation examples, fault errors, the broker logs' tails."""
     lines = []
     if result.report is not None:
@@ -158,10 +254,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quorum", action="store_true", help="three KRaft nodes, admin and producer clients"
     )
+    parser.add_argument(
+        "--replication",
+        action="store_true",
+        help="three KRaft nodes behind proxies, RF=3 min.insync.replicas=2, partitions too",
+    )
+    parser.add_argument(
+        "--mix", default=",".join(MIXES), help=f"replication: fault mixes ({', '.join(MIXES)})"
+    )
+    parser.add_argument("--runs", type=int, default=10, help="replication: runs per mix")
+    parser.add_argument(
+        "--duration", type=float, default=120.0, help="replication: seconds of workload a run"
+    )
     args = parser.parse_args(argv)
     seed = args.seed
     if seed is None:
         seed = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
+    if args.replication:
+        return main_replication(args, seed)
     if args.quorum:
         args.rate, args.value_bytes = args.rate or 1000, args.value_bytes or 200
         args.gap = args.gap or (2.0, 6.0)
@@ -211,7 +321,52 @@ def main_quorum(args: argparse.Namespace, seed: int) -> int:
     return _verdict(result, workdir, replay, keep=args.keep)
 
 
-def _verdict(result: Result | QuorumResult, workdir: Path, replay: str, *, keep: bool) -> int:
+def main_replication(args: argparse.Namespace, seed: int) -> int:
+    mixes = [mix.strip() for mix in args.mix.split(",") if mix.strip()]
+    unknown = [mix for mix in mixes if mix not in MIXES]
+    if unknown or not mixes:
+        print(f"chaos: unknown mix {unknown or args.mix!r}; choose from {', '.join(MIXES)}")
+        return 2
+    rate = args.rate or 500
+    value_bytes = args.value_bytes or 200
+    print(
+        f"chaos: replication, seed {seed}, {args.runs} x {args.duration:g} s per mix "
+        f"({', '.join(mixes)})",
+        flush=True,
+    )
+    results: dict[str, list[ReplicationResult]] = {}
+    failures = 0
+    for mix in mixes:
+        for i in range(args.runs):
+            run_seed = seed + i
+            replay = (
+                f"make chaos CHAOS_ARGS='--replication --mix {mix} --runs 1 --seed {run_seed} "
+                f"--duration {args.duration:g} --partitions {args.partitions} --rate {rate} "
+                f"--value-bytes {value_bytes}'"
+            )
+            print(f"--- {mix} run {i + 1}/{args.runs}, seed {run_seed}", flush=True)
+            config = ReplicationConfig(
+                seed=run_seed,
+                mix=mix,
+                duration_s=args.duration,
+                partitions=args.partitions,
+                rate_per_s=rate,
+                value_bytes=value_bytes,
+            )
+            workdir = Path(tempfile.mkdtemp(prefix=f"odradek-chaos-{mix}-"))
+            result = run_replication(config, workdir, progress=lambda line: print(line, flush=True))
+            results.setdefault(mix, []).append(result)
+            print(replication_summary(result), flush=True)
+            failures += _verdict(result, workdir, replay, keep=args.keep)
+    print()
+    print(replication_table(results))
+    print(f"result: {'PASS' if not failures else f'FAIL ({failures} failing runs)'}")
+    return 1 if failures else 0
+
+
+def _verdict(
+    result: Result | QuorumResult | ReplicationResult, workdir: Path, replay: str, *, keep: bool
+) -> int:
     """Exit status 1 with the details and the replay line on a failure (the data kept);
     0 otherwise, the data removed unless asked to keep it."""
     if not result.passed:

@@ -4,8 +4,8 @@
   sending seq 0, 1, 2, ... at a steady rate, seq ``n`` to partition ``n % partitions``;
   its delivery callbacks fill an ``AckTable`` (seq -> acknowledged partition/offset).
 - ``GroupMember``: a consumer of one group (subscribe, no auto-commit) that marks every
-  offset it is handed and commits synchronously after each batch; commits it is told
-  succeeded are recorded.
+  offset it is handed (and, given a ``ReadLog``, the record's seq there) and commits
+  synchronously after each batch; commits it is told succeeded are recorded.
 - ``Observer``: polls the group's committed offsets and the high watermarks, one call at
   a time, so its samples are in a true order the checkers can compare.
 - ``read_log``: the topic read back from log start to high watermark, each record
@@ -32,6 +32,7 @@ from tests.chaos.history import (
     AckTable,
     OffsetSet,
     PartitionLog,
+    ReadLog,
     Sample,
     decode_key,
     encode_key,
@@ -71,9 +72,17 @@ class Runner(threading.Thread):
         self.join(timeout_s)
 
 
-def create_topic(bootstrap: str, topic: str, partitions: int, timeout_s: float = 30.0) -> None:
+def create_topic(
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout_s: float = 30.0,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
+) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap, **QUIET})
-    futures = admin.create_topics([NewTopic(topic, partitions, 1)], request_timeout=timeout_s)
+    new_topic = NewTopic(topic, partitions, replication_factor, config=config or {})
+    futures = admin.create_topics([new_topic], request_timeout=timeout_s)
     futures[topic].result(timeout=timeout_s)
 
 
@@ -93,6 +102,7 @@ class ProducerRunner(Runner):
         self.rate_per_s = rate_per_s
         self.value_bytes = value_bytes
         self.acked = AckTable()
+        self.failed: dict[int, str] = {}  # seq -> the error its delivery report carried
         self.errors: Counter[str] = Counter()
         self.fatal = ""
         self.abandon = threading.Event()  # stop waiting for delivery reports too
@@ -124,6 +134,7 @@ class ProducerRunner(Runner):
         elif error is None:
             self.errors[f"delivered at offset {message.offset()}"] += 1
         else:
+            self.failed[seq] = error.name()
             self.errors[f"delivery:{error.name()}"] += 1
 
     def work(self) -> None:
@@ -183,10 +194,14 @@ class GroupMember(Runner):
         consumed: dict[int, OffsetSet],
         commit_acks: list[tuple[int, int]],
         group_protocol: str = "classic",
+        reads: ReadLog | None = None,
+        value_bytes: int = 0,
     ) -> None:
         super().__init__(f"chaos-{name}")
         self.topic = topic
         self.consumed = consumed
+        self.reads = reads  # (partition, offset) -> seq of every record handed, if kept
+        self.value_bytes = value_bytes
         self.commit_acks = commit_acks
         self.errors: Counter[str] = Counter()
         self.config = {
@@ -219,6 +234,8 @@ class GroupMember(Runner):
                     partition, offset = message.partition(), message.offset()
                     assert partition is not None and offset is not None
                     self.consumed[partition].add(offset)
+                    if self.reads is not None:
+                        self.reads.add(partition, offset, _seq_of(message, self.value_bytes))
                     handed += 1
                 if handed:
                     self._commit(consumer)
@@ -236,6 +253,14 @@ class GroupMember(Runner):
                 self.commit_acks.append((tp.partition, tp.offset))
             elif tp.error is not None:
                 self.errors[f"commit:{tp.error.name()}"] += 1
+
+
+def _seq_of(message: Any, value_bytes: int) -> int:
+    """The seq a record carries, or SEQ_UNREADABLE if its key or value is not one sent."""
+    seq = decode_key(message.key())
+    if seq is None or message.value() != expected_value(seq, value_bytes):
+        return SEQ_UNREADABLE
+    return seq
 
 
 class Observer(Runner):
@@ -332,9 +357,7 @@ def read_log(
                 log = logs[partition]
                 if offset >= log.high_watermark:
                     continue
-                seq = decode_key(message.key())
-                if seq is None or message.value() != expected_value(seq, value_bytes):
-                    seq = SEQ_UNREADABLE
+                seq = _seq_of(message, value_bytes)
                 log.offsets.append(offset)  # type: ignore[attr-defined]
                 log.seqs.append(seq)  # type: ignore[attr-defined]
                 if offset + 1 >= log.high_watermark:
@@ -448,7 +471,12 @@ class AdminRunner(Runner):
 
 
 def create_topic_retrying(
-    bootstrap: str, topic: str, partitions: int, timeout_s: float = 120.0
+    bootstrap: str,
+    topic: str,
+    partitions: int,
+    timeout_s: float = 120.0,
+    replication_factor: int = 1,
+    config: dict[str, str] | None = None,
 ) -> None:
     """``create_topic`` asked again (a new client each time) until it is answered: a
     client whose first Metadata came from a node that had not yet applied the
@@ -456,7 +484,7 @@ def create_topic_retrying(
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            create_topic(bootstrap, topic, partitions, 15.0)
+            create_topic(bootstrap, topic, partitions, 15.0, replication_factor, config)
             return
         except KafkaException as exc:
             error = exc.args[0]

@@ -8,10 +8,15 @@ broker-only (observers of the metadata log: no CONTROLLER listener, not voters) 
 controller-only (no client listener); the voters are the nodes with the controller
 role. ``templates`` starts a node's properties from a file (the
 ``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
+``node_properties`` adds one node's own lines last (e.g. an ``advertised.listeners``
+naming a proxy in front of it, tests/support/netproxy.py).
 ``start()`` launches all nodes before waiting for any (a node is ready only once a
 majority runs); each node's broker port is kept across restarts, so clients reconnect
 to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
 SIGTERM, then SIGKILL).
+
+``quorum_behind_proxies`` builds one whose nodes reach each other only through a
+``NetProxy`` (tests/support/netproxy.py), for tests that partition the network.
 
 ``leader()`` asks the controllers the quorum's state in-process, with the requests
 ``odradek metadata-quorum --bootstrap-controller`` sends (DescribeCluster, then
@@ -31,6 +36,7 @@ from pathlib import Path
 
 from odradek.cli.metadata_quorum import QuorumToolError, describe
 from tests.support.broker import BrokerProcess
+from tests.support.netproxy import NetProxy, Proxy
 
 NODE_IDS = (1, 2, 3)
 HOST = "127.0.0.1"
@@ -64,6 +70,7 @@ class Quorum:
         serve_args: Iterable[str] = (),
         roles: Mapping[int, str] | None = None,
         templates: Mapping[int, Path] | None = None,
+        node_properties: Mapping[int, Mapping[str, str]] | None = None,
     ) -> None:
         self.workdir = workdir
         self.node_ids = tuple(node_ids)
@@ -80,7 +87,8 @@ class Quorum:
         self.nodes: dict[int, BrokerProcess] = {}
         workdir.mkdir(parents=True, exist_ok=True)
         for node_id in self.node_ids:
-            config = self._write_properties(node_id, properties or {})
+            extra = {**(properties or {}), **(node_properties or {}).get(node_id, {})}
+            config = self._write_properties(node_id, extra)
             formatted = odradek("storage", "format", "-t", self.cluster_id, "-c", str(config))
             if formatted.returncode != 0:
                 raise RuntimeError(f"format node {node_id}: {formatted.stderr.strip()}")
@@ -174,6 +182,10 @@ class Quorum:
     def broker_address(self, node_id: int) -> str:
         return self.listen[node_id]
 
+    def pids(self) -> dict[str, int]:
+        """``node_name(id)`` -> pid of every node process running now."""
+        return {node_name(n): node.pid for n, node in self.nodes.items() if node.alive()}
+
     def leader(self, among: Iterable[int] | None = None) -> tuple[int, int] | None:
         """(leader id, epoch) as the controllers of ``among`` (default all) see it now."""
         asked = among or self.controller_ids
@@ -201,6 +213,45 @@ class Quorum:
                 return seen
             time.sleep(poll_s)
         raise AssertionError(f"no leader outside {set(not_in)} within {timeout_s} s: {seen}")
+
+
+def node_name(node_id: int) -> str:
+    """A node's name as a party of a NetProxy (and a chaos ``Node``)."""
+    return f"node-{node_id}"
+
+
+def quorum_behind_proxies(
+    workdir: Path,
+    net: NetProxy,
+    properties: Mapping[str, str] | None = None,
+    node_ids: Iterable[int] = NODE_IDS,
+    serve_args: Iterable[str] = (),
+) -> tuple[Quorum, dict[int, Proxy]]:
+    """Combined nodes (formatted, not started) whose every link to each other crosses
+    ``net`` (tests/support/netproxy.py), so a test can cut them apart: each node listens
+    on its own ports but advertises its broker proxy (``advertised.listeners``), and
+    ``controller.quorum.voters`` names the controller listeners' proxies (Raft,
+    heartbeats, forwarding). Proxies are named ``node_name(id)``; ``net``'s parties
+    function should map those names to ``quorum.pids()``. Returns the quorum and each
+    node's broker proxy (the addresses for clients: Metadata answers with them)."""
+    ids = tuple(node_ids)
+    brokers = {n: net.add(node_name(n)) for n in ids}
+    controllers = {n: net.add(node_name(n)) for n in ids}
+    voters = ",".join(f"{n}@{controllers[n].address}" for n in ids)
+    quorum = Quorum(
+        workdir,
+        ids,
+        properties={**(properties or {}), "controller.quorum.voters": voters},
+        serve_args=serve_args,
+        node_properties={
+            n: {"advertised.listeners": f"PLAINTEXT://{brokers[n].address}"} for n in ids
+        },
+    )
+    for n in ids:
+        host, port = quorum.listen[n].rsplit(":", 1)
+        brokers[n].upstream = (host, int(port))
+        controllers[n].upstream = (HOST, quorum.controller_ports[n])
+    return quorum, brokers
 
 
 def _read_properties(path: Path) -> dict[str, str]:
