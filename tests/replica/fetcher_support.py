@@ -107,7 +107,7 @@ def batch(count: int = 3, *, size: int = 20, timestamp: int = 1_700_000_000_000)
     return encode_batch(records)
 
 
-def _materialize(parts: list[bytes | FileRange]) -> bytes:
+def materialize(parts: list[bytes | FileRange]) -> bytes:
     out = bytearray()
     for part in parts:
         if isinstance(part, FileRange):
@@ -166,8 +166,8 @@ class LeaderReplica:
         result.ranges = read.ranges
         return result
 
-    def fetch(self, plan: RequestPlan) -> RawFetchResponse:
-        request = plan.request
+    def fetch_frame(self, request: Any, version: int, correlation_id: int) -> bytes:
+        """The whole FetchResponse frame (correlation id first) as a broker sends it."""
         self.requests.append(request)
         topics = []
         for topic in request.topics:
@@ -175,13 +175,19 @@ class LeaderReplica:
             topics.append(
                 TopicResult(name, [self._partition(request, p) for p in topic.partitions])
             )
-        parts = encode_fetch_response(plan.version, 99, topics)
-        return parse_fetch_response(_materialize(parts), plan.version)
+        return materialize(encode_fetch_response(version, correlation_id, topics))
+
+    def fetch(self, plan: RequestPlan) -> RawFetchResponse:
+        frame = self.fetch_frame(plan.request, plan.version, 99)
+        return parse_fetch_response(frame, plan.version)
 
     def list_offsets(self, plan: RequestPlan) -> Any:
-        module = load_payload_module(2, plan.version, EntityType.response)
+        return self.list_offsets_body(plan.request, plan.version)
+
+    def list_offsets_body(self, request: Any, version: int) -> Any:
+        module = load_payload_module(2, version, EntityType.response)
         topics = []
-        for topic in plan.request.topics:
+        for topic in request.topics:
             partitions = []
             for p in topic.partitions:
                 forced = self.errors.get(int(p.partition_index))
