@@ -38,11 +38,6 @@ RULES: Final = [
 
 # (importing module, imported module): known offenders, to be removed by the step named.
 EXCEPTIONS: Final = {
-    # Step 3 (fetch/offset semantics move into replica/): these handlers still read
-    # partition logs and catch storage errors themselves.
-    ("odradek.server.handlers.fetch", "odradek.storage.errors"),
-    ("odradek.server.handlers.produce", "odradek.storage.errors"),
-    ("odradek.server.handlers.records_admin", "odradek.storage.errors"),
     # Step 3: DescribeLogDirs reads Log sizes through services.log_dirs.
     ("odradek.server.handlers.cluster_admin", "odradek.storage.log"),
 }

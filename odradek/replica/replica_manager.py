@@ -1,80 +1,110 @@
-"""ReplicaManager: the partitions this broker hosts, appends with acks, fetch waits.
+"""ReplicaManager: the partitions this broker hosts, driven by metadata; produce and fetch.
 
 How this works and why: the broker acts on metadata deltas (metadata/delta.py) — a
-partition newly assigned to this node gets a Partition backed by a storage Log, one
-whose state changed is updated, and only the logs of topics the delta says were
-deleted (or partitions it moved away from here) are deleted; a partition no delta
-names is not looked at. Nothing is created or deleted before the metadata has caught
-up (``catch_up``): an image that lags does not know topics created since, and must
-not decide that their logs are garbage. At catch-up the whole image is applied once,
-and a log on disk it does not know is set aside (renamed, kept), never deleted.
-A Partition knows whether it leads, its leader epoch and ISR, and keeps the
-high watermark: the smallest log end offset in the ISR (seeds/004). With a single
-replica the ISR is the leader alone, so the HW follows the log end offset as soon as
-an append returns; the replication issue adds followers' fetch positions here.
+partition newly assigned to this node gets a Partition (replica/partition.py) backed
+by a storage Log, and every partition whose state changed becomes leader or follower
+in the image's epochs; only the logs of topics the delta says were deleted (or
+partitions it moved away from here) are deleted; a partition no delta names is not
+looked at. Nothing is created or deleted before the metadata has caught up
+(``catch_up``): an image that lags does not know topics created since, and must not
+decide that their logs are garbage. At catch-up the whole image is applied once, and a
+log on disk it does not know is set aside (renamed, kept), never deleted.
 
-Fetch long polling (the purgatory of seeds/000): a fetch that finds fewer than
-``min_bytes`` parks a future on each partition it reads; an append to any of them
-wakes it, and it reads again until ``max_wait_ms`` runs out.
+Followers are fetched for by a ``ReplicaFetching`` (replica/fetcher.py; None on a
+single node): new follower roles are added with their leader and epoch, partitions
+that became leaders or left are removed. ISR proposals the partitions make go to an
+``AlterPartitionManager`` (replica/isr.py; None on a single node, where the ISR is the
+leader alone and never changes); ``isr_expiration`` is the periodic shrink check.
+
+Produce is two-phase (review E.1): ``append_records`` appends and, for acks=all,
+parks a waiter in the partition's purgatory until the HW passes the batch;
+``await_replication`` then waits for all of a request's partitions at once, up to the
+request's timeout (REQUEST_TIMED_OUT). With one replica the HW moves with the append,
+so acks=all answers at once, as before. ``fetch`` reads every partition of a Fetch
+and long-polls (seeds/000 purgatory) until ``min_bytes`` arrive or ``max_wait_ms``
+runs out: consumers wake when a HW advances, followers when a log end does.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from odradek.metadata.delta import MetadataDelta, between
 from odradek.metadata.image import MetadataImage, PartitionImage, TopicImage
+from odradek.replica.interfaces import (
+    FetchStart,
+    FollowerLog,
+    IsrChannel,
+    IsrOutcome,
+    IsrProposal,
+    ReplicaFetching,
+    TopicPartition,
+)
+from odradek.replica.isr import AlterPartitionManager
+from odradek.replica.partition import (
+    DEFAULT_LAG_TIME_MAX_MS,
+    FOLLOWER,
+    Partition,
+    PartitionError,
+)
+from odradek.replica.reads import FetchParams, FetchResults, PartitionRead
 from odradek.storage.errors import StorageError
-from odradek.storage.log import AppendInfo, Log
+from odradek.storage.log import AppendInfo
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from odradek.storage.log_validator import conversion
 from odradek.storage.partition_metadata import check_topic_id
 
-logger = logging.getLogger(__name__)
+__all__ = ["Partition", "PartitionError", "ProduceStatus", "ReplicaManager"]
+# The coordinators' appends wait this long for the HW (offsets.commit.timeout.ms).
+COORDINATOR_APPEND_TIMEOUT_MS = 5_000
 
 
-class PartitionError(Exception):
-    """An error for one partition in a request; ``code`` is the Kafka error name."""
-
-    def __init__(self, code: str, message: str = "") -> None:
-        super().__init__(message or code)
-        self.code = code
+def monotonic_ms() -> int:
+    return time.monotonic_ns() // 1_000_000
 
 
 @dataclass(slots=True)
-class Partition:
-    topic: str
-    index: int
-    topic_id: str
-    log: Log
-    leader: int
-    leader_epoch: int
-    replicas: tuple[int, ...]
-    isr: tuple[int, ...]
-    waiters: set[asyncio.Future[None]] = field(default_factory=set)
+class ProduceStatus:
+    """One partition of a produce between its append and its answer."""
 
-    def is_leader(self, node_id: int) -> bool:
-        return self.leader == node_id
+    info: AppendInfo
+    error: str = "NONE"  # final once ``waiter`` is None
+    waiter: asyncio.Future[str] | None = None  # acks=all, the HW not there yet
+    partition: Partition | None = None
 
-    def update_high_watermark(self) -> None:
-        """HW = min LEO over the ISR; with only the leader in sync, the leader's LEO."""
-        self.log.high_watermark = self.log.log_end_offset
 
-    def wake_waiters(self) -> None:
-        for waiter in self.waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        self.waiters.clear()
+logger = logging.getLogger(__name__)
 
 
 class ReplicaManager:
-    def __init__(self, node_id: int, log_manager: LogManager) -> None:
+    def __init__(
+        self,
+        node_id: int,
+        log_manager: LogManager,
+        *,
+        fetching: ReplicaFetching | None = None,
+        isr_channel: IsrChannel | None = None,
+        broker_epoch: Callable[[], int] = lambda: -1,
+        isr_manager: AlterPartitionManager | None = None,
+        lag_time_max_ms: int = DEFAULT_LAG_TIME_MAX_MS,
+        clock: Callable[[], int] = monotonic_ms,
+    ) -> None:
+        """``isr_channel`` (with this broker's current ``broker_epoch``) makes the
+        AlterPartitionManager, which ``isr_expiration`` runs; ``isr_manager`` gives one
+        ready-made instead (tests)."""
         self.node_id = node_id
         self.log_manager = log_manager
+        self.fetching = fetching
+        if isr_manager is None and isr_channel is not None:
+            isr_manager = AlterPartitionManager(isr_channel, node_id, broker_epoch)
+        self.isr_manager = isr_manager
+        self.lag_time_max_ms = lag_time_max_ms
+        self.clock = clock
         self.partitions: dict[tuple[str, int], Partition] = {}
         # Partitions answered with KAFKA_STORAGE_ERROR: ``offline`` ones had an I/O
         # error in their log (disk full, EIO) with its state on disk unknown, until a
@@ -84,6 +114,7 @@ class ReplicaManager:
         self.not_created: dict[tuple[str, int], str] = {}
         self.closing = False  # shutdown: fetches stop long-polling
         self.caught_up = False  # set by catch_up(); deltas before it are not acted on
+        self.image = MetadataImage()  # the last one applied: which brokers are alive
 
     # -- reacting to metadata ------------------------------------------------------
     def catch_up(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
@@ -117,13 +148,17 @@ class ReplicaManager:
         topic_config: Callable[[str], LogConfig],
     ) -> None:
         """Act on one published change: delete the logs of deleted topics (theirs by
-        topic id, so a re-created namesake is not touched), create or update the
-        partitions whose state changed, retry logs that could not be created."""
+        topic id, so a re-created namesake is not touched), make the partitions whose
+        state changed leaders or followers, retry logs that could not be created, and
+        start or stop fetching accordingly."""
         if not self.caught_up:
             return  # catch_up() applies the whole image once it is known complete
+        self.image = image
+        stops: list[TopicPartition] = []
         for topic in delta.deleted_topics.values():
             for index in topic.partitions:
-                self._remove((topic.name, index), str(topic.topic_id))
+                if self._remove((topic.name, index), str(topic.topic_id)):
+                    stops.append((topic.name, index))
                 self.not_created.pop((topic.name, index), None)
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionImage]] = {}
         for change in delta.partitions.values():
@@ -131,7 +166,8 @@ class ReplicaManager:
             if self.node_id in change.new.replicas:
                 wanted[key] = (change.topic, change.new)
             elif change.old is not None and self.node_id in change.old.replicas:
-                self._remove(key, str(change.topic.topic_id))  # moved away from here
+                if self._remove(key, str(change.topic.topic_id)):  # moved away from here
+                    stops.append(key)
                 self.not_created.pop(key, None)
         for key in [k for k in self.not_created if k not in wanted]:
             retry = _assigned(image, key, self.node_id)
@@ -147,15 +183,26 @@ class ReplicaManager:
             configured.update(delta.topic_configs_changed() & hosted)
         for name in configured:
             self.log_manager.set_topic_config(name, topic_config(name))
+        starts: dict[TopicPartition, FetchStart] = {}
         for key, (topic, state) in wanted.items():
             try:
-                self._ensure(key, topic, state)
+                start, stop = self._ensure(key, topic, state)
             except (OSError, StorageError) as error:
                 # The metadata is committed; the log is not here. Retried on the next
                 # metadata change and at start-up; meanwhile clients get a storage error.
                 reason = f"{key[0]}-{key[1]}: cannot create its log: {_reason(error)}"
                 self.not_created[key] = reason
                 logger.error("%s", reason)
+                continue
+            if start is not None:
+                starts[key] = start
+            elif stop:
+                stops.append(key)
+        if self.fetching is not None:
+            if stops:
+                self.fetching.remove_partitions(stops)
+            if starts:
+                self.fetching.add_partitions(starts)
 
     def check_loaded_logs(self, image: MetadataImage) -> None:
         """Start-up, before anything is committed: every log found on disk whose topic the
@@ -166,7 +213,11 @@ class ReplicaManager:
                 log = self.log_manager.logs[(topic_name, index)]
                 check_topic_id(log.directory, topic_name, str(topic.topic_id))
 
-    def _ensure(self, key: tuple[str, int], topic: TopicImage, state: PartitionImage) -> None:
+    def _ensure(
+        self, key: tuple[str, int], topic: TopicImage, state: PartitionImage
+    ) -> tuple[FetchStart | None, bool]:
+        """Host ``key`` in the role ``state`` gives it; returns the fetch to start, if
+        any, and whether a fetch must stop (it led, or lost its leader)."""
         partition = self.partitions.get(key)
         topic_id = str(topic.topic_id)
         if partition is not None and partition.topic_id != topic_id:
@@ -175,36 +226,44 @@ class ReplicaManager:
         if partition is None:
             log = self.log_manager.get_or_create_log(key[0], key[1], topic_id=topic_id)
             partition = Partition(
-                key[0],
-                key[1],
-                topic_id,
-                log,
-                state.leader,
-                state.leader_epoch,
-                state.replicas,
-                state.isr,
+                key[0], key[1], topic_id, log, self.node_id, lag_time_max_ms=self.lag_time_max_ms
             )
+            partition.is_alive = self.broker_alive
             self.partitions[key] = partition
-        partition.leader = state.leader
-        partition.leader_epoch = state.leader_epoch
-        partition.replicas = state.replicas
-        partition.isr = state.isr
-        if partition.is_leader(self.node_id):
-            partition.update_high_watermark()
         self.not_created.pop(key, None)
+        epochs = (state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
+        before = (partition.state, partition.leader, partition.leader_epoch)
+        if state.leader == self.node_id:
+            changed = partition.become_leader(*epochs, self.clock())
+            return None, changed and before[0] is FOLLOWER
+        if not partition.become_follower(state.leader, *epochs):
+            return None, False
+        if state.leader < 0:
+            return None, before[0] is FOLLOWER  # no leader to fetch from
+        if before == (FOLLOWER, state.leader, state.leader_epoch):
+            return None, False  # the ISR or replicas changed: the fetch goes on
+        return FetchStart(topic.topic_id, state.leader, state.leader_epoch), False
 
-    def _remove(self, key: tuple[str, int], topic_id: str | None = None) -> None:
+    def _remove(self, key: tuple[str, int], topic_id: str | None = None) -> bool:
         """Drop a hosted partition and delete its log (only if it is ``topic_id``'s)."""
         partition = self.partitions.get(key)
         if partition is None or (topic_id is not None and partition.topic_id != topic_id):
-            return
+            return False
         del self.partitions[key]
         self.offline.pop(key, None)
-        partition.wake_waiters()
+        partition.stop()
+        if self.fetching is not None:
+            self.fetching.remove_partitions([key])
         self.log_manager.delete_log(*key)
+        return True
+
+    def broker_alive(self, broker_id: int) -> bool:
+        broker = self.image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced
 
     # -- lookups -------------------------------------------------------------------
-    def leader_partition(self, topic: str, index: int) -> Partition:
+    def hosted(self, topic: str, index: int) -> Partition:
+        """The partition, hosted and online, or the error that says why not."""
         key = (topic, index)
         partition = self.partitions.get(key)
         failure = self.offline.get(key) or self.not_created.get(key)
@@ -214,22 +273,26 @@ class ReplicaManager:
             raise PartitionError(
                 "UNKNOWN_TOPIC_OR_PARTITION", f"{topic}-{index} is not hosted here"
             )
-        if not partition.is_leader(self.node_id):
-            raise PartitionError("NOT_LEADER_OR_FOLLOWER", f"not the leader of {topic}-{index}")
+        return partition
+
+    def leader_partition(self, topic: str, index: int) -> Partition:
+        partition = self.hosted(topic, index)
+        partition.check_leader()
+        return partition
+
+    def follower_log(self, tp: TopicPartition) -> FollowerLog | None:
+        """The replica fetcher's handle on a partition this node follows, else None."""
+        partition = self.partitions.get(tp)
+        if partition is None or partition.state is not FOLLOWER or tp in self.offline:
+            return None
         return partition
 
     # -- produce -------------------------------------------------------------------
     def append(self, topic: str, index: int, records: bytes, acks: int) -> AppendInfo:
+        """Append as the leader (phase one of a produce); PartitionError on failure."""
         partition = self.leader_partition(topic, index)
-        config: LogConfig = partition.log.config
-        if acks == -1 and len(partition.isr) < config.min_insync_replicas:
-            raise PartitionError(
-                "NOT_ENOUGH_REPLICAS",
-                f"ISR {list(partition.isr)} is smaller than min.insync.replicas="
-                f"{config.min_insync_replicas}",
-            )
         try:
-            info = partition.log.append_as_leader(records, partition.leader_epoch)
+            return partition.append_as_leader(records, acks)
         except StorageError as error:
             raise PartitionError(error.code, str(error)) from None
         except OSError as error:
@@ -238,12 +301,58 @@ class ReplicaManager:
             # is unknown, so the partition stops serving until a restart recovers it.
             reason = f"{topic}-{index} is offline: {_reason(error)}; restart to recover it"
             self.offline[(topic, index)] = reason
-            partition.wake_waiters()
+            partition.go_offline()
             logger.error("%s", reason)
             raise PartitionError("KAFKA_STORAGE_ERROR", reason) from None
-        partition.update_high_watermark()
-        partition.wake_waiters()
-        return info
+
+    def append_records(self, topic: str, index: int, records: bytes, acks: int) -> ProduceStatus:
+        """Append, and for acks=all park a waiter until the HW passes the batch."""
+        info = self.append(topic, index, records, acks)
+        partition = self.partitions[(topic, index)]
+        status = ProduceStatus(info, partition=partition)
+        if acks == -1:
+            required = info.last_offset + 1
+            result = partition.replication_result(required)
+            if result is None:
+                status.waiter = asyncio.get_running_loop().create_future()
+                partition.delay_produce(required, status.waiter)
+            else:
+                status.error = result
+        return status
+
+    async def await_replication(self, statuses: Sequence[ProduceStatus], timeout_ms: int) -> None:
+        """Phase two: wait for every parked partition together, up to ``timeout_ms``;
+        each status ends with its error (REQUEST_TIMED_OUT for the ones still waiting)."""
+        waiting = [s for s in statuses if s.waiter is not None]
+        if not waiting:
+            return
+        futures = [s.waiter for s in waiting if s.waiter is not None]
+        await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
+        for status in waiting:
+            waiter = status.waiter
+            assert waiter is not None
+            if waiter.done():
+                status.error = waiter.result()
+            else:
+                status.error = "REQUEST_TIMED_OUT"
+                if status.partition is not None:
+                    status.partition.produces.discard(waiter)
+                waiter.cancel()
+            status.waiter = None
+
+    async def append_at_high_watermark(
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        timeout_ms: int = COORDINATOR_APPEND_TIMEOUT_MS,
+    ) -> AppendInfo:
+        """A coordinator's acks=all append: returns once the HW passed it."""
+        status = self.append_records(topic, index, records, -1)
+        await self.await_replication([status], timeout_ms)
+        if status.error != "NONE":
+            raise PartitionError(status.error, f"{topic}-{index}: append not replicated")
+        return status.info
 
     def conversion(self, topic: str, index: int, records: bytes) -> Callable[[], bytes] | None:
         """Recompression to run on a worker thread before ``append``, or None (see
@@ -255,28 +364,164 @@ class ReplicaManager:
         log = partition.log
         return conversion(records, log.config, log.clock(), name=log.name)
 
-    # -- fetch waits ------------------------------------------------------------------
-    def stop_waiting(self) -> None:
-        """Shutdown: wake every parked fetch so it answers now instead of at max_wait."""
-        self.closing = True
-        for partition in self.partitions.values():
-            partition.wake_waiters()
-
-    async def wait_for_data(self, partitions: Iterable[Partition], timeout_s: float) -> None:
-        """Return when any of ``partitions`` gets an append, or after ``timeout_s``."""
-        if timeout_s <= 0 or self.closing:
+    # -- ISR changes -----------------------------------------------------------------
+    def _send_proposal(self, partition: Partition) -> None:
+        proposal = partition.take_proposal()
+        if proposal is None:
             return
+        if self.isr_manager is None:  # nobody to ask: back to the committed ISR
+            partition.on_isr_outcome(proposal, IsrOutcome("OPERATION_NOT_ATTEMPTED"))
+            return
+
+        def deliver(sent: IsrProposal, outcome: IsrOutcome) -> None:
+            partition.on_isr_outcome(sent, outcome)
+
+        self.isr_manager.submit(proposal, deliver)
+
+    def maybe_shrink_isr(self) -> None:
+        """Propose dropping lagging followers from every partition this node leads."""
+        now = self.clock()
+        for partition in self.partitions.values():
+            if partition.is_leader and partition.maybe_shrink_isr(now):
+                self._send_proposal(partition)
+
+    async def isr_expiration(self) -> None:
+        """Run ``maybe_shrink_isr`` every half ``replica.lag.time.max.ms``, as Kafka,
+        and the AlterPartitionManager's sends meanwhile (the broker starts this task)."""
+        if self.isr_manager is not None:
+            self.isr_manager.start()
+        try:
+            while True:
+                await asyncio.sleep(max(self.lag_time_max_ms, 2) / 2000)
+                self.maybe_shrink_isr()
+        finally:
+            if self.isr_manager is not None:
+                await self.isr_manager.close()
+
+    # -- fetch ---------------------------------------------------------------------
+    async def fetch(self, params: FetchParams) -> FetchResults:
+        """Read every partition of a Fetch; wait (long poll) until ``min_bytes`` are
+        there, an error or a diverging epoch is to be reported, or ``max_wait_ms``."""
+        deadline = self.clock() + params.max_wait_ms
+        while True:
+            results, watched, total, final = self._read_all(params)
+            remaining = deadline - self.clock()
+            if final or total >= params.min_bytes or remaining <= 0 or not watched:
+                return results
+            if self.closing:  # shutting down: answer with what there is
+                return results
+            await self._wait(watched, params.from_follower, remaining / 1000)
+
+    def _read_all(self, params: FetchParams) -> tuple[FetchResults, list[Partition], int, bool]:
+        budget = params.max_bytes
+        results: FetchResults = []
+        watched: list[Partition] = []
+        total, final = 0, False
+        now = self.clock()
+        for name, positions in params.topics:
+            partitions: list[tuple[int, PartitionRead]] = []
+            for index, position in positions:
+                try:
+                    partition = self.hosted(name, index)
+                    read = partition.read(
+                        position,
+                        params.replica_id,
+                        params.replica_epoch,
+                        now,
+                        max_bytes=min(position.max_bytes, budget),
+                        min_one_batch=total == 0,
+                    )
+                    if params.from_follower:
+                        self._send_proposal(partition)  # it may have rejoined the ISR
+                except PartitionError as error:
+                    read = PartitionRead(error.code)
+                except StorageError as error:
+                    read = PartitionRead(error.code)
+                if read.error != "NONE" or read.diverging_epoch is not None:
+                    final = True
+                else:
+                    total += read.size
+                    budget -= read.size
+                    watched.append(partition)
+                partitions.append((index, read))
+            results.append((name, partitions))
+        return results, watched, total, final
+
+    async def _wait(self, partitions: list[Partition], follower: bool, timeout_s: float) -> None:
+        """Return when a watched partition moves (its HW for consumers, its log end for
+        followers), or after ``timeout_s``."""
         waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        watched = list(partitions)
-        for partition in watched:
-            partition.waiters.add(waiter)
+        for partition in partitions:
+            partition.fetches.watch(waiter, follower=follower)
         try:
             await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
         except TimeoutError:
             pass
         finally:
-            for partition in watched:
-                partition.waiters.discard(waiter)
+            for partition in partitions:
+                partition.fetches.discard(waiter)
+
+    def stop_waiting(self) -> None:
+        """Shutdown: wake every parked fetch so it answers now instead of at max_wait,
+        and answer parked acks=all produces NOT_LEADER_OR_FOLLOWER (the client retries
+        on the next leader) instead of holding the shutdown for their timeout."""
+        self.closing = True
+        for partition in self.partitions.values():
+            partition.stop("NOT_LEADER_OR_FOLLOWER")
+
+    # -- offsets -------------------------------------------------------------------
+    def offset_for_timestamp(
+        self,
+        topic: str,
+        index: int,
+        timestamp: int,
+        current_leader_epoch: int = -1,
+        isolation_level: int | None = None,
+    ) -> tuple[int, int, int]:
+        """ListOffsets on the leader: (timestamp, offset, leader epoch)."""
+        partition = self.hosted(topic, index)
+        return partition.offset_for_timestamp(timestamp, current_leader_epoch, isolation_level)
+
+    def last_offset_for_leader_epoch(
+        self, topic: str, index: int, current_leader_epoch: int, requested_epoch: int
+    ) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (largest epoch <= requested, end offset)."""
+        partition = self.hosted(topic, index)
+        return partition.last_offset_for_leader_epoch(current_leader_epoch, requested_epoch)
+
+    async def delete_records(
+        self, wanted: Sequence[tuple[str, int, int]], timeout_ms: int
+    ) -> list[tuple[int, str]]:
+        """DeleteRecords, two-phase like produce: move each partition's log start, then
+        wait until the live replicas' log starts (the low watermark) passed it, up to
+        ``timeout_ms``. (low watermark, error name) per (topic, partition, offset)."""
+        results: list[tuple[int, str]] = []
+        waiting: list[tuple[int, Partition, asyncio.Future[int | str]]] = []
+        for topic, index, offset in wanted:
+            try:
+                partition = self.hosted(topic, index)
+                required = partition.delete_records_before(offset)
+            except PartitionError as error:
+                results.append((-1, error.code))
+                continue
+            low = partition.low_watermark()
+            results.append((low, "NONE"))
+            if low < required:
+                waiter: asyncio.Future[int | str] = asyncio.get_running_loop().create_future()
+                partition.delay_delete_records(required, waiter)
+                waiting.append((len(results) - 1, partition, waiter))
+        if waiting:
+            await asyncio.wait([w for _, _, w in waiting], timeout=max(timeout_ms, 0) / 1000)
+        for slot, partition, waiter in waiting:
+            if not waiter.done():
+                partition.deletes.discard(waiter)
+                waiter.cancel()
+                results[slot] = (-1, "REQUEST_TIMED_OUT")
+            elif isinstance(outcome := waiter.result(), str):
+                results[slot] = (-1, outcome)
+            else:
+                results[slot] = (outcome, "NONE")
+        return results
 
 
 def _assigned(

@@ -209,7 +209,9 @@ class Broker:
         self._codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
-        self.replica_manager = ReplicaManager(self.node_id, self.log_manager)
+        self.replica_manager = ReplicaManager(
+            self.node_id, self.log_manager, lag_time_max_ms=config["replica.lag.time.max.ms"]
+        )
         # process.roles: a controller-only node binds no client listener and runs no
         # partitions, coordinators or broker lifecycle; a broker-only node (not among
         # controller.quorum.voters) replicates the metadata log as a Raft observer.
@@ -259,6 +261,7 @@ class Broker:
         )
         self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        self._isr_expiration: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
 
     def _remote_channel(self) -> RemoteControllerChannel:
@@ -307,6 +310,7 @@ class Broker:
         self.replica_manager.check_loaded_logs(self.controller.image)
         self._session_timer = asyncio.create_task(self._session_ticks())
         self._housekeeping = asyncio.create_task(self.log_manager.run())
+        self._isr_expiration = asyncio.create_task(self.replica_manager.isr_expiration())
         self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
         if not self.is_broker:
             # A controller-only node: it votes, leads, runs the controller and writes
@@ -579,6 +583,7 @@ class Broker:
             dispatcher.unsupported.close()
         for task in (
             self._housekeeping,
+            self._isr_expiration,
             self._snapshot_timer,
             self._session_timer,
             self._codec_warmup,

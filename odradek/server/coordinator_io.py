@@ -37,8 +37,8 @@ class ReplicaPartitionWriter:
             raise PartitionWriteError(error.code, str(error)) from None
 
     async def append(self, tp: TopicPartition, records: bytes) -> int:
-        try:
-            info = self.replicas.append(tp[0], tp[1], records, ACKS_ALL)
+        try:  # acks=all: returns once the HW passed the batch
+            info = await self.replicas.append_at_high_watermark(tp[0], tp[1], records)
         except PartitionError as error:
             raise PartitionWriteError(error.code, str(error)) from None
         return info.last_offset

@@ -30,7 +30,7 @@ from odradek.server.config_describe import (
     broker_documentation,
     describe_topic,
 )
-from odradek.server.handlers.records_admin import end_offset_for, offset_for_leader_epoch
+from odradek.server.handlers.records_admin import offset_for_leader_epoch
 from odradek.storage.log_config import TOPIC_CONFIGS, LogConfig
 from odradek.storage.log_loader import open_log
 from tests.server.test_protocol import nested
@@ -43,20 +43,24 @@ def partition(tmp_path: Path) -> Any:
     log.append_as_leader(encode_batch(new_records([b"a", b"b", b"c"])), 0)
     log.append_as_leader(encode_batch(new_records([b"d", b"e"])), 2)
     log.high_watermark = log.log_end_offset
-    part = Partition("t", 0, "id", log, leader=1, leader_epoch=3, replicas=(1,), isr=(1,))
+    part = Partition("t", 0, "id", log, 1)
+    assert part.become_leader(3, 0, (1,), (1,), now_ms=0)  # writes epoch 3 at the log end
     yield part
     log.close()
 
 
-def test_end_offset_for_epoch_treats_the_current_epoch_as_starting_at_the_log_end(
+def test_a_new_leader_s_epoch_starts_at_its_log_end_before_anything_is_written_in_it(
     partition: Partition,
 ) -> None:
-    assert end_offset_for(partition, 3) == (3, 5)  # current epoch, nothing written in it
-    assert end_offset_for(partition, 2) == (2, 5)
-    assert end_offset_for(partition, 1) == (0, 3)
-    assert end_offset_for(partition, 0) == (0, 3)
-    assert end_offset_for(partition, 4) == (-1, -1)
-    assert end_offset_for(partition, -1) == (-1, -1)
+    def end_offset_for(epoch: int) -> tuple[int, int]:
+        return partition.last_offset_for_leader_epoch(-1, epoch)
+
+    assert end_offset_for(3) == (3, 5)  # current epoch, nothing written in it
+    assert end_offset_for(2) == (2, 5)
+    assert end_offset_for(1) == (0, 3)
+    assert end_offset_for(0) == (0, 3)
+    assert end_offset_for(4) == (-1, -1)
+    assert end_offset_for(-1) == (-1, -1)
 
 
 @pytest.mark.parametrize("version", range(2, 5))

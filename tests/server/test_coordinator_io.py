@@ -25,7 +25,11 @@ TP = ("__consumer_offsets", 0)
 
 def writer_over(tmp_path: Path, leader: int = 1) -> tuple[ReplicaPartitionWriter, Partition]:
     log, _ = open_log(tmp_path / "__consumer_offsets-0", LogConfig())
-    partition = Partition(*TP, str(uuid.uuid4()), log, leader, 4, (1,), (1,))
+    partition = Partition(*TP, str(uuid.uuid4()), log, 1)
+    if leader == 1:
+        partition.become_leader(4, 0, (1,), (1,), now_ms=0)
+    else:
+        partition.become_follower(leader, 4, 0, (leader, 1), (leader, 1))
     replicas = ReplicaManager(1, None)  # type: ignore[arg-type]  # no metadata changes here
     replicas.partitions[TP] = partition
     return ReplicaPartitionWriter(replicas), partition

@@ -1,17 +1,20 @@
-"""Fetch (key 1): read whole batches below the high watermark, long-polling for more.
+"""Fetch (key 1): decode, let the replica layer read and wait, encode.
 
-The response is encoded by protocol/fetch_codec.py so record bytes go from segment
-files to the socket with sendfile. Consumers read below the HW (read_committed:
-below the LSO, equal to the HW until transactions arrive); followers (replica_id >= 0)
-read to the log end. KIP-74: the first batch of the first partition with data is
-returned whole even if larger than max_bytes; later partitions share what is left.
-Fetch sessions (KIP-227) are declined: session id 0 in every response makes clients
-send full fetches, which the protocol allows.
+The semantics live in replica/ (review step 3): ``ReplicaManager.fetch`` reads every
+partition — consumers below the high watermark (read_committed: below the LSO, equal
+to the HW until transactions arrive), followers (``replica_id`` >= 0) to the log end,
+reporting their position to the leader — checks leader epochs, reports a diverging
+epoch (v12+), and long-polls until ``min_bytes`` or ``max_wait``. This handler only
+turns the request into ``FetchParams`` and the answer into fetch_codec's structures,
+whose records go from segment files to the socket with sendfile. KIP-74: the first
+batch of the first partition with data is returned whole even if larger than
+max_bytes; later partitions share what is left. Fetch sessions (KIP-227) are
+declined: session id 0 in every response makes clients send full fetches, which the
+protocol allows.
 """
 
 from __future__ import annotations
 
-import time
 from typing import TYPE_CHECKING
 
 from odradek.network.connection import Response
@@ -24,15 +27,15 @@ from odradek.protocol.fetch_codec import (
     encode_fetch_response,
 )
 from odradek.protocol.messages import Request
-from odradek.replica.replica_manager import Partition, PartitionError
+from odradek.replica.reads import FetchParams, FetchPosition, PartitionRead
 from odradek.server.handlers import handles
-from odradek.storage.errors import OffsetOutOfRangeError
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 FETCH_KEY = 1
 FINAL_EPOCH = -1
+MAX_INT32 = 0x7FFFFFFF
 
 
 @handles(FETCH_KEY, MIN_VERSION, MAX_VERSION)
@@ -49,67 +52,61 @@ async def fetch(services: BrokerServices, request: Request) -> Response:
             error_code=error_code("FETCH_SESSION_ID_NOT_FOUND").value,
         )
         return Response(parts)
-    deadline = time.monotonic() + body.max_wait.total_seconds()
-    while True:
-        results, partitions, total, failed = _read_all(services, request)
-        remaining = deadline - time.monotonic()
-        if failed or total >= body.min_bytes or remaining <= 0 or not partitions:
-            break
-        if services.replicas.closing:  # shutting down: answer with what there is
-            break
-        await services.replicas.wait_for_data(partitions, remaining)
-    return Response(encode_fetch_response(header.api_version, header.correlation_id, results))
+    results = await services.replicas.fetch(fetch_params(body))
+    topics = [
+        TopicResult(name, [_encode(index, read) for index, read in partitions])
+        for name, partitions in results
+    ]
+    return Response(encode_fetch_response(header.api_version, header.correlation_id, topics))
 
 
-def _read_all(
-    services: BrokerServices, request: Request
-) -> tuple[list[TopicResult], list[Partition], int, bool]:
-    body = request.body
-    is_follower = body.replica_id >= 0
-    budget = getattr(body, "max_bytes", 0x7FFFFFFF)
-    results, watched, total, failed = [], [], 0, False
-    for topic in body.topics:
-        partitions = []
-        for wanted in topic.partitions:
-            result = PartitionResult(wanted.partition, 0)
-            try:
-                partition = services.replicas.leader_partition(topic.topic, wanted.partition)
-                _check_epoch(partition, getattr(wanted, "current_leader_epoch", -1))
-                log = partition.log
-                # Both isolation levels read below the HW: the LSO equals the HW
-                # until transactions exist.
-                limit = None if is_follower else log.high_watermark
-                info = log.read(
-                    wanted.fetch_offset,
-                    max(min(wanted.partition_max_bytes, budget), 0),
-                    max_offset=limit,
-                    min_one_batch=total == 0,
+def fetch_params(body: object) -> FetchParams:
+    """The request as the replica layer takes it (fields by version: v3 max_bytes,
+    v4 isolation_level, v5 log_start_offset, v9 current_leader_epoch, v12
+    last_fetched_epoch; v15+ carries the follower in replica_state)."""
+    replica_id = getattr(body, "replica_id", -1)
+    replica_epoch = -1
+    replica_state = getattr(body, "replica_state", None)
+    if replica_state is not None:
+        replica_id = replica_state.replica_id
+        replica_epoch = replica_state.replica_epoch
+    topics = [
+        (
+            topic.topic,
+            [
+                (
+                    wanted.partition,
+                    FetchPosition(
+                        wanted.fetch_offset,
+                        wanted.partition_max_bytes,
+                        getattr(wanted, "current_leader_epoch", -1),
+                        getattr(wanted, "last_fetched_epoch", -1),
+                        getattr(wanted, "log_start_offset", -1),
+                    ),
                 )
-                result.ranges = info.ranges
-                result.high_watermark = log.high_watermark
-                result.last_stable_offset = log.high_watermark
-                result.log_start_offset = log.log_start_offset
-                result.aborted = None
-                total += result.records_size
-                budget -= result.records_size
-                watched.append(partition)
-            except PartitionError as error:
-                result.error_code = error_code(error.code).value
-                failed = True
-            except OffsetOutOfRangeError:
-                result.error_code = error_code("OFFSET_OUT_OF_RANGE").value
-                result.high_watermark = partition.log.high_watermark
-                result.last_stable_offset = partition.log.high_watermark
-                result.log_start_offset = partition.log.log_start_offset
-                failed = True
-            partitions.append(result)
-        results.append(TopicResult(topic.topic, partitions))
-    return results, watched, total, failed
+                for wanted in topic.partitions
+            ],
+        )
+        for topic in getattr(body, "topics", ())
+    ]
+    return FetchParams(
+        replica_id=replica_id,
+        max_wait_ms=int(body.max_wait.total_seconds() * 1000),  # type: ignore[attr-defined]
+        min_bytes=body.min_bytes,  # type: ignore[attr-defined]
+        max_bytes=getattr(body, "max_bytes", MAX_INT32),
+        topics=topics,
+        isolation_level=getattr(body, "isolation_level", 0),
+        replica_epoch=replica_epoch,
+    )
 
 
-def _check_epoch(partition: Partition, current_leader_epoch: int) -> None:
-    if current_leader_epoch < 0 or current_leader_epoch == partition.leader_epoch:
-        return
-    if current_leader_epoch < partition.leader_epoch:
-        raise PartitionError("FENCED_LEADER_EPOCH")
-    raise PartitionError("UNKNOWN_LEADER_EPOCH")
+def _encode(index: int, read: PartitionRead) -> PartitionResult:
+    return PartitionResult(
+        index,
+        error_code(read.error).value,
+        read.high_watermark,
+        read.last_stable_offset,
+        read.log_start_offset,
+        read.ranges,
+        diverging_epoch=read.diverging_epoch,
+    )

@@ -1,4 +1,11 @@
-"""Produce (key 0): validate each partition's batch and append it on the leader.
+"""Produce (key 0): validate each partition's batch, append it on the leader, await acks.
+
+Two phases (review E.1, Redpanda's dispatched/produced): every partition is appended
+first, in request order; then the acks=all ones are awaited together, each until the
+high watermark passes its batch, up to the request's ``timeout_ms``
+(REQUEST_TIMED_OUT; NOT_ENOUGH_REPLICAS_AFTER_APPEND if the ISR shrank below
+``min.insync.replicas`` meanwhile). acks=1 answers after the leader's append, as
+Kafka; with one replica the HW moves with the append and nothing waits.
 
 Batches stay bytes: the storage layer checks the header and CRC and stamps offsets in
 place. Errors are per partition, with Kafka's codes; acks=0 gets no response at all.
@@ -22,9 +29,9 @@ from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.records.batch import MAGIC_POSITION, MAGIC_V2, iter_batches
-from odradek.replica.replica_manager import PartitionError
+from odradek.records.errors import CodedError
+from odradek.replica.replica_manager import PartitionError, ProduceStatus
 from odradek.server.handlers import handles
-from odradek.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -46,9 +53,10 @@ async def produce(services: BrokerServices, request: Request) -> Any:
     body = request.body
     module = response_module(PRODUCE_KEY, request.header.api_version)
     acks = body.acks
-    topics = []
+    # Phase one: (topic, [(index, an error response or the append's status)]).
+    appended: list[tuple[str, list[tuple[int, Any]]]] = []
     for topic in body.topic_data:
-        partitions = []
+        partitions: list[tuple[int, Any]] = []
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 result = _error(module, data.index, "INVALID_REQUIRED_ACKS")
@@ -74,12 +82,23 @@ async def produce(services: BrokerServices, request: Request) -> Any:
                     result = await _append(
                         services, module, topic.name, data.index, data.records, acks
                     )
-            partitions.append(result)
-        topics.append(
-            make(
-                module.TopicProduceResponse, name=topic.name, partition_responses=tuple(partitions)
-            )
+            partitions.append((data.index, result))
+        appended.append((topic.name, partitions))
+    # Phase two: the acks=all partitions wait for their high watermarks together.
+    statuses = [r for _, parts in appended for _, r in parts if isinstance(r, ProduceStatus)]
+    timeout_ms = int(body.timeout.total_seconds() * 1000)
+    await services.replicas.await_replication(statuses, timeout_ms)
+    topics = [
+        make(
+            module.TopicProduceResponse,
+            name=name,
+            partition_responses=tuple(
+                _answer(module, index, r) if isinstance(r, ProduceStatus) else r
+                for index, r in parts
+            ),
         )
+        for name, parts in appended
+    ]
     if acks == 0:
         # No response is expected; on any error Kafka closes the connection instead, so
         # the producer notices (and refreshes its metadata).
@@ -102,7 +121,7 @@ def _check(module: Any, index: int, records: bytes | None) -> Any:
     try:
         if sum(1 for _ in iter_batches(records, verify_crc=False)) != 1:
             return _error(module, index, "INVALID_RECORD", "produce v3+ carries exactly one batch")
-    except StorageError as error:
+    except CodedError as error:
         return _error(module, index, error.code, str(error))
     return None
 
@@ -110,16 +129,23 @@ def _check(module: Any, index: int, records: bytes | None) -> Any:
 async def _append(
     services: BrokerServices, module: Any, topic: str, index: int, records: bytes, acks: int
 ) -> Any:
+    """Phase one for one partition: its ProduceStatus, or the error response."""
     manager = services.replicas
     try:
         convert = manager.conversion(topic, index, records)
         if convert is not None:
             records = await asyncio.get_running_loop().run_in_executor(_CONVERTERS, convert)
-        info = manager.append(topic, index, records, acks)
+        return manager.append_records(topic, index, records, acks)
     except PartitionError as error:
         return _error(module, index, error.code, str(error))
-    except StorageError as error:
+    except CodedError as error:
         return _error(module, index, error.code, str(error))
+
+
+def _answer(module: Any, index: int, status: ProduceStatus) -> Any:
+    if status.error != "NONE":
+        return _error(module, index, status.error)
+    info = status.info
     append_time = None
     if info.log_append_time >= 0:
         append_time = _EPOCH + datetime.timedelta(milliseconds=info.log_append_time)

@@ -1,0 +1,623 @@
+"""One hosted partition as a state machine: leader or follower, ISR, high watermark.
+
+How this works and why (seeds/000 副本, Watermark; seeds/001 ISR; seeds/004 LEO/HW and
+leader epochs; Kafka's Partition): a partition is NEW until the first metadata delta
+names its role, then LEADER or FOLLOWER, moving between the two as deltas elect; an
+I/O error of unknown effect makes it OFFLINE until a restart. Every role change goes
+through ``_transition``, which checks ``LEGAL_TRANSITIONS``. A delta older than what
+the partition knows (a lower leader epoch, or the same one with a lower partition
+epoch) is ignored, as Kafka does.
+
+On becoming leader in a new epoch the partition writes that epoch into the leader-epoch
+cache at its log end (so OffsetForLeaderEpoch and followers' diverging-epoch checks see
+it before anything is written in it), and forgets what it knew of its followers: each
+follower's log end offset is unknown until it fetches. The high watermark is the
+minimum log end offset over the ISR and never moves back; since unknown followers hold
+it where it was (the checkpointed HW), **a new leader exposes nothing above its HW
+until the ISR has fetched it** (seeds/000 "Watermark 滞后").
+
+A follower's Fetch (``read`` from a replica id) sets its log end offset to the fetch
+offset and its "last caught up" time by Kafka's rule (the fetch offset reached the
+leader's log end at that fetch, or at its previous one), then the HW is recomputed.
+ISR changes are proposals the owner sends through AlterPartition (replica/isr.py):
+a follower that reached the HW and the start of this leader's epoch is proposed for
+the ISR; ``maybe_shrink_isr`` proposes dropping followers not caught up for
+``replica.lag.time.max.ms``. While one proposal is in flight no other is made, and the
+HW is computed over the *maximal* ISR (the larger set while expanding, the old set while
+shrinking), so no record counts as committed on a set that may not be the ISR. The
+controller's answer (``on_isr_outcome``) or a newer partition epoch in the metadata
+replaces the pending state.
+
+Sans-IO: time comes in as ``now_ms``; proposals wait in an outbox (``take_proposal``);
+waiters (purgatory.py) are completed in place. A follower is driven by the replica
+fetcher through the ``FollowerLog`` methods at the end.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable, Sequence
+
+from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.replica.partition_state import (
+    DEFAULT_LAG_TIME_MAX_MS,
+    FOLLOWER,
+    LEADER,
+    LEGAL_TRANSITIONS,
+    NEW,
+    NOT_APPLIED,
+    OFFLINE,
+    UNKNOWN_OFFSET,
+    FollowerState,
+    NotFollowerError,
+    PartitionError,
+    PartitionState,
+)
+from odradek.replica.purgatory import (
+    DelayedDeleteRecords,
+    DelayedProduces,
+    FetchWatchers,
+    Waiter,
+)
+from odradek.replica.reads import (
+    LATEST,
+    MAX_TIMESTAMP,
+    NOT_FOUND,
+    FetchPosition,
+    PartitionRead,
+    lookup_offset,
+)
+from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+from odradek.storage.log import AppendInfo, Log
+
+logger = logging.getLogger(__name__)
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        index: int,
+        topic_id: str,
+        log: Log,
+        local_id: int,
+        *,
+        lag_time_max_ms: int = DEFAULT_LAG_TIME_MAX_MS,
+    ) -> None:
+        self.topic = topic
+        self.index = index
+        self.topic_id = topic_id
+        self.log = log
+        self.local_id = local_id
+        self.lag_time_max_ms = lag_time_max_ms
+        self.state = NEW
+        self.leader = -1
+        self._leader_epoch = -1
+        self.partition_epoch = -1
+        self.replicas: tuple[int, ...] = ()
+        self.isr: tuple[int, ...] = ()  # committed: the metadata's, or an accepted proposal
+        self.pending: IsrProposal | None = None  # in flight to the controller
+        self._outbox: IsrProposal | None = None  # made, not yet taken by the owner
+        self.followers: dict[int, FollowerState] = {}
+        self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        self.produces = DelayedProduces()
+        self.deletes = DelayedDeleteRecords()
+        self.fetches = FetchWatchers()
+        # Which brokers are alive (registered, unfenced): only their log start offsets
+        # hold DeleteRecords back. Set by the owner from the metadata.
+        self.is_alive: Callable[[int], bool] = lambda _: True
+
+    def __repr__(self) -> str:
+        return (
+            f"Partition({self.topic}-{self.index} {self.state.value} epoch="
+            f"{self._leader_epoch}/{self.partition_epoch} isr={list(self.isr)} "
+            f"hw={self.log.high_watermark} leo={self.log.log_end_offset})"
+        )
+
+    # -- state --------------------------------------------------------------------------
+    def _transition(self, target: PartitionState) -> None:
+        assert target in LEGAL_TRANSITIONS[self.state], f"{self.state} -> {target}"
+        if target is not self.state:
+            logger.debug("%s-%d: %s -> %s", self.topic, self.index, self.state, target)
+        self.state = target
+
+    @property
+    def leader_epoch(self) -> int:
+        return self._leader_epoch
+
+    @property
+    def is_leader(self) -> bool:
+        return self.state is LEADER
+
+    @property
+    def maximal_isr(self) -> tuple[int, ...]:
+        """The ISR the HW is computed over: committed, plus what an expansion adds."""
+        if self.pending is None:
+            return self.isr
+        extra = tuple(r for r in self.pending.new_isr if r not in self.isr)
+        return self.isr + extra
+
+    def _is_stale(self, leader_epoch: int, partition_epoch: int) -> bool:
+        if leader_epoch != self._leader_epoch:
+            return leader_epoch < self._leader_epoch
+        return partition_epoch < self.partition_epoch
+
+    def become_leader(
+        self,
+        leader_epoch: int,
+        partition_epoch: int,
+        replicas: Sequence[int],
+        isr: Sequence[int],
+        now_ms: int,
+    ) -> bool:
+        """Lead from ``leader_epoch``; False (nothing done) for a stale or offline one."""
+        if self.state is OFFLINE or self._is_stale(leader_epoch, partition_epoch):
+            return False
+        new_leader = self.state is not LEADER
+        new_epoch = new_leader or leader_epoch > self._leader_epoch
+        self._transition(LEADER)
+        self.leader = self.local_id
+        self._leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.pending = self._outbox = None  # the metadata wins over anything in flight
+        end = self.log.log_end_offset
+        for replica in self.replicas:
+            if replica == self.local_id:
+                continue
+            old = self.followers.get(replica)
+            if old is None or new_epoch:
+                # Kafka: an in-sync follower counts as caught up now; one out of the
+                # ISR does not, so it cannot hold the HW back once it is shrunk away.
+                caught_up = now_ms if replica in self.isr else 0
+                if new_leader or old is None:
+                    self.followers[replica] = FollowerState(last_caught_up_ms=caught_up)
+                else:
+                    old.last_fetch_leader_log_end_offset = end
+                    old.last_fetch_ms = now_ms
+                    old.last_caught_up_ms = caught_up
+        for gone in [r for r in self.followers if r not in self.replicas]:
+            del self.followers[gone]
+        if new_epoch:
+            self.log.epoch_cache.assign(leader_epoch, end)
+            self.leader_epoch_start_offset = end
+            self.fetches.wake_all()  # fetches parked under the old role read again
+        self.maybe_increment_high_watermark()
+        return True
+
+    def become_follower(
+        self,
+        leader_id: int,
+        leader_epoch: int,
+        partition_epoch: int,
+        replicas: Sequence[int],
+        isr: Sequence[int],
+    ) -> bool:
+        """Follow ``leader_id``; False for a stale or offline one. Produces waiting on
+        this node's leadership fail with NOT_LEADER_OR_FOLLOWER."""
+        if self.state is OFFLINE or self._is_stale(leader_epoch, partition_epoch):
+            return False
+        was_leader = self.state is LEADER
+        self._transition(FOLLOWER)
+        self.leader = leader_id
+        self._leader_epoch = leader_epoch
+        self.partition_epoch = partition_epoch
+        self.replicas = tuple(replicas)
+        self.isr = tuple(isr)
+        self.pending = self._outbox = None
+        self.followers.clear()
+        self.leader_epoch_start_offset = UNKNOWN_OFFSET
+        if was_leader:
+            self.produces.fail_all("NOT_LEADER_OR_FOLLOWER")
+            self.deletes.fail_all("NOT_LEADER_OR_FOLLOWER")
+        self.fetches.wake_all()
+        return True
+
+    def go_offline(self) -> None:
+        """An I/O error left the log in an unknown state: stop serving it."""
+        if self.state is not OFFLINE:
+            self._transition(OFFLINE)
+        self.produces.fail_all("KAFKA_STORAGE_ERROR")
+        self.deletes.fail_all("KAFKA_STORAGE_ERROR")
+        self.fetches.wake_all()
+
+    def stop(self, error: str = "NOT_LEADER_OR_FOLLOWER") -> None:
+        """The partition is no longer hosted here: answer everything waiting on it."""
+        self.produces.fail_all(error)
+        self.deletes.fail_all(error)
+        self.fetches.wake_all()
+
+    # -- checks -------------------------------------------------------------------------
+    def check_leader_epoch(self, current_leader_epoch: int) -> None:
+        """KIP-320: a client's epoch older than ours is fenced, a newer one unknown."""
+        if current_leader_epoch < 0 or current_leader_epoch == self._leader_epoch:
+            return
+        if current_leader_epoch < self._leader_epoch:
+            raise PartitionError(
+                "FENCED_LEADER_EPOCH",
+                f"epoch {current_leader_epoch} is older than {self._leader_epoch}",
+            )
+        raise PartitionError(
+            "UNKNOWN_LEADER_EPOCH",
+            f"epoch {current_leader_epoch} is newer than {self._leader_epoch}",
+        )
+
+    def check_leader(self, current_leader_epoch: int = -1) -> None:
+        """Epoch fencing first, then leadership, in Kafka's order."""
+        if self.state is OFFLINE:
+            raise PartitionError("KAFKA_STORAGE_ERROR", f"{self.topic}-{self.index} is offline")
+        self.check_leader_epoch(current_leader_epoch)
+        if self.state is not LEADER:
+            raise PartitionError(
+                "NOT_LEADER_OR_FOLLOWER", f"not the leader of {self.topic}-{self.index}"
+            )
+
+    # -- leader: produce ----------------------------------------------------------------
+    def append_as_leader(self, records: bytes, acks: int) -> AppendInfo:
+        """Validate and append client batches in this leader's epoch. acks=all needs
+        ``min.insync.replicas`` in the (committed) ISR first: NOT_ENOUGH_REPLICAS."""
+        self.check_leader()
+        min_insync = self.log.config.min_insync_replicas
+        if acks == -1 and len(self.isr) < min_insync:
+            raise PartitionError(
+                "NOT_ENOUGH_REPLICAS",
+                f"ISR {list(self.isr)} is smaller than min.insync.replicas={min_insync}",
+            )
+        info = self.log.append_as_leader(records, self._leader_epoch)  # StorageError, OSError
+        self.fetches.on_log_end()
+        self.maybe_increment_high_watermark()
+        return info
+
+    def replication_result(self, required_offset: int) -> str | None:
+        """acks=all: the answer if the HW has reached ``required_offset``, else None."""
+        if self.state is not LEADER:
+            return "NOT_LEADER_OR_FOLLOWER"
+        if self.log.high_watermark < required_offset:
+            return None
+        if len(self.isr) < self.log.config.min_insync_replicas:
+            return "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+        return "NONE"
+
+    def delay_produce(self, required_offset: int, waiter: Waiter[str]) -> None:
+        self.produces.add(required_offset, waiter)
+
+    # -- leader: high watermark and followers --------------------------------------------
+    def maybe_increment_high_watermark(self) -> bool:
+        """HW = min log end offset over the maximal ISR, if that is higher; wakes waiters."""
+        if self.state is not LEADER:
+            return False
+        new_hw = self.log.log_end_offset
+        for replica in self.maximal_isr:
+            if replica != self.local_id:
+                follower = self.followers.get(replica)
+                new_hw = min(new_hw, follower.log_end_offset if follower else UNKNOWN_OFFSET)
+        if new_hw <= self.log.high_watermark:
+            return False
+        self.log.high_watermark = new_hw
+        self._on_high_watermark()
+        return True
+
+    def _on_high_watermark(self) -> None:
+        self.produces.complete_up_to(
+            self.log.high_watermark, len(self.isr), self.log.config.min_insync_replicas
+        )
+        self.fetches.on_high_watermark()
+
+    def update_follower_fetch_state(
+        self,
+        replica_id: int,
+        fetch_offset: int,
+        broker_epoch: int,
+        now_ms: int,
+        log_start_offset: int = UNKNOWN_OFFSET,
+    ) -> bool:
+        """A follower fetched from ``fetch_offset``: its log end offset. Returns whether
+        the HW advanced; may leave an ISR expansion in the outbox."""
+        follower = self._follower(replica_id)
+        leader_end = self.log.log_end_offset
+        if fetch_offset >= leader_end:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
+        elif fetch_offset >= follower.last_fetch_leader_log_end_offset:
+            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
+        follower.log_end_offset = fetch_offset
+        moved_start = log_start_offset != follower.log_start_offset
+        follower.log_start_offset = log_start_offset
+        follower.last_fetch_leader_log_end_offset = leader_end
+        follower.last_fetch_ms = now_ms
+        if broker_epoch >= 0:
+            follower.broker_epoch = broker_epoch
+        self._maybe_expand_isr(replica_id, follower)
+        if moved_start and len(self.deletes):
+            self.deletes.complete_up_to(self.low_watermark())
+        return self.maybe_increment_high_watermark()
+
+    def _follower(self, replica_id: int) -> FollowerState:
+        follower = self.followers.get(replica_id)
+        if self.state is not LEADER or follower is None:
+            raise PartitionError(
+                "NOT_LEADER_OR_FOLLOWER",
+                f"replica {replica_id} is not a follower of {self.topic}-{self.index} here",
+            )
+        return follower
+
+    def _maybe_expand_isr(self, replica_id: int, follower: FollowerState) -> None:
+        if self.pending is not None or self._outbox is not None or replica_id in self.isr:
+            return
+        end = follower.log_end_offset
+        if end < self.log.high_watermark or end < self.leader_epoch_start_offset:
+            return
+        self._propose((*self.isr, replica_id))
+
+    def maybe_shrink_isr(self, now_ms: int) -> bool:
+        """Propose dropping ISR followers not caught up for ``replica.lag.time.max.ms``."""
+        if self.state is not LEADER or self.pending is not None or self._outbox is not None:
+            return False
+        leader_end = self.log.log_end_offset
+        lagging = {
+            replica
+            for replica in self.isr
+            if replica != self.local_id and not self._caught_up(replica, leader_end, now_ms)
+        }
+        if not lagging:
+            return False
+        logger.info(
+            "%s-%d: shrinking the ISR %s: %s not caught up for %d ms",
+            self.topic,
+            self.index,
+            list(self.isr),
+            sorted(lagging),
+            self.lag_time_max_ms,
+        )
+        self._propose(tuple(r for r in self.isr if r not in lagging))
+        return True
+
+    def _caught_up(self, replica: int, leader_end: int, now_ms: int) -> bool:
+        follower = self.followers.get(replica)
+        if follower is None:
+            return False
+        return follower.is_caught_up(leader_end, now_ms, self.lag_time_max_ms)
+
+    def _propose(self, new_isr: tuple[int, ...]) -> None:
+        epochs = {
+            r: self.followers[r].broker_epoch
+            for r in new_isr
+            if r != self.local_id and r in self.followers
+        }
+        proposal = IsrProposal(
+            uuid.UUID(self.topic_id),
+            self.index,
+            self._leader_epoch,
+            self.partition_epoch,
+            new_isr,
+            epochs,
+        )
+        self.pending = self._outbox = proposal
+
+    def take_proposal(self) -> IsrProposal | None:
+        """The ISR change to send with AlterPartition, once."""
+        proposal, self._outbox = self._outbox, None
+        return proposal
+
+    def on_isr_outcome(self, proposal: IsrProposal, outcome: IsrOutcome) -> bool:
+        """The controller answered ``proposal``; returns whether the HW advanced."""
+        if self.pending is not proposal:
+            return False  # superseded by the metadata
+        if outcome.error != "NONE":
+            if outcome.error in NOT_APPLIED:
+                self.pending = None  # surely not applied: back to the committed ISR
+            else:  # e.g. INVALID_UPDATE_VERSION: the metadata will bring the truth
+                logger.info(
+                    "%s-%d: ISR change to %s failed with %s; waiting for the metadata",
+                    self.topic,
+                    self.index,
+                    list(proposal.new_isr),
+                    outcome.error,
+                )
+            return False
+        if outcome.leader_epoch != self._leader_epoch or (
+            outcome.partition_epoch < self.partition_epoch
+        ):
+            return False  # an answer about another epoch: the metadata will settle it
+        self.pending = None
+        self.isr = tuple(outcome.isr)
+        self.partition_epoch = outcome.partition_epoch
+        return self.maybe_increment_high_watermark()
+
+    # -- leader: reads -------------------------------------------------------------------
+    def read(
+        self,
+        position: FetchPosition,
+        replica_id: int,
+        broker_epoch: int,
+        now_ms: int,
+        *,
+        max_bytes: int,
+        min_one_batch: bool,
+    ) -> PartitionRead:
+        """One partition of a Fetch. Followers (``replica_id`` >= 0) read to the log end
+        and report their position; consumers read below the HW (read_committed too:
+        the LSO is the HW until transactions exist)."""
+        self.check_leader(position.current_leader_epoch)
+        follower = replica_id >= 0
+        if follower:
+            self._follower(replica_id)  # a replica of this partition, or an error
+        log = self.log
+        result = PartitionRead(
+            high_watermark=log.high_watermark,
+            last_stable_offset=log.high_watermark,
+            log_start_offset=log.log_start_offset,
+        )
+        if position.last_fetched_epoch >= 0:
+            try:
+                diverging = self._diverging_epoch(position)
+            except PartitionError as error:
+                result.error = error.code
+                return result
+            if diverging is not None:
+                result.diverging_epoch = diverging
+                return result
+        end = log.log_end_offset
+        if not log.log_start_offset <= position.fetch_offset <= end:
+            result.error = "OFFSET_OUT_OF_RANGE"
+            return result
+        if follower:
+            self.update_follower_fetch_state(
+                replica_id, position.fetch_offset, broker_epoch, now_ms, position.log_start_offset
+            )
+        try:
+            info = log.read(
+                position.fetch_offset,
+                max(max_bytes, 0),
+                max_offset=None if follower else log.high_watermark,
+                min_one_batch=min_one_batch,
+            )
+        except OffsetOutOfRangeError:
+            result.error = "OFFSET_OUT_OF_RANGE"
+            return result
+        result.ranges = info.ranges
+        result.high_watermark = result.last_stable_offset = log.high_watermark
+        result.log_start_offset = log.log_start_offset
+        return result
+
+    def _diverging_epoch(self, position: FetchPosition) -> tuple[int, int] | None:
+        """Kafka's check of a Fetch's last fetched epoch (v12+): the fetcher's log
+        diverges if this leader's history has that epoch ending before the fetch
+        offset, or knows only a smaller epoch; then (epoch, end offset) is where the
+        fetcher's log and ours last agree. OFFSET_OUT_OF_RANGE when it cannot tell."""
+        epoch, end_offset = self.log.end_offset_for_epoch(position.last_fetched_epoch)
+        if epoch < 0 or end_offset < 0:
+            raise PartitionError(
+                "OFFSET_OUT_OF_RANGE",
+                f"no end offset for the last fetched epoch {position.last_fetched_epoch}",
+            )
+        if position.fetch_offset < self.log.log_start_offset:
+            raise PartitionError("OFFSET_OUT_OF_RANGE", "fetch offset below the log start")
+        if epoch < position.last_fetched_epoch or end_offset < position.fetch_offset:
+            return epoch, end_offset
+        return None
+
+    def offset_for_timestamp(
+        self, timestamp: int, current_leader_epoch: int, isolation_level: int | None
+    ) -> tuple[int, int, int]:
+        """ListOffsets: (timestamp, offset, leader epoch). A consumer (an isolation
+        level given) sees up to the HW (read_committed: the LSO, the HW until
+        transactions exist); a broker or a debug tool (None) up to the log end, as
+        Kafka. A consumer asking for the latest offset, or for a record above the HW,
+        of a leader whose HW has not reached the start of its epoch gets
+        OFFSET_NOT_AVAILABLE: the records below that start may still be committed."""
+        self.check_leader(current_leader_epoch)
+        consumer = isolation_level is not None
+        visible = self.log.high_watermark if consumer else self.log.log_end_offset
+        lagging = consumer and self.leader_epoch_start_offset > visible
+        if timestamp == LATEST and not lagging:
+            return -1, visible, self._leader_epoch
+        try:
+            found = lookup_offset(self.log, timestamp, self.log.log_end_offset, self._leader_epoch)
+        except ValueError as error:
+            raise PartitionError("INVALID_REQUEST", str(error)) from None
+        if (timestamp < 0 and timestamp not in (LATEST, MAX_TIMESTAMP)) or found[1] < visible:
+            return found  # earliest, tiered, nothing found, or a committed record
+        if lagging:
+            raise PartitionError(
+                "OFFSET_NOT_AVAILABLE",
+                f"high watermark {visible} is below this epoch's start "
+                f"{self.leader_epoch_start_offset}",
+            )
+        return NOT_FOUND
+
+    def last_offset_for_leader_epoch(
+        self, current_leader_epoch: int, requested_epoch: int
+    ) -> tuple[int, int]:
+        """OffsetForLeaderEpoch on the leader: (largest epoch <= requested, its end)."""
+        self.check_leader(current_leader_epoch)
+        if requested_epoch > self._leader_epoch:
+            return -1, -1
+        return self.end_offset_for_epoch(requested_epoch)
+
+    def low_watermark(self) -> int:
+        """The smallest log start offset over this leader and its live followers (a
+        follower that has not reported one holds it at -1)."""
+        low = self.log.log_start_offset
+        for replica, follower in self.followers.items():
+            if self.is_alive(replica):
+                low = min(low, follower.log_start_offset)
+        return low
+
+    def delay_delete_records(self, required_offset: int, waiter: Waiter[int | str]) -> None:
+        self.deletes.add(required_offset, waiter)
+
+    def delete_records_before(self, offset: int) -> int:
+        """DeleteRecords: advance the log start offset to ``offset`` (-1: the HW);
+        returns the offset the replicas' low watermark must reach before the answer."""
+        self.check_leader()
+        log = self.log
+        if not log.config.is_deleting:
+            raise PartitionError(
+                "POLICY_VIOLATION",
+                f"records of {self.topic}-{self.index} cannot be deleted: "
+                f"cleanup.policy={log.config.cleanup_policy}",
+            )
+        target = log.high_watermark if offset == -1 else offset
+        if target < 0:
+            raise PartitionError("OFFSET_OUT_OF_RANGE", f"offset {offset} is negative")
+        try:
+            log.increment_log_start_offset(target)
+        except OffsetOutOfRangeError as error:
+            raise PartitionError("OFFSET_OUT_OF_RANGE", str(error)) from None
+        return target
+
+    # -- FollowerLog (replica/interfaces.py): the fetcher drives a follower -------------
+    @property
+    def log_start_offset(self) -> int:
+        return self.log.log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        return self.log.log_end_offset
+
+    @property
+    def high_watermark(self) -> int:
+        return self.log.high_watermark
+
+    def latest_epoch(self) -> int | None:
+        return self.log.latest_epoch
+
+    def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
+        return self.log.end_offset_for_epoch(epoch)
+
+    def _check_follower(self) -> None:
+        if self.state is not FOLLOWER:
+            raise NotFollowerError(f"{self.topic}-{self.index} is not a follower here")
+
+    def append_as_follower(self, records: bytes | memoryview) -> None:
+        self._check_follower()
+        self.log.append_as_follower(records)
+        self.fetches.on_log_end()
+
+    def truncate_to(self, offset: int) -> None:
+        self._check_follower()
+        if self.log.truncate_to(offset):
+            logger.info("%s-%d: truncated to offset %d", self.topic, self.index, offset)
+
+    def truncate_fully_and_start_at(self, offset: int) -> None:
+        self._check_follower()
+        self.log.truncate_fully_and_start_at(offset)
+        logger.info("%s-%d: emptied, restarting at offset %d", self.topic, self.index, offset)
+
+    def update_follower_high_watermark(self, leader_high_watermark: int) -> None:
+        self._check_follower()
+        before = self.log.high_watermark
+        self.log.high_watermark = min(leader_high_watermark, self.log.log_end_offset)
+        if self.log.high_watermark > before:
+            self.fetches.on_high_watermark()
+
+    def update_follower_log_start_offset(self, leader_log_start_offset: int) -> None:
+        self._check_follower()
+        target = min(leader_log_start_offset, self.log.high_watermark)
+        if target > self.log.log_start_offset:
+            try:
+                self.log.increment_log_start_offset(target)
+            except StorageError as error:  # raced a truncation: the next fetch retries
+                logger.debug("%s-%d: %s", self.topic, self.index, error)

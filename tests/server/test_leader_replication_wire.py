@@ -1,0 +1,188 @@
+"""The leader side of replication over the wire, on a 3-node KRaft cluster.
+
+A topic is created with a manual assignment (leader 1, followers 2 and 3). The real
+followers are then paused (SIGSTOP, resumed before the cluster stops), and a fake
+follower speaks for them: replica Fetches (``replica_id`` 2 and 3, v12 with
+``last_fetched_epoch``). The leader's high watermark — in ListOffsets LATEST, in
+consumer fetches and in the fetch responses — moves only when both have fetched past
+a record; an acks=all produce is answered once they have; a broker that is not a
+replica is refused with NOT_LEADER_OR_FOLLOWER; a fetch whose last epoch does not
+match the leader's history gets a diverging epoch and no records.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
+
+from odradek.protocol.build import make
+from odradek.records.codec import decode_batches, encode_batch, new_records
+from tests.support.kraft import Quorum
+from tests.support.wire import WireClient
+
+TOPIC = "replicated"
+LEADER, FOLLOWERS = 1, (2, 3)
+
+
+def _module(key: int, version: int) -> Any:
+    return load_payload_module(key, version, EntityType.request)
+
+
+def create_assigned(client: WireClient) -> None:
+    module = _module(19, 7)
+    assignment = make(module.CreatableReplicaAssignment, partition_index=0, broker_ids=(1, 2, 3))
+    topic = make(
+        module.CreatableTopic,
+        name=TOPIC,
+        num_partitions=-1,
+        replication_factor=-1,
+        assignments=(assignment,),
+        configs=(),
+    )
+    request = make(
+        module.CreateTopicsRequest,
+        topics=(topic,),
+        timeout=datetime.timedelta(seconds=10),
+        validate_only=False,
+    )
+    (result,) = client.request(request).topics
+    assert result.error_code == ErrorCode.none, result
+
+
+def produce(client: WireClient, value: bytes, acks: int) -> int:
+    return client.send(produce_request(value, acks))
+
+
+def produce_request(value: bytes, acks: int) -> Any:
+    module = _module(0, 9)
+    data = make(module.PartitionProduceData, index=0, records=encode_batch(new_records([value])))
+    return make(
+        module.ProduceRequest,
+        transactional_id=None,
+        acks=acks,
+        timeout=datetime.timedelta(seconds=30),
+        topic_data=(make(module.TopicProduceData, name=TOPIC, partition_data=(data,)),),
+    )
+
+
+def fetch(client: WireClient, replica_id: int, offset: int, last_fetched_epoch: int = -1) -> Any:
+    module = _module(1, 12)
+    partition = make(
+        module.FetchPartition,
+        partition=0,
+        current_leader_epoch=-1,
+        fetch_offset=offset,
+        last_fetched_epoch=last_fetched_epoch,
+        log_start_offset=-1,
+        partition_max_bytes=1 << 20,
+    )
+    request = make(
+        module.FetchRequest,
+        replica_id=replica_id,
+        max_wait=datetime.timedelta(0),
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        session_id=0,
+        session_epoch=-1,
+        topics=(make(module.FetchTopic, topic=TOPIC, partitions=(partition,)),),
+        forgotten_topics_data=(),
+        rack_id="",
+    )
+    (topic,) = client.request(request).responses
+    (result,) = topic.partitions
+    return result
+
+
+def latest(client: WireClient) -> Any:
+    module = _module(2, 7)
+    partition = make(
+        module.ListOffsetsPartition, partition_index=0, current_leader_epoch=-1, timestamp=-1
+    )
+    request = make(
+        module.ListOffsetsRequest,
+        replica_id=-1,
+        isolation_level=0,
+        topics=(make(module.ListOffsetsTopic, name=TOPIC, partitions=(partition,)),),
+    )
+    (topic,) = client.request(request).topics
+    (result,) = topic.partitions
+    return result
+
+
+def values(records: bytes | None) -> list[bytes]:
+    return [r.value for b in decode_batches(records or b"") for r in b.records if r.value]
+
+
+def wait_until_leading(client: WireClient) -> None:
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if latest(client).error_code == ErrorCode.none:
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"node {LEADER} never led {TOPIC}-0")
+
+
+def test_the_hw_moves_only_when_the_followers_fetched(tmp_path: Path) -> None:
+    properties = {"replica.lag.time.max.ms": "600000"}  # no ISR change during the test
+    with Quorum(tmp_path, properties=properties) as quorum:
+        quorum.wait_for_leader(30)
+        paused: list[int] = []
+        try:
+            with WireClient(quorum.broker_address(LEADER)) as client:
+                create_assigned(client)
+                wait_until_leading(client)
+                for node in FOLLOWERS:  # only the fake follower fetches from here on
+                    os.kill(quorum.nodes[node].pid, signal.SIGSTOP)
+                    paused.append(node)
+                _exercise(quorum, client)
+        finally:
+            for node in paused:
+                os.kill(quorum.nodes[node].pid, signal.SIGCONT)
+
+
+def _exercise(quorum: Quorum, client: WireClient) -> None:
+    for value in (b"a", b"b", b"c"):
+        response = client.receive(produce_request(value, 1), produce(client, value, 1))
+        assert response.responses[0].partition_responses[0].error_code == ErrorCode.none
+    start = latest(client)
+    assert (start.error_code, start.offset) == (ErrorCode.none, 0)  # nothing replicated
+    assert values(fetch(client, -1, 0).records) == []  # consumers see nothing yet
+
+    with WireClient(quorum.broker_address(LEADER)) as follower:
+        first = fetch(follower, FOLLOWERS[0], 0)
+        assert values(first.records) == [b"a", b"b", b"c"]  # followers read to the log end
+        assert first.high_watermark == 0
+        assert fetch(follower, FOLLOWERS[0], 3, last_fetched_epoch=0).high_watermark == 0
+        assert latest(client).offset == 0  # follower 3 has not fetched
+        second = fetch(follower, FOLLOWERS[1], 2, last_fetched_epoch=0)
+        assert second.high_watermark == 2  # min(3, 2)
+        assert latest(client).offset == 2
+        assert values(fetch(client, -1, 0).records) == [b"a", b"b"]
+        assert fetch(follower, FOLLOWERS[1], 3, last_fetched_epoch=0).high_watermark == 3
+
+        # acks=all: answered once both followers fetched past the batch. The producer's
+        # connection waits for that answer (requests are served in order), so the
+        # checks meanwhile go over another.
+        pending = produce(client, b"d", -1)
+        stranger = fetch(follower, 9, 0)
+        assert stranger.error_code == ErrorCode.not_leader_or_follower
+        diverging = fetch(follower, FOLLOWERS[0], 9, last_fetched_epoch=0)
+        assert diverging.error_code == ErrorCode.none and not diverging.records
+        assert (diverging.diverging_epoch.epoch, diverging.diverging_epoch.end_offset) == (0, 4)
+        fetch(follower, FOLLOWERS[0], 4, last_fetched_epoch=0)
+        with WireClient(quorum.broker_address(LEADER)) as reader:
+            assert latest(reader).offset == 3
+        fetch(follower, FOLLOWERS[1], 4, last_fetched_epoch=0)
+        answer = client.receive(produce_request(b"d", -1), pending)
+        (partition,) = answer.responses[0].partition_responses
+        assert (partition.error_code, partition.base_offset) == (ErrorCode.none, 3)
+        assert latest(client).offset == 4
