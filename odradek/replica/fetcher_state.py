@@ -57,6 +57,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import request_entity
 from odradek.protocol.fetch_codec import RawFetchResponse
+from odradek.records.errors import CodedError
 from odradek.replica.interfaces import FetchStart, FollowerLog, TopicPartition
 from odradek.storage.errors import StorageError
 
@@ -344,27 +345,19 @@ class FetcherCore:
         tp = partition.tp
         error = raw.error_code
         if error == 0:
-            if raw.diverging_epoch is not None:
-                target = self._reconcile(partition, log, *raw.diverging_epoch)
-                result.truncated[tp] = target
-                partition.generation += 1
-                return
             try:
+                if raw.diverging_epoch is not None:
+                    target = self._reconcile(partition, log, *raw.diverging_epoch)
+                    result.truncated[tp] = target
+                    partition.generation += 1
+                    return
                 size = self._append(log, raw.records)
                 if raw.high_watermark >= 0:
                     log.update_follower_high_watermark(raw.high_watermark)
                 if raw.log_start_offset >= 0:
                     log.update_follower_log_start_offset(raw.log_start_offset)
-            except (StorageError, ValueError) as failure:
-                logger.warning(
-                    "replica fetcher %d: cannot append %s-%d at %d: %s",
-                    self.source_id,
-                    *tp,
-                    log.log_end_offset,
-                    failure,
-                )
-                self._delay(partition, "KAFKA_STORAGE_ERROR")
-                result.errors[tp] = "KAFKA_STORAGE_ERROR"
+            except _LOG_ERRORS as failure:
+                self._log_failed(partition, failure, result)
                 return
             if size:
                 result.appended_bytes[tp] = size
@@ -407,6 +400,20 @@ class FetcherCore:
         )
         log.truncate_to(target)
         return target
+
+    def _log_failed(
+        self, partition: PartitionFetch, failure: Exception, result: ApplyResult
+    ) -> None:
+        """The follower's log refused (bad data, a role change, an I/O error): back off."""
+        logger.warning(
+            "replica fetcher %d: %s-%d: %s: %s",
+            self.source_id,
+            *partition.tp,
+            type(failure).__name__,
+            failure,
+        )
+        self._delay(partition, "KAFKA_STORAGE_ERROR")
+        result.errors[partition.tp] = "KAFKA_STORAGE_ERROR"
 
     @staticmethod
     def _append(log: FollowerLog, records: memoryview | None) -> int:
@@ -492,7 +499,12 @@ class FetcherCore:
                     else:
                         self._delay(partition, name)
                     continue
-                self._reset_out_of_range(partition, log, plan.timestamp, int(answer.offset), result)
+                try:
+                    self._reset_out_of_range(
+                        partition, log, plan.timestamp, int(answer.offset), result
+                    )
+                except _LOG_ERRORS as failure:
+                    self._log_failed(partition, failure, result)
         return result
 
     def _reset_out_of_range(
@@ -547,6 +559,11 @@ class FetcherCore:
             partition = self._partitions.get(tp)
             if partition is not None and partition.generation == asked.generation:
                 self._delay(partition, error)
+
+
+# What a follower's log may raise: bad data, a partition that stopped following
+# (replica-core's NotFollowerError is a StorageError), a failed write.
+_LOG_ERRORS: Final = (StorageError, CodedError, ValueError, OSError)
 
 
 def _known(code: int) -> bool:
