@@ -205,9 +205,7 @@ class BrokerConnection:
                 # unretrieved exception behind when the connection later fails.
                 future.add_done_callback(_retrieve_exception)
                 schema = (
-                    None
-                    if raw
-                    else load_response_schema(request.__api_key__, request.__version__)
+                    None if raw else load_response_schema(request.__api_key__, request.__version__)
                 )
                 self._pending[correlation_id] = (future, schema)
                 self._order.append(correlation_id)
