@@ -25,14 +25,21 @@ import os
 import sys
 
 from odradek import __version__
-from odradek.cli import cluster, dump_log, metadata_quorum, serve, storage
+from odradek.cli import cluster, dump_log, leader_election, metadata_quorum, serve, storage
 from odradek.cli.subcommand import Subcommand
 
 PROG = "odradek"
 EXIT_USAGE = 2  # argparse's status for bad arguments
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, what a shell reports for Ctrl-C
 
-SUBCOMMANDS: tuple[Subcommand, ...] = (serve, storage, metadata_quorum, dump_log, cluster)
+SUBCOMMANDS: tuple[Subcommand, ...] = (
+    serve,
+    storage,
+    metadata_quorum,
+    leader_election,
+    dump_log,
+    cluster,
+)
 # The client tools are click commands (odradek/cli/tools.py), imported only when used.
 TOOL_COMMANDS: dict[str, str] = {
     "topics": "create, list, describe, alter and delete topics",

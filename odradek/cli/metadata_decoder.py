@@ -1,8 +1,8 @@
 """Readable text for ``__cluster_metadata`` records (``dump-log --cluster-metadata-decoder``).
 
 Like Kafka's DumpLogSegments metadata decoder: each record of the metadata log is one
-cluster change, keyed by its kind (``Topic``, ``Partition``, ``RegisterBroker``,
-``FenceBroker``, ``UnfenceBroker``, ``Config``, ...) with its fields as JSON
+cluster change, keyed by its kind (``Topic``, ``Partition``, ``PartitionChange``,
+``RegisterBroker``, ``FenceBroker``, ``UnfenceBroker``, ``Config``, ...) with its fields as JSON
 (odradek's record format, see ``odradek/metadata/image.py``), printed as
 ``payload: {"type":"Topic","data":{...}}``.
 A record that does not decode is shown as such rather than stopping the dump.

@@ -121,9 +121,16 @@ def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output:
             listed = sorted(admin.list_topics(timeout=REQUEST_TIMEOUT_S).topics)
             every = describe_topics(admin, listed, skip_missing=True)
             described = {n: d for n, d in every.items() if not d.is_internal}
-        tps = [(name, p.id) for name, d in described.items() for p in d.partitions]
+        # offline partitions (no live leader) have no offsets to ask for
+        tps = [
+            (name, p.id)
+            for name, d in described.items()
+            for p in d.partitions
+            if p.leader is not None
+        ]
         low = list_offsets(admin, tps, OffsetSpec.earliest())
         high = list_offsets(admin, tps, OffsetSpec.latest())
+        live = set(admin.list_topics(timeout=REQUEST_TIMEOUT_S).brokers) if described else set()
         result_rows = []
         for name, d in described.items():
             parts = [
@@ -133,6 +140,7 @@ def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output:
                     "leader": p.leader.id if p.leader is not None else None,
                     "replicas": [n.id for n in p.replicas],
                     "isr": [n.id for n in p.isr],
+                    "offline": [n.id for n in p.replicas if n.id not in live],
                     "earliest": low.get((name, p.id)),
                     "latest": high.get((name, p.id)),
                 }
@@ -164,7 +172,7 @@ def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output:
         emit(
             output,
             entry["partitions"],
-            ["partition", "leader", "replicas", "isr", "earliest", "latest"],
+            ["partition", "leader", "replicas", "isr", "offline", "earliest", "latest"],
         )
 
 

@@ -15,6 +15,16 @@ KAFKA_STORAGE_ERROR and nothing of the change is applied or announced.
 Which brokers get the replicas of new partitions is placement.py's decision; broker
 registration, heartbeats and fencing are broker_heartbeats.py's, whose sessions (in
 memory, from ``now_ms``) belong to the leader epoch ``writer.active_epoch`` names.
+
+Leaders and ISRs (elections.py, alter_partition.py): a fence (session expiry) or a
+controlled shutdown is committed together with the PartitionChange records that move
+the broker's leaderships and take it out of ISRs, and an unfence together with the
+elections it makes possible, so no image ever shows a fenced leader. A broker that
+asked to shut down is told it may only once it has applied the commit that moved its
+leaderships (its heartbeat's metadata offset), so it stops acting as leader first.
+A new incarnation's registration counts as a fence of the old one (its process is
+gone: Kafka's unclean-shutdown handling), so a broker restarted within its session
+timeout does not keep leaderships it no longer serves.
 """
 
 from __future__ import annotations
@@ -25,9 +35,10 @@ import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
+from odradek.metadata import alter_partition as isr_changes
 from odradek.metadata import placement
 from odradek.metadata.broker_heartbeats import (
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -38,6 +49,18 @@ from odradek.metadata.broker_heartbeats import (
     fence_records,
 )
 from odradek.metadata.delta import MetadataDelta
+from odradek.metadata.elections import (
+    NO_LEADER,
+    PREFERRED,
+    UNCLEAN,
+    ElectionResult,
+    Eligible,
+    PartitionChanges,
+    elect_leaders,
+    eligible_in,
+    rebalance,
+    topic_allows_unclean,
+)
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
@@ -48,6 +71,7 @@ from odradek.metadata.image import (
 )
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
+from odradek.replica.interfaces import IsrOutcome, IsrProposal
 from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LogConfig
 
@@ -98,6 +122,7 @@ class Controller:
         rng: random.Random | None = None,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         now_ms: Callable[[], int] | None = None,
+        unclean_default: Callable[[], bool] | None = None,
     ) -> None:
         self.writer = writer
         self.node_id = node_id
@@ -108,6 +133,10 @@ class Controller:
         self._lock = asyncio.Lock()
         self._now_ms = now_ms or _monotonic_ms
         self.heartbeats = BrokerHeartbeatManager(session_timeout_ms, local_node_id=node_id)
+        # the broker default of unclean.leader.election.enable (dynamic over static)
+        self._unclean_default = unclean_default or (lambda: False)
+        # (broker id, epoch) -> offset of the commit that moved its leaderships away
+        self._shutdown_offsets: dict[tuple[int, int], int] = {}
         loader.subscribe(self._on_published)  # first: the image for the next decision
 
     def add_listener(self, listener: Listener) -> None:
@@ -158,7 +187,8 @@ class Controller:
         (DUPLICATE_BROKER_REGISTRATION, NOT_CONTROLLER, KAFKA_STORAGE_ERROR)."""
         async with self._lock:
             now = self._active_now()
-            image = await self._commit(self.heartbeats.registration(self.image, request, now))
+            records = self.heartbeats.registration(self.image, request, now)
+            image = await self._commit([*records, *self._leadership_records(records)])
             return image.brokers[request.broker_id].epoch
 
     async def broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
@@ -168,8 +198,47 @@ class Controller:
         async with self._lock:
             now = self._active_now()
             decision = self.heartbeats.heartbeat(self.image, request, now)
-            await self._commit(decision.records)
-            return decision.reply
+            moves = self._leadership_records(decision.records)
+            image = await self._commit([*decision.records, *moves])
+            reply = decision.reply
+            if not reply.should_shut_down:
+                return reply
+            key = (request.broker_id, request.broker_epoch)
+            if moves:
+                self._shutdown_offsets[key] = image.offset
+            if request.current_metadata_offset < self._shutdown_offsets.get(key, -1):
+                return replace(reply, should_shut_down=False)  # not yet seen its moves
+            self._shutdown_offsets.pop(key, None)
+            return reply
+
+    def _leadership_records(self, changes: Sequence[MetadataRecord]) -> list[MetadataRecord]:
+        """The partition changes the fences and unfences among ``changes`` need."""
+        image = self.image
+        fenced = {r.fields["broker_id"] for r in changes if r.kind == "FenceBroker"}
+        # a new incarnation replaces a registration fenced: the old one's process is gone
+        fenced |= {
+            r.fields["broker_id"]
+            for r in changes
+            if r.kind == "RegisterBroker" and r.fields["broker_id"] in image.brokers
+        }
+        unfenced = {r.fields["broker_id"] for r in changes if r.kind == "UnfenceBroker"}
+        if not fenced and not unfenced:
+            return []
+        unclean = topic_allows_unclean(image, self._unclean_default)
+        brokers = image.brokers
+
+        def eligible(broker_id: int) -> bool:
+            broker = brokers.get(broker_id)
+            if broker is None or broker_id in fenced:
+                return False
+            return broker_id in unfenced or not broker.fenced
+
+        partitions = PartitionChanges(image)
+        for broker_id in sorted(fenced):
+            partitions.remove_broker(broker_id, eligible, unclean)
+        for broker_id in sorted(unfenced):
+            partitions.add_broker(broker_id, eligible, unclean)
+        return partitions.records()
 
     async def fence_stale_brokers(self) -> list[int]:
         """Fence the brokers whose session expired (the active controller's timer);
@@ -182,8 +251,62 @@ class Controller:
             except ControllerError:
                 return []
             stale = self.heartbeats.stale(self.image.brokers, now)
-            await self._commit(fence_records(stale))
+            fences = fence_records(stale)
+            await self._commit([*fences, *self._leadership_records(fences)])
             return [b.broker_id for b in stale]
+
+    # -- leaders and ISRs ----------------------------------------------------------------
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
+    ) -> list[IsrOutcome]:
+        """A leader's ISR changes (AlterPartition; alter_partition.py): one outcome per
+        proposal, in order. Raises ControllerError for the request as a whole
+        (NOT_CONTROLLER, STALE_BROKER_EPOCH, KAFKA_STORAGE_ERROR)."""
+        async with self._lock:
+            self._active_now()
+            outcomes, records = isr_changes.decide(
+                self.image, broker_id, broker_epoch, proposals, eligible_in(self.image)
+            )
+            image = await self._commit(records)
+            answers = []
+            for outcome, proposal in zip(outcomes, proposals, strict=True):
+                if outcome is None:
+                    topic = image.topic_by_id(proposal.topic_id)
+                    state = topic.partitions.get(proposal.partition) if topic else None
+                    outcome = (
+                        isr_changes.outcome(state)
+                        if state is not None
+                        else IsrOutcome("UNKNOWN_TOPIC_ID")
+                    )
+                answers.append(outcome)
+            return answers
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[ElectionResult]:
+        """ElectLeaders: PREFERRED (0) or UNCLEAN (1) elections of ``partitions`` (None:
+        every partition, answering only those not already led as asked, as Kafka).
+        Raises ControllerError for the request as a whole."""
+        if election_type not in (PREFERRED, UNCLEAN):
+            raise ControllerError("INVALID_REQUEST", f"unknown election type {election_type}")
+        async with self._lock:
+            results, records = elect_leaders(self.image, election_type, partitions)
+            await self._commit(records)
+            return results
+
+    async def rebalance_leaders(self) -> int:
+        """auto.leader.rebalance.enable's check, on the active controller's timer
+        (elections.rebalance): the number of leaderships moved back to preferred
+        replicas; nothing on a node that is not the active controller."""
+        if self.writer.active_epoch < 0:
+            return 0
+        async with self._lock:
+            records = rebalance(self.image)
+            try:
+                await self._commit(records)
+            except ControllerError:
+                return 0
+            return len(records)
 
     # -- topics ----------------------------------------------------------------------
     def _check_new_topic(self, topic: NewTopic, image: MetadataImage) -> list[MetadataRecord]:
@@ -208,7 +331,7 @@ class Controller:
         for name, value in sorted(configs.items()):
             records.append(_config_record(TOPIC_RESOURCE, topic.name, name, value))
         for partition, replicas in sorted(assignments.items()):
-            records.append(_partition_record(topic_id, partition, replicas, 0))
+            records.append(_partition_record(topic_id, partition, replicas, eligible_in(image)))
         return records
 
     def _assignments(self, topic: NewTopic, image: MetadataImage) -> dict[int, tuple[int, ...]]:
@@ -350,7 +473,7 @@ class Controller:
                 return
             await self._commit(
                 [
-                    _partition_record(topic.topic_id, p, r, 0)
+                    _partition_record(topic.topic_id, p, r, eligible_in(self.image))
                     for p, r in zip(new, chosen, strict=True)
                 ]
             )
@@ -429,17 +552,19 @@ def _monotonic_ms() -> int:
 
 
 def _partition_record(
-    topic_id: uuid.UUID, partition: int, replicas: Sequence[int], leader_epoch: int
+    topic_id: uuid.UUID, partition: int, replicas: Sequence[int], eligible: Eligible
 ) -> MetadataRecord:
+    """A new partition: ISR = its unfenced replicas, led by the first of them."""
+    isr = [r for r in replicas if eligible(r)]
     return MetadataRecord(
         "Partition",
         {
             "topic_id": str(topic_id),
             "partition": partition,
             "replicas": list(replicas),
-            "isr": list(replicas),
-            "leader": replicas[0],
-            "leader_epoch": leader_epoch,
+            "isr": isr,
+            "leader": isr[0] if isr else NO_LEADER,
+            "leader_epoch": 0,
             "partition_epoch": 0,
         },
     )

@@ -2,7 +2,8 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), auto-create, producer-id blocks — goes
+IncrementalAlterConfigs), auto-create, producer-id blocks, leader elections
+(ElectLeaders) — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
 controller of this process (the single zero-config node; and, behind
@@ -22,6 +23,11 @@ the signatures follow what a request can carry:
   ``MetadataView``. Contract: when a call returns success, the caller's image already
   shows the change. The local channel commits and applies before returning, so that
   holds at once; the RPC channel waits until the local image shows the change.
+
+A partition leader's ISR changes (AlterPartition) take the same two paths: the local
+and the RPC channel are each an ``IsrChannel`` (replica/interfaces.py), whose
+request-level failures (NOT_CONTROLLER, STALE_BROKER_EPOCH, no controller reachable)
+come back as that error in every outcome rather than raised.
 
 It lives in ``metadata/`` (not ``server/``) because it is the metadata layer's write
 interface: the coordinators use it too and must not import ``server``.
@@ -43,6 +49,8 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from odradek.metadata.controller import Controller, ControllerError, NewTopic
+from odradek.metadata.elections import ElectionResult
+from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 # IncrementalAlterConfigs config_operation values.
 SET: Final = 0
@@ -108,6 +116,14 @@ class ControllerChannel(Protocol):
 
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
         """Reserve a block of producer ids for ``broker_id``; raises ControllerError."""
+        ...
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[ElectionResult]:
+        """PREFERRED (0) or UNCLEAN (1) elections of (topic, partition)s, or of every
+        partition (None: only those not already led as asked are answered); raises
+        ControllerError for the request as a whole."""
         ...
 
 
@@ -180,6 +196,20 @@ class LocalControllerChannel:
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
         first, count = await self._controller().allocate_producer_ids(broker_id)
         return ProducerIdBlock(first, count)
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[ElectionResult]:
+        return await self._controller().elect_leaders(election_type, partitions)
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
+    ) -> list[IsrOutcome]:
+        """``IsrChannel.alter_partition`` on this process's controller."""
+        try:
+            return await self._controller().alter_partition(broker_id, broker_epoch, proposals)
+        except ControllerError as failure:
+            return [IsrOutcome(failure.code) for _ in proposals]
 
 
 class GatedControllerChannel:
@@ -259,6 +289,12 @@ class GatedControllerChannel:
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
         self._check()
         return await self._channel.allocate_producer_ids(broker_id)
+
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[ElectionResult]:
+        self._check()
+        return await self._channel.elect_leaders(election_type, partitions)
 
 
 __all__ = [

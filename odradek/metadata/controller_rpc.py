@@ -36,6 +36,10 @@ active controller (a controller that is not the leader answers the partition wit
 NOT_LEADER_OR_FOLLOWER, retried like NOT_CONTROLLER) and its response goes back
 unchanged, as Kafka's brokers forward it.
 
+AlterPartition (a leader's ISR changes, ``IsrChannel``) and ElectLeaders are built
+and read in partition_rpc.py; ElectLeaders waits for the local image to show the
+elected leaders, AlterPartition does not (the leader takes the answer itself).
+
 Broker registration is not a channel call: it is BrokerRegistration/BrokerHeartbeat's
 (server/broker_lifecycle.py), sent over a controller client of its own.
 """
@@ -53,6 +57,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import request_entity
+from odradek.metadata import partition_rpc
 from odradek.metadata.controller import NewTopic
 from odradek.metadata.controller_channel import (
     APPEND,
@@ -63,6 +68,7 @@ from odradek.metadata.controller_channel import (
     ProducerIdBlock,
 )
 from odradek.metadata.controller_client import ControllerClient
+from odradek.metadata.elections import ElectionResult
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
@@ -70,6 +76,13 @@ from odradek.metadata.image import (
     TOPIC_RESOURCE,
     MetadataImage,
 )
+from odradek.metadata.partition_rpc import (
+    ALTER_PARTITION_KEY,
+    ALTER_PARTITION_VERSIONS,
+    ELECT_LEADERS_KEY,
+    ELECT_LEADERS_VERSIONS,
+)
+from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 logger = logging.getLogger(__name__)
 
@@ -91,6 +104,8 @@ FORWARDED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_PARTITIONS_KEY: (0, 3),
     INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
     ALLOCATE_PRODUCER_IDS_KEY: (0, 0),
+    ELECT_LEADERS_KEY: ELECT_LEADERS_VERSIONS,
+    ALTER_PARTITION_KEY: ALTER_PARTITION_VERSIONS,  # a broker's own request, not forwarded
 }
 TOPIC_IDS_VERSION: Final = 6  # DeleteTopics names topics by id from v6
 # ConfigResource.Type on the wire, by the image's resource type.
@@ -345,6 +360,24 @@ class RemoteControllerChannel:
             f"producer ids up to {end} reserved", lambda image: image.next_producer_id >= end
         )
         return block
+
+    # -- partition leadership ------------------------------------------------------------
+    async def elect_leaders(
+        self, election_type: int, partitions: Sequence[tuple[str, int]] | None
+    ) -> list[ElectionResult]:
+        results = await partition_rpc.elect_leaders(
+            self.client, self._timeout_s, election_type, partitions
+        )
+        await self._wait_for("leaders elected", partition_rpc.elected(election_type, results))
+        return results
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
+    ) -> list[IsrOutcome]:
+        """``IsrChannel.alter_partition``: AlterPartition to the active controller."""
+        return await partition_rpc.alter_partition(
+            self.client, self._timeout_s, broker_id, broker_epoch, proposals
+        )
 
     # -- the quorum's state --------------------------------------------------------------
     async def describe_quorum(self, request: Any) -> Any:

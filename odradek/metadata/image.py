@@ -20,6 +20,16 @@ the offset of that record (a snapshot carries it as ``broker_epoch``).
 ``FenceBroker`` / ``UnfenceBroker`` (broker id and epoch) flip the flag, and
 ``UnregisterBroker`` removes the broker; each applies only to the registration of
 that epoch, so a record about an older incarnation changes nothing.
+
+Partitions (KIP-497, Kafka's PartitionRecord / PartitionChangeRecord): ``Partition``
+states a partition whole (creation, and every partition of a snapshot, with its
+epochs); ``PartitionChange`` names one by topic id and index and carries only what
+changes — any of ``leader``, ``isr``, ``replicas``. Applying a change bumps the
+partition epoch, whatever it changes (a leader's AlterPartition must name the current
+one, so a stale proposal fails); a change that carries ``leader`` (even -1: the
+partition goes offline) also bumps the leader epoch, as Kafka does, so followers
+and clients can tell the new leader's era from the old one's. A change of a partition
+the image does not hold (its topic deleted in the same batch) changes nothing.
 """
 
 from __future__ import annotations
@@ -407,6 +417,36 @@ def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
     state.changed.partitions.add((topic.name, partition.partition))
 
 
+def _partition_change(state: _Builder, f: Mapping[str, Any]) -> None:
+    topic_id = _topic_id(state, f["topic_id"])
+    names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
+    topics = state.image.topics if state.topics is None else state.topics
+    name = names.get(topic_id)
+    topic = topics.get(name) if name is not None else None
+    if topic is None or topic.topic_id != topic_id:
+        return
+    partitions = state.partitions.get(topic.name)
+    current = (partitions if partitions is not None else topic.partitions).get(f["partition"])
+    if current is None:
+        return
+    leader, leader_epoch = current.leader, current.leader_epoch
+    if "leader" in f:
+        leader, leader_epoch = f["leader"], leader_epoch + 1
+    changed = PartitionImage(
+        current.partition,
+        tuple(f["replicas"]) if "replicas" in f else current.replicas,
+        tuple(f["isr"]) if "isr" in f else current.isr,
+        leader,
+        leader_epoch,
+        current.partition_epoch + 1,
+    )
+    if partitions is None:
+        partitions = state.partitions[topic.name] = dict(topic.partitions)
+        state.topic_map()  # freeze() rebuilds this topic in a copied map
+    partitions[changed.partition] = changed
+    state.changed.partitions.add((topic.name, changed.partition))
+
+
 def _remove_topic(state: _Builder, f: Mapping[str, Any]) -> None:
     topic_id = uuid.UUID(f["topic_id"])
     names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
@@ -451,6 +491,7 @@ _APPLY = {
     "UnregisterBroker": _unregister_broker,
     "Topic": _topic,
     "Partition": _partition,
+    "PartitionChange": _partition_change,
     "RemoveTopic": _remove_topic,
     "Config": _config,
     "ProducerIds": _producer_ids,

@@ -219,6 +219,7 @@ class Broker:
         # This node's voter entry at the controller listener it bound, once bound.
         self.own_controller: QuorumVoter | None = None
         self._session_timer: asyncio.Task[None] | None = None
+        self._balance_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
         self._codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
@@ -347,6 +348,8 @@ class Broker:
         # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
         self._session_timer = asyncio.create_task(self._session_ticks())
+        if self.config["auto.leader.rebalance.enable"]:
+            self._balance_timer = asyncio.create_task(self._leader_balance_ticks())
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self._isr_expiration = asyncio.create_task(self.replica_manager.isr_expiration())
         self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
@@ -514,6 +517,37 @@ class Broker:
                     timeout_ms,
                 )
 
+    async def _controlled_shutdown(self) -> None:
+        """want_shut_down until the controller has moved this broker's leaderships
+        away and lets it go (or CONTROLLED_SHUTDOWN_WAIT_S passed); logged either way."""
+        assert self.lifecycle is not None
+        if await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S):
+            logger.info("controlled shutdown done: the controller let this broker go")
+        else:
+            logger.warning(
+                "controlled shutdown: no answer from the controller within %.1f s; "
+                "stopping anyway (leaderships move when the session expires)",
+                CONTROLLED_SHUTDOWN_WAIT_S,
+            )
+
+    async def _leader_balance_ticks(self) -> None:
+        """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds
+        the active controller moves leaderships back to preferred replicas
+        (``Controller.rebalance_leaders``; elsewhere this does nothing)."""
+        interval_s = self.config["leader.imbalance.check.interval.seconds"]
+        while True:
+            await asyncio.sleep(interval_s)
+            moved = await self.controller.rebalance_leaders()
+            if moved:
+                logger.info("moved %d partition leadership(s) back to preferred replicas", moved)
+
+    def unclean_election_default(self) -> bool:
+        """The broker default of unclean.leader.election.enable, dynamic over static."""
+        raw = self.dynamic_broker_configs().get("unclean.leader.election.enable")
+        if raw is None:
+            return bool(self.config["unclean.leader.election.enable"])
+        return raw.strip().lower() == "true"
+
     def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
         return open_metadata_log(
             self.config.metadata_log_dir / METADATA_LOG_DIR,
@@ -599,6 +633,7 @@ class Broker:
             self.node_id,
             self.dynamic_defaults,
             session_timeout_ms=self.config["broker.session.timeout.ms"],
+            unclean_default=self.unclean_election_default,
         )
         # This node's broker runs in this process: its older incarnation is dead.
         controller.heartbeats.local_incarnation_id = self.incarnation_id
@@ -612,7 +647,7 @@ class Broker:
         leading = writer is not None and writer.is_active
         hand_over_first = bool(self.config.quorum_voters) and leading
         if self.lifecycle is not None and not hand_over_first:
-            await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+            await self._controlled_shutdown()
         self.replica_manager.stop_waiting()
         await self.replica_fetchers.close()  # no waiting for a leader's long poll
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
@@ -625,6 +660,7 @@ class Broker:
             self._isr_expiration,
             self._snapshot_timer,
             self._session_timer,
+            self._balance_timer,
             self._codec_warmup,
         ):
             if task is not None:
@@ -642,7 +678,7 @@ class Broker:
                 self.metadata_writer.fail_waiters("the controller is shutting down")
         if self.lifecycle is not None:
             if hand_over_first:
-                await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S)
+                await self._controlled_shutdown()
             await self.lifecycle.stop()
         if self.controller_server is not None:
             await self.controller_server.stop(grace_s=0.5)

@@ -363,6 +363,8 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("replica.socket.timeout.ms", _int(1, INT_MAX), "30000"),
     BrokerConfigDef("replica.lag.time.max.ms", _int(0, LONG_MAX), "30000"),
     BrokerConfigDef("unclean.leader.election.enable", _bool, "false", dynamic=True),
+    BrokerConfigDef("auto.leader.rebalance.enable", _bool, "true"),
+    BrokerConfigDef("leader.imbalance.check.interval.seconds", _int(1, LONG_MAX), "300"),
     # log.* : defaults of topic configs (DescribeConfigs lists them as synonyms).
     _topic("log.segment.bytes", "segment.bytes", "1073741824", _int(14, INT_MAX)),
     _topic("log.roll.ms", "segment.ms", "", _int(1, LONG_MAX)),

@@ -84,4 +84,6 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "replica.fetch.wait.max.ms": "max wait of a follower's fetch",
     "replica.lag.time.max.ms": "a follower this far behind leaves the ISR",
     "unclean.leader.election.enable": "allow an out-of-sync replica to become leader",
+    "auto.leader.rebalance.enable": "move leaders back to preferred replicas periodically",
+    "leader.imbalance.check.interval.seconds": "how often the controller checks leader balance",
 }

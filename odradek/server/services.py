@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         HeartbeatReply,
     )
     from odradek.raft.driver import RaftDriver
+    from odradek.replica.interfaces import IsrOutcome, IsrProposal
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
     from odradek.storage.log import Log
@@ -144,6 +145,13 @@ class BrokerControl(Protocol):
 
     async def broker_heartbeat(self, request: BrokerHeartbeat) -> HeartbeatReply:
         """Raises ControllerError."""
+        ...
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
+    ) -> list[IsrOutcome]:
+        """A leader's ISR changes (AlterPartition): one outcome per proposal; raises
+        ControllerError for the request (NOT_CONTROLLER, STALE_BROKER_EPOCH, ...)."""
         ...
 
 

@@ -78,20 +78,22 @@ def test_client_apis_are_on_the_broker_plane_quorum_apis_on_the_controller_one()
     # the metadata Fetch, its own handler there), DescribeCluster v1 for controllers
     # (KIP-919, its own handler there too), ApiVersions on both, and the admin requests
     # brokers forward (CreateTopics, DeleteTopics, AlterConfigs, CreatePartitions,
-    # IncrementalAlterConfigs, at the broker plane's versions), AllocateProducerIds, and
-    # BrokerRegistration and BrokerHeartbeat (KIP-631).
-    forwarded = {key: broker[key] for key in (19, 20, 33, 37, 44)}
+    # IncrementalAlterConfigs, ElectLeaders, at the broker plane's versions),
+    # AllocateProducerIds, AlterPartition, and BrokerRegistration and BrokerHeartbeat
+    # (KIP-631).
+    forwarded = {key: broker[key] for key in (19, 20, 33, 37, 43, 44)}
     assert controller == {
         API_VERSIONS_KEY: broker[API_VERSIONS_KEY],
         **wire.VERSIONS,
         DESCRIBE_CLUSTER_KEY: (1, 1),
         **forwarded,
         67: (0, 0),
+        56: (2, 3),
         62: (0, 4),
         63: (0, 2),
     }
-    assert forwarded == {k: v for k, v in FORWARDED_VERSIONS.items() if k != 67}
-    assert not {52, 53, 54, 59, 67} & set(broker)
+    assert forwarded == {k: v for k, v in FORWARDED_VERSIONS.items() if k not in (56, 67)}
+    assert not {52, 53, 54, 56, 59, 67} & set(broker)
     # DescribeQuorum is on both: a broker forwards it to the active controller (Kafka's
     # brokers do, for kafka-metadata-quorum.sh --bootstrap-server).
     assert broker[55] == controller[55]

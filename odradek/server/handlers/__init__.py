@@ -93,6 +93,7 @@ def load_all() -> None:
         fetch,
         group_offsets,
         groups,
+        leadership,
         metadata,
         offsets,
         produce,

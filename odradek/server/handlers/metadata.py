@@ -1,8 +1,10 @@
 """Metadata (key 3): brokers, topics, partitions and leaders from the metadata image.
 
 Brokers are the unfenced ones only (``MetadataView.endpoints``): a broker that has not
-caught up since it registered, or stopped heartbeating, is left out. A partition led
-by a fenced broker still names it as leader until leader election lands (next issue).
+caught up since it registered, or stopped heartbeating, is left out. A partition with
+no live leader — offline (leader -1: no eligible ISR member, metadata/elections.py) —
+is answered LEADER_NOT_AVAILABLE, as Kafka does, and every partition lists its
+replicas on fenced or unregistered brokers as ``offline_replicas``.
 
 Authorized operations (KIP-430): v8+ report a topic's when the request sets
 ``include_topic_authorized_operations``; v8-v10 report the cluster's when it sets
@@ -71,7 +73,7 @@ async def metadata(services: BrokerServices, request: Request) -> Any:
             error = errors.get(name, "UNKNOWN_TOPIC_OR_PARTITION")
             topics.append(_error_topic(module, name, error, operations))
         else:
-            topics.append(_topic(module, topic, operations))
+            topics.append(_topic(module, topic, operations, image))
     for topic_id in unknown_ids:
         topics.append(
             make(
@@ -142,17 +144,23 @@ def _error_topic(module: Any, name: str, error: str, operations: int) -> Any:
     )
 
 
-def _topic(module: Any, topic: TopicImage, operations: int) -> Any:
+def _topic(module: Any, topic: TopicImage, operations: int, image: MetadataImage) -> Any:
+    def live(broker_id: int) -> bool:
+        broker = image.brokers.get(broker_id)
+        return broker is not None and not broker.fenced
+
     partitions = tuple(
         make(
             module.MetadataResponsePartition,
-            error_code=error_code("NONE"),
+            # no live leader (offline, or its broker fenced a moment before the
+            # controller's election lands): clients back off and ask again
+            error_code=error_code("NONE" if live(p.leader) else "LEADER_NOT_AVAILABLE"),
             partition_index=p.partition,
             leader_id=p.leader,
             leader_epoch=p.leader_epoch,
             replica_nodes=p.replicas,
             isr_nodes=p.isr,
-            offline_replicas=(),
+            offline_replicas=tuple(r for r in p.replicas if not live(r)),
         )
         for _, p in sorted(topic.partitions.items())
     )
