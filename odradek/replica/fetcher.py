@@ -157,10 +157,6 @@ class ReplicaFetcher:
                     await self._sleep(self._connect_after_ms)
                     continue
                 await self._round(connection)
-        except asyncio.CancelledError:
-            raise
-        except Exception:  # a bug: log it, and let the partitions be re-added
-            logger.exception("%s stopped", self.name)
         finally:
             await self._drop_connection()
 
@@ -195,6 +191,10 @@ class ReplicaFetcher:
             await self._drop_connection()
         except UnsupportedVersionError as error:
             self._failed(plan, "UNSUPPORTED_VERSION", error)
+            await self._drop_connection()
+        except Exception as error:  # a bug: logged whole, the partitions back off
+            logger.exception("%s: fetch round failed", self.name)
+            self._failed(plan, "UNKNOWN_SERVER_ERROR", error)
             await self._drop_connection()
 
     def _failed(self, plan: RequestPlan | None, name: str, error: Exception) -> None:

@@ -333,3 +333,35 @@ def test_an_unknown_endpoint_backs_off_until_it_is_known(tmp_path: Path) -> None
         await server.stop()
 
     run(scenario)
+
+
+class _Flaky(FollowerReplica):
+    """A follower whose first append hits a bug (not a storage error)."""
+
+    failed = False
+
+    def append_as_follower(self, records: bytes | memoryview) -> None:
+        if not self.failed:
+            self.failed = True
+            raise RuntimeError("a bug")
+        super().append_as_follower(records)
+
+
+def test_a_bug_in_one_round_backs_off_and_the_fetcher_goes_on(tmp_path: Path) -> None:
+    tp = ("a", 0)
+    leaders, followers = _setup(tmp_path, [tp], batches=3)
+    flaky = _Flaky(followers[tp].log, "a", 0)
+    followers[tp] = flaky
+
+    async def scenario() -> None:
+        server = WireLeader(leaders)
+        await server.start()
+        manager = _manager(server, followers)
+        manager.add_partitions({tp: FetchStart(TOPIC_IDS["a"], 2, 1)})
+        await wait_for(lambda: _caught_up(leaders, followers))
+        assert flaky.failed
+        assert manager.fetchers[(2, 0)].running
+        await manager.close()
+        await server.stop()
+
+    run(scenario)
