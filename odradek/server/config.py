@@ -358,7 +358,7 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("num.replica.fetchers", _int(1, INT_MAX), "1"),
     BrokerConfigDef("replica.fetch.max.bytes", _int(0, INT_MAX), "1048576"),
     BrokerConfigDef("replica.fetch.response.max.bytes", _int(0, INT_MAX), "10485760"),
-    BrokerConfigDef("replica.fetch.min.bytes", _int(1, INT_MAX), "1"),
+    BrokerConfigDef("replica.fetch.min.bytes", _int(0, INT_MAX), "1"),
     BrokerConfigDef("replica.fetch.backoff.ms", _int(0, INT_MAX), "1000"),
     BrokerConfigDef("replica.socket.timeout.ms", _int(1, INT_MAX), "30000"),
     BrokerConfigDef("replica.lag.time.max.ms", _int(0, LONG_MAX), "30000"),
