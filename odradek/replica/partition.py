@@ -66,6 +66,7 @@ from odradek.replica.reads import (
     NOT_FOUND,
     FetchPosition,
     PartitionRead,
+    diverging_epoch,
     lookup_offset,
 )
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
@@ -451,9 +452,9 @@ class Partition:
         )
         if position.last_fetched_epoch >= 0:
             try:
-                diverging = self._diverging_epoch(position)
-            except PartitionError as error:
-                result.error = error.code
+                diverging = diverging_epoch(log, position)
+            except ValueError:  # no end offset known for that epoch
+                result.error = "OFFSET_OUT_OF_RANGE"
                 return result
             if diverging is not None:
                 result.diverging_epoch = diverging
@@ -480,23 +481,6 @@ class Partition:
         result.high_watermark = result.last_stable_offset = log.high_watermark
         result.log_start_offset = log.log_start_offset
         return result
-
-    def _diverging_epoch(self, position: FetchPosition) -> tuple[int, int] | None:
-        """Kafka's check of a Fetch's last fetched epoch (v12+): the fetcher's log
-        diverges if this leader's history has that epoch ending before the fetch
-        offset, or knows only a smaller epoch; then (epoch, end offset) is where the
-        fetcher's log and ours last agree. OFFSET_OUT_OF_RANGE when it cannot tell."""
-        epoch, end_offset = self.log.end_offset_for_epoch(position.last_fetched_epoch)
-        if epoch < 0 or end_offset < 0:
-            raise PartitionError(
-                "OFFSET_OUT_OF_RANGE",
-                f"no end offset for the last fetched epoch {position.last_fetched_epoch}",
-            )
-        if position.fetch_offset < self.log.log_start_offset:
-            raise PartitionError("OFFSET_OUT_OF_RANGE", "fetch offset below the log start")
-        if epoch < position.last_fetched_epoch or end_offset < position.fetch_offset:
-            return epoch, end_offset
-        return None
 
     def offset_for_timestamp(
         self, timestamp: int, current_leader_epoch: int, isolation_level: int | None

@@ -59,6 +59,22 @@ class PartitionRead:
         return sum(r.length for r in self.ranges)
 
 
+def diverging_epoch(log: Log, position: FetchPosition) -> tuple[int, int] | None:
+    """Kafka's check of a Fetch's last fetched epoch (v12+): the fetcher's log diverges
+    if the leader's history has that epoch ending before the fetch offset, or knows
+    only a smaller epoch; then (epoch, end offset) is where the two logs last agree.
+    ValueError (OFFSET_OUT_OF_RANGE) when the leader cannot tell, or the offset is
+    below its log start."""
+    epoch, end_offset = log.end_offset_for_epoch(position.last_fetched_epoch)
+    if epoch < 0 or end_offset < 0:
+        raise ValueError(f"no end offset for the last fetched epoch {position.last_fetched_epoch}")
+    if position.fetch_offset < log.log_start_offset:
+        raise ValueError(f"fetch offset {position.fetch_offset} is below the log start")
+    if epoch < position.last_fetched_epoch or end_offset < position.fetch_offset:
+        return epoch, end_offset
+    return None
+
+
 def lookup_offset(
     log: Log, timestamp: int, visible_end: int, leader_epoch: int
 ) -> tuple[int, int, int]:

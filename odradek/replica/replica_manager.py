@@ -23,6 +23,8 @@ request's timeout (REQUEST_TIMED_OUT). With one replica the HW moves with the ap
 so acks=all answers at once, as before. ``fetch`` reads every partition of a Fetch
 and long-polls (seeds/000 purgatory) until ``min_bytes`` arrive or ``max_wait_ms``
 runs out: consumers wake when a HW advances, followers when a log end does.
+DeleteRecords is two-phase the same way: it waits for the live replicas' log start
+offsets. ListOffsets and OffsetForLeaderEpoch are the partition's lookups.
 """
 
 from __future__ import annotations
