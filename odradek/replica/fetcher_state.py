@@ -27,7 +27,9 @@ Each partition has a ``FetchStart`` (leader, leader epoch, topic id) and a state
   Kafka's rule: ask the leader its log end (ListOffsets LATEST); if that is below the
   follower's log end (an unclean election left the follower ahead), truncate to it;
   otherwise ask its log start (EARLIEST) and, if the follower's log end is below it,
-  empty the log and restart it there (``truncate_fully_and_start_at``). Then FETCHING.
+  empty the log and restart it there (``truncate_fully_and_start_at``). Then FETCHING
+  — after a backoff if neither applied, so a leader that keeps answering
+  OFFSET_OUT_OF_RANGE for an offset it holds is not asked again in a tight loop.
 - DELAYED: an error the partition may recover from by itself (NOT_LEADER_OR_FOLLOWER
   and UNKNOWN_LEADER_EPOCH while the leader catches up with the metadata,
   UNKNOWN_TOPIC_ID, a storage error, a failed connection): skipped for
@@ -548,8 +550,15 @@ class FetcherCore:
             )
             log.truncate_fully_and_start_at(offset)
             result.truncated[partition.tp] = offset
+            partition.leader_end_offset = None
+            self._transition(partition, FetchState.FETCHING, "offsets reset")
+            return
+        # Our end is within the leader's range after all (it moved meanwhile, or its
+        # epoch history lacks ours): fetch again, after a backoff rather than at once,
+        # so a leader that keeps answering OFFSET_OUT_OF_RANGE is not asked in a loop.
         partition.leader_end_offset = None
-        self._transition(partition, FetchState.FETCHING, "offsets reset")
+        self._transition(partition, FetchState.FETCHING, "offsets in range")
+        self._delay(partition, "OFFSET_OUT_OF_RANGE")
 
     # -- failures --------------------------------------------------------------------
     def request_failed(self, plan: RequestPlan, error: str) -> None:

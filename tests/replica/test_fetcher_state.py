@@ -430,3 +430,27 @@ def test_a_partition_without_a_log_is_delayed(tmp_path: Path, clock: FakeClock) 
     core.assign(("other", 0), start(0))
     assert core.build_fetch(12, 5) is None
     assert core.partitions[("other", 0)].state is FetchState.DELAYED
+
+
+def test_an_out_of_range_answer_for_an_offset_in_range_backs_off(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """The leader says OFFSET_OUT_OF_RANGE, yet its start <= our end <= its end: nothing
+    to truncate, and the next fetch waits a backoff instead of looping at once."""
+    leader = LeaderReplica(new_log(tmp_path / "leader" / "t-0", clock), 0)
+    leader.become_leader(0)
+    leader.append(count=2)
+    follower = FollowerReplica(new_log(tmp_path / "follower" / "t-0", clock))
+    core = make_core(follower, clock)
+    core.assign(TP, start(0))
+    plan = core.build_fetch(12, broker_epoch=5)
+    assert plan is not None
+    core.apply_fetch(plan, _error_response(ErrorCode.offset_out_of_range))
+    step(core, leader)  # LATEST 6 >= 0
+    step(core, leader)  # EARLIEST 0 <= 0
+    assert follower.truncations == []
+    assert core.partitions[TP].state is FetchState.DELAYED
+    assert core.build_fetch(12, 5) is None
+    clock.advance(BACKOFF)
+    catch_up(core, leader, follower)
+    assert log_bytes(follower.log) == log_bytes(leader.log)
