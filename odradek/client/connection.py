@@ -165,11 +165,18 @@ class BrokerConnection:
             return False
 
     async def send(
-        self, request: Any, *, expect_response: bool = True, timeout_s: float | None = None
+        self,
+        request: Any,
+        *,
+        expect_response: bool = True,
+        timeout_s: float | None = None,
+        raw: bool = False,
     ) -> Any:
         """Send one request; its decoded response (None when none is expected).
         ``timeout_s`` replaces ``request.timeout.ms`` for requests the broker may hold
-        longer (JoinGroup waits for the whole group)."""
+        longer (JoinGroup waits for the whole group). ``raw``: the response frame
+        itself, undecoded (correlation id first) — replica fetchers parse Fetch
+        responses with protocol/fetch_codec.py and keep the records as a view."""
         if self.closed or self._transport is None or self._protocol is None:
             raise ConnectionLost(f"connection to node {self.address.node_id} is closed")
         correlation_id = next(self._ids)
@@ -197,7 +204,9 @@ class BrokerConnection:
                 # A caller that stopped waiting (cancelled) must not leave an
                 # unretrieved exception behind when the connection later fails.
                 future.add_done_callback(_retrieve_exception)
-                schema = load_response_schema(request.__api_key__, request.__version__)
+                schema = (
+                    None if raw else load_response_schema(request.__api_key__, request.__version__)
+                )
                 self._pending[correlation_id] = (future, schema)
                 self._order.append(correlation_id)
             try:
@@ -229,6 +238,10 @@ class BrokerConnection:
             return
         self._order.pop(0)
         future, schema = self._pending.pop(correlation_id)
+        if schema is None:  # asked for raw
+            if not future.done():
+                future.set_result(frame)
+            return
         try:
             # A hostile or broken broker's counts must not reach kio, which allocates
             # for a declared count before checking the bytes (and aborts if it cannot).

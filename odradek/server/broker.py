@@ -97,6 +97,8 @@ from odradek.raft.disk_log import DiskRaftLog
 from odradek.raft.driver import RaftDriver
 from odradek.raft.election_store import FileElectionStore
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
+from odradek.replica.fetcher import ReplicaFetcherManager
+from odradek.replica.fetcher_state import FetcherSettings
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.broker_lifecycle import (
     BrokerLifecycleManager,
@@ -182,6 +184,18 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
     )
 
 
+def fetcher_settings(config: BrokerConfig) -> FetcherSettings:
+    """The replica.* configs a follower's fetchers obey (Kafka's names)."""
+    return FetcherSettings(
+        replica_id=config.node_id,
+        max_wait_ms=config["replica.fetch.wait.max.ms"],
+        min_bytes=config["replica.fetch.min.bytes"],
+        max_bytes=config["replica.fetch.response.max.bytes"],
+        partition_max_bytes=config["replica.fetch.max.bytes"],
+        backoff_ms=config["replica.fetch.backoff.ms"],
+    )
+
+
 class Broker:
     def __init__(self, config: BrokerConfig, *, truncate_damaged_metadata: bool = False) -> None:
         self.config = config
@@ -224,8 +238,21 @@ class Broker:
         self._codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
+        # Replica fetchers: this node's followers copy from their leaders' inter-broker
+        # listeners (named in the MetadataImage), the logs the ReplicaManager hosts.
+        self.replica_fetchers = ReplicaFetcherManager(
+            fetcher_settings(config),
+            num_fetchers=config["num.replica.fetchers"],
+            socket_timeout_ms=config["replica.socket.timeout.ms"],
+            endpoint=self._inter_broker_endpoint,
+            partition=lambda tp: self.replica_manager.follower_log(tp),
+            broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
+        )
         self.replica_manager = ReplicaManager(
-            self.node_id, self.log_manager, lag_time_max_ms=config["replica.lag.time.max.ms"]
+            self.node_id,
+            self.log_manager,
+            fetching=self.replica_fetchers,
+            lag_time_max_ms=config["replica.lag.time.max.ms"],
         )
         # process.roles: a controller-only node binds no client listener and runs no
         # partitions, coordinators or broker lifecycle; a broker-only node (not among
@@ -278,6 +305,17 @@ class Broker:
         self._housekeeping: asyncio.Task[None] | None = None
         self._isr_expiration: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
+
+    def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
+        """(host, port) of ``broker_id``'s inter-broker listener, as it registered it."""
+        listener = self.config.inter_broker_listener
+        broker = self.image.brokers.get(broker_id)
+        if listener is None or broker is None:
+            return None
+        for name, host, port in broker.endpoints:
+            if name == listener.name:
+                return host, port
+        return None
 
     def _remote_channel(self) -> RemoteControllerChannel:
         try:
@@ -625,6 +663,7 @@ class Broker:
         if self.lifecycle is not None and not hand_over_first:
             await self._controlled_shutdown()
         self.replica_manager.stop_waiting()
+        await self.replica_fetchers.close()  # no waiting for a leader's long poll
         await self.group_coordinator.stop()  # parked joins/syncs answer at once
         await self.server.stop()
         for dispatcher in self.dispatchers.values():

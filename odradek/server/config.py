@@ -354,6 +354,13 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("log.flush.offset.checkpoint.interval.ms", _int(0, INT_MAX), "60000"),
     BrokerConfigDef("replica.high.watermark.checkpoint.interval.ms", _int(1, LONG_MAX), "5000"),
     BrokerConfigDef("replica.fetch.wait.max.ms", _int(0, INT_MAX), "500"),
+    # Replica fetchers (replica/fetcher.py): Kafka's names and defaults.
+    BrokerConfigDef("num.replica.fetchers", _int(1, INT_MAX), "1"),
+    BrokerConfigDef("replica.fetch.max.bytes", _int(0, INT_MAX), "1048576"),
+    BrokerConfigDef("replica.fetch.response.max.bytes", _int(0, INT_MAX), "10485760"),
+    BrokerConfigDef("replica.fetch.min.bytes", _int(0, INT_MAX), "1"),
+    BrokerConfigDef("replica.fetch.backoff.ms", _int(0, INT_MAX), "1000"),
+    BrokerConfigDef("replica.socket.timeout.ms", _int(1, INT_MAX), "30000"),
     BrokerConfigDef("replica.lag.time.max.ms", _int(0, LONG_MAX), "30000"),
     BrokerConfigDef("unclean.leader.election.enable", _bool, "false", dynamic=True),
     BrokerConfigDef("auto.leader.rebalance.enable", _bool, "true"),
