@@ -55,7 +55,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -99,6 +99,7 @@ from odradek.raft.election_store import FileElectionStore
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.fetcher import ReplicaFetcherManager
 from odradek.replica.fetcher_state import FetcherSettings
+from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.server.broker_lifecycle import (
     BrokerLifecycleManager,
@@ -252,6 +253,10 @@ class Broker:
             self.node_id,
             self.log_manager,
             fetching=self.replica_fetchers,
+            # A leader's ISR shrinks and expansions go to the active controller
+            # (AlterPartition) through the channel this node ends up with below.
+            isr_channel=_ChannelIsr(lambda: self.isr_channel),
+            broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
             lag_time_max_ms=config["replica.lag.time.max.ms"],
         )
         # process.roles: a controller-only node binds no client listener and runs no
@@ -269,10 +274,12 @@ class Broker:
         )
         self.remote_channel: RemoteControllerChannel | None = None
         self.controller_channel: ControllerChannel = self.local_channel
+        self.isr_channel: IsrChannel = self.local_channel
         if config.quorum_voters and self.is_broker:
             # A quorum's broker sends every change to the active controller, itself
             # included (one code path whichever node leads).
             self.controller_channel = self.remote_channel = self._remote_channel()
+            self.isr_channel = self.remote_channel
         self.group_coordinator = GroupCoordinator(
             metadata,
             ReplicaPartitionWriter(self.replica_manager),
@@ -810,6 +817,20 @@ class Broker:
         return LogConfig.from_properties(
             dict(self.image.topic_configs(topic)), self.topic_defaults()
         )
+
+
+class _ChannelIsr:
+    """The IsrChannel over the controller channel the broker picks after building its
+    ReplicaManager (local on a single node, the RPC to the active controller in a
+    quorum)."""
+
+    def __init__(self, channel: Callable[[], IsrChannel]) -> None:
+        self._channel = channel
+
+    async def alter_partition(
+        self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
+    ) -> list[IsrOutcome]:
+        return await self._channel().alter_partition(broker_id, broker_epoch, proposals)
 
 
 def broker_config_names() -> list[str]:
