@@ -46,7 +46,6 @@ the ticker.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import enum
 import logging
 from collections import deque
@@ -54,6 +53,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
+from odradek.aio import cancel_and_wait
 from odradek.coordinator.group.loader import Damage
 from odradek.coordinator.partition_writer import PartitionWriteError, PartitionWriter
 from odradek.metadata.delta import MetadataDelta
@@ -216,8 +216,7 @@ class CoordinatorRuntime(Generic[S]):
         for task in tasks:
             task.cancel()
         for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            await cancel_and_wait(task)
 
     # -- leadership ------------------------------------------------------------------
     def on_leadership(self, partition: int, leader_epoch: int | None) -> None:

@@ -18,12 +18,12 @@ goes to the proposal's callback (``Partition.on_isr_outcome``), in request order
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Final
 
+from odradek.aio import cancel_and_wait
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 
 logger = logging.getLogger(__name__)
@@ -123,7 +123,4 @@ class AlterPartitionManager:
 
     async def close(self) -> None:
         task, self._task = self._task, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(task)

@@ -53,12 +53,12 @@ module but the ``serve`` command and tests.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+from odradek.aio import cancel_and_wait
 from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import (
@@ -666,7 +666,8 @@ class Broker:
         # delayed by its own broker's fencing: that is then asked of the next leader.
         writer = self.metadata_writer
         leading = writer is not None and writer.is_active
-        hand_over_first = bool(self.config.quorum_voters) and leading
+        # (A lone voter has nobody to hand over to: its own controller answers.)
+        hand_over_first = len(self.config.quorum_voters) > 1 and leading
         if self.lifecycle is not None and not hand_over_first:
             await self._controlled_shutdown()
         self.replica_manager.stop_waiting()
@@ -684,10 +685,7 @@ class Broker:
             self._balance_timer,
             self._codec_warmup,
         ):
-            if task is not None:
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+            await cancel_and_wait(task)
         if self.remote_channel is not None:
             await self.remote_channel.close()
         if self.metadata_writer is not None:

@@ -46,6 +46,7 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
+from odradek.aio import cancel_and_wait
 from odradek.metadata.broker_heartbeats import (
     BrokerHeartbeat,
     BrokerRegistration,
@@ -366,10 +367,7 @@ class BrokerLifecycleManager:
         return self.core.state is State.SHUT_DOWN
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await cancel_and_wait(self._task)
         await self._transport.close()
 
     async def _run(self) -> None:

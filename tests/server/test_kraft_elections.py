@@ -8,8 +8,9 @@ as offline (LEADER_NOT_AVAILABLE, leader -1). When the node returns it is unfenc
 brings its offline partition back. Preferred leadership comes back only once the
 returned node is in sync again: its fetchers catch it up and the leaders propose it
 for the ISR (AlterPartition, replica/isr.py), and ``odradek leader-election
---election-type PREFERRED`` then restores the spread. SIGTERM then moves the node's leadership away before it exits
-(a controlled shutdown). Every process is stopped by the test, by pid.
+--election-type PREFERRED`` then restores the spread. SIGTERM then moves the node's
+leadership away before it exits (a controlled shutdown). Every process is stopped by
+the test, by pid.
 """
 
 from __future__ import annotations
