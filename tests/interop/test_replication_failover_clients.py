@@ -161,9 +161,9 @@ def test_aiokafka_through_failover(quorum: Quorum, topic: str) -> None:
                 for records in batches.values():
                     read.extend(r.value for r in records if r.value is not None)
 
-        async def send(i: int) -> None:
+        async def delivered(i: int, delivery: asyncio.Future[object]) -> None:
             try:
-                await (await producer.send(topic, value=value(i), partition=0))
+                await delivery
                 acked.add(value(i))
             except Exception as error:
                 failed.append(repr(error))
@@ -176,7 +176,9 @@ def test_aiokafka_through_failover(quorum: Quorum, topic: str) -> None:
             await consumer.seek_to_beginning(partition)
             sends = []
             for i in range(RECORDS):
-                sends.append(asyncio.create_task(send(i)))
+                # enqueued in order here (the producer's batches keep it); delivery awaited apart
+                delivery = await producer.send(topic, value=value(i), partition=0)
+                sends.append(asyncio.create_task(delivered(i, delivery)))
                 if i == KILL_AT:
                     await asyncio.gather(*sends)
                     await consume(set(acked))
