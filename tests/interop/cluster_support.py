@@ -29,8 +29,10 @@ from tests.support.kraft import NODE_IDS, Quorum
 from tests.support.wire import WireClient
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
-SESSION_TIMEOUT_MS = 3000
-LAG_TIME_MAX_MS = 2000
+# A lagging follower leaves the ISR (the leader's AlterPartition) well before a paused
+# broker is fenced (the controller's own ISR change), so a test can tell them apart.
+SESSION_TIMEOUT_MS = 4000
+LAG_TIME_MAX_MS = 1500
 PROPERTIES = {
     "broker.session.timeout.ms": str(SESSION_TIMEOUT_MS),
     "broker.heartbeat.interval.ms": "300",
