@@ -9,9 +9,13 @@ cluster_support.py); every test leaves all three nodes running for the next.
 - confluent-kafka idempotent acks=all production through three leader kills (kill -9,
   restart, back in the ISR, next kill): everything the delivery reports acknowledged is
   read back once, at the offset its report named, and nothing else is there.
-- RF=2, ``min.insync.replicas=2``, the follower paused (SIGSTOP): once it is out of the
-  ISR acks=all gets NOT_ENOUGH_REPLICAS while acks=1 succeeds; resumed, it catches up,
-  rejoins the ISR and acks=all succeeds again.
+- RF=2, ``min.insync.replicas=2``, the follower paused (SIGSTOP) and an acks=1 record
+  it lacks: after ``replica.lag.time.max.ms`` the leader itself shrinks the ISR
+  (AlterPartition, its log line asserted; the session timeout that would fence the
+  paused broker is longer), acks=all gets NOT_ENOUGH_REPLICAS while acks=1 succeeds;
+  resumed, the follower catches up, rejoins the ISR and acks=all succeeds again. The
+  ISR is read from the leader's own Metadata on the wire: librdkafka keeps using its
+  connection to a paused broker, so a client's metadata request could hang on it.
 - A confluent-kafka consumer group survives kill -9 of its coordinator's node: a new
   coordinator (``__consumer_offsets`` has RF=3) answers with the committed offsets, the
   group resumes there and no committed offset goes back.
