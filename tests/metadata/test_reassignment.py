@@ -94,9 +94,7 @@ def test_cancel_reverts_to_the_original_replicas() -> None:
         alter = cluster.controller.alter_partition
         await alter(1, cluster.epochs[1], [proposal(topic, started, [1, 2, 3])])
         assert cluster.state("t").isr == (1, 2, 3) and cluster.state("t").adding_replicas
-        (cancelled,) = await cluster.controller.alter_partition_reassignments(
-            [move("t", 0, None)]
-        )
+        (cancelled,) = await cluster.controller.alter_partition_reassignments([move("t", 0, None)])
         assert cancelled.error == "NONE"
         reverted = cluster.state("t")
         assert reverted.replicas == (1, 2) and reverted.isr == (1, 2) and reverted.leader == 1
