@@ -39,7 +39,7 @@ import asyncio
 import datetime
 import json
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -188,7 +188,7 @@ def read_topics(path: Path) -> list[str]:
     return names
 
 
-def plan_json(assignment: Assignment) -> str:
+def plan_json(assignment: Mapping[tuple[str, int], Sequence[int]]) -> str:
     """Kafka's plan format, partitions in (topic, partition) order."""
     return json.dumps(
         {
@@ -207,7 +207,7 @@ def plan_json(assignment: Assignment) -> str:
     )
 
 
-def propose(current: Assignment, brokers: Sequence[int]) -> Assignment:
+def propose(current: Mapping[tuple[str, int], Sequence[int]], brokers: Sequence[int]) -> Assignment:
     """Each partition's replication factor over ``brokers``, round-robin (module doc)."""
     proposed: Assignment = {}
     for (topic, index), replicas in sorted(current.items()):

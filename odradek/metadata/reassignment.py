@@ -28,10 +28,12 @@ once; a mere reordering changes the replica order at once. Cancel (a null target
 reverts to the original replicas: the adding ones leave the replica set and the ISR,
 and a leader among them is replaced. As in Kafka, the original replicas are the set
 less the adding ones, in the set's order (target first), so a cancel keeps the
-original brokers but not necessarily their original order (preferred leader). Per-partition errors are Kafka's:
-UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT (empty, a broker twice, a broker
-not registered, or a changed replication factor when the request forbids it — v1's
-``allow_replication_factor_change``), NO_REASSIGNMENT_IN_PROGRESS (cancel of none).
+original brokers but not necessarily their original order (preferred leader).
+
+Per-partition errors are Kafka's: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT
+(empty, a broker twice, a broker not registered, or a changed replication factor when
+the request forbids it — v1's ``allow_replication_factor_change``),
+NO_REASSIGNMENT_IN_PROGRESS (cancel of none), INVALID_REQUEST (a partition named twice).
 
 Sans-IO like elections.py: decisions from an image, as ``PartitionChange`` records
 (the two lists are fields of ``PartitionImage``, so snapshots keep ongoing
