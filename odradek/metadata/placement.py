@@ -18,6 +18,9 @@ land on the same neighbours (a failed broker's load spreads over many, not one).
 When every usable broker has a rack, the ring alternates racks (the first broker of
 each rack, then the second of each, ...) and a follower skips brokers whose rack
 already holds a replica of the partition until every rack holds one.
+
+``partition_record`` turns a chosen replica tuple into the new partition's record (ISR
+= its unfenced replicas, led by the first of them).
 """
 
 from __future__ import annotations
