@@ -10,6 +10,11 @@ removed leader, replaced by 2 in a new leader epoch. ``--verify`` then reports t
 reassignment completed; broker 3's segment files are byte-identical to broker 2's,
 broker 1 has deleted its replica, and a consumer reads every acknowledged record
 once, in order.
+
+A second run shows the in-between state on real processes: with broker 3 killed, the
+move to [2, 3] cannot finish, so ``--verify`` reports it still in progress (from
+ListPartitionReassignments) and Metadata shows the set [2, 3, 1]; ``--cancel``
+reverts it to brokers 1 and 2, and broker 3, restarted, hosts nothing of it.
 """
 
 from __future__ import annotations
@@ -91,6 +96,22 @@ class Writer(threading.Thread):
         self.producer.flush(90)
 
 
+def create(admin: AdminClient, assignment: list[int]) -> None:
+    futures = admin.create_topics(
+        [NewTopic(TOPIC, 1, -1, replica_assignment=[assignment])], operation_timeout=10
+    )
+    futures[TOPIC].result(timeout=30)
+
+
+def write_plan(path: Path, replicas: list[int]) -> Path:
+    path.write_text(
+        json.dumps(
+            {"version": 1, "partitions": [{"topic": TOPIC, "partition": 0, "replicas": replicas}]}
+        )
+    )
+    return path
+
+
 def reassign(quorum: Quorum, action: str, plan: Path) -> str:
     done = odradek(
         "reassign-partitions",
@@ -109,21 +130,13 @@ def reassign(quorum: Quorum, action: str, plan: Path) -> str:
 def test_a_partition_moves_from_1_2_to_2_3_with_no_record_lost(tmp_path: Path) -> None:
     with Quorum(tmp_path / "q", properties=PROPERTIES) as quorum:
         admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
-        futures = admin.create_topics(
-            [NewTopic(TOPIC, 1, -1, replica_assignment=[[1, 2]])], operation_timeout=10
-        )
-        futures[TOPIC].result(timeout=30)
+        create(admin, [1, 2])
 
         writer = Writer(quorum.bootstrap)
         writer.start()
         wait_until(lambda: len(writer.acked) >= FIRST, 60, f"{FIRST} records acknowledged")
 
-        plan = tmp_path / "plan.json"
-        plan.write_text(
-            json.dumps(
-                {"version": 1, "partitions": [{"topic": TOPIC, "partition": 0, "replicas": [2, 3]}]}
-            )
-        )
+        plan = write_plan(tmp_path / "plan.json", [2, 3])
         out = reassign(quorum, "--execute", plan)
         assert json.loads(out.splitlines()[2])["partitions"][0]["replicas"] == [1, 2]
         assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
@@ -175,5 +188,46 @@ def test_a_partition_moves_from_1_2_to_2_3_with_no_record_lost(tmp_path: Path) -
         # every acknowledged record once, in the order produced (nothing lost or doubled)
         assert values == writer.acked
         assert values == [value(i) for i in range(len(values))]
+        for node in (1, 2, 3):
+            assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
+
+
+def test_a_move_to_a_dead_broker_stays_in_progress_until_cancelled(tmp_path: Path) -> None:
+    with Quorum(tmp_path / "q", properties=PROPERTIES) as quorum:
+        admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
+        create(admin, [1, 2])
+        quorum.kill(3)
+        plan = write_plan(tmp_path / "plan.json", [2, 3])
+        out = reassign(quorum, "--execute", plan)
+        assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
+        verified = reassign(quorum, "--verify", plan)
+        assert f"Reassignment of partition {TOPIC}-0 is still in progress." in verified
+        assert "throttles" not in verified  # said only once everything is done
+        state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+        assert list(state.replicas) == [2, 3, 1] and 3 not in state.isrs and state.leader == 1
+        # another --execute is refused while this one runs, unless --additional
+        refused = odradek(
+            "reassign-partitions",
+            "--bootstrap-server",
+            quorum.bootstrap,
+            "--execute",
+            "--reassignment-json-file",
+            str(plan),
+        )
+        assert refused.returncode == 1 and "--additional" in refused.stderr
+
+        out = reassign(quorum, "--cancel", plan)
+        assert out.splitlines() == [f"Successfully cancelled partition reassignment for {TOPIC}-0"]
+        assert reassign(quorum, "--verify", plan).splitlines() == [
+            "Status of partition reassignment:",
+            f"There is no active reassignment of partition {TOPIC}-0, but replica set is 2,1 "
+            "rather than 2,3.",
+        ]
+        state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+        assert sorted(state.replicas) == [1, 2] and state.leader == 1
+
+        quorum.start_node(3)
+        time.sleep(1)  # a metadata round: it would have created an assigned replica by now
+        assert not (quorum.data_dir(3) / f"{TOPIC}-0").exists()
         for node in (1, 2, 3):
             assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
