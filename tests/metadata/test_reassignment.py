@@ -4,6 +4,9 @@ removed replica, cancel, errors, listing, and snapshots keeping an ongoing one e
 
 from __future__ import annotations
 
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
 from odradek.metadata.image import ImageReplay
 from odradek.metadata.reassignment import (
     OngoingReassignment,
@@ -178,5 +181,71 @@ def test_a_fenced_adding_replica_and_a_snapshot_keep_the_reassignment_exact() ->
         assert list_reassignments(replay.image(), [("t", 0), ("t", 5)]) == [
             OngoingReassignment("t", 0, (2, 3, 1), (3,), (1,))
         ]
+
+    run(body())
+
+
+Step = tuple[str, tuple[int, ...]]
+STEPS = st.one_of(
+    st.tuples(
+        st.just("move"),
+        st.lists(st.integers(1, 4), min_size=1, max_size=3, unique=True).map(tuple),
+    ),
+    st.tuples(st.just("cancel"), st.just(())),
+    st.tuples(st.just("isr"), st.lists(st.integers(1, 4), max_size=4, unique=True).map(tuple)),
+    st.tuples(st.just("isr"), st.just((1, 2, 3, 4))),  # every replica caught up
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(STEPS, min_size=1, max_size=12))
+def test_any_sequence_keeps_the_partition_state_consistent(steps: list[Step]) -> None:
+    """Moves, cancels and ISR changes in any order: the set always holds every adding
+    and removing replica and the ISR, the leader leads from the ISR, a finished move
+    leaves exactly its target, and a snapshot rebuilds the same state."""
+    cluster = Cluster()
+
+    async def body() -> None:
+        await cluster.start((1, 2, 3, 4))
+        topic = await cluster.topic("t", {0: (1, 2)})
+        for kind, brokers in steps:
+            state = cluster.state("t")
+            if kind == "move":
+                (result,) = await cluster.controller.alter_partition_reassignments(
+                    [move("t", 0, brokers)]
+                )
+                assert result.error == "NONE"
+                after = cluster.state("t")
+                assert after.replicas[: len(brokers)] == brokers
+            elif kind == "cancel":
+                (result,) = await cluster.controller.alter_partition_reassignments(
+                    [move("t", 0, None)]
+                )
+                was = state.adding_replicas or state.removing_replicas
+                assert result.error == ("NONE" if was else "NO_REASSIGNMENT_IN_PROGRESS")
+                if was:
+                    original = [r for r in state.replicas if r not in state.adding_replicas]
+                    assert list(cluster.state("t").replicas) == original
+            elif state.leader > 0:
+                isr = (
+                    state.leader,
+                    *(b for b in brokers if b in state.replicas and b != state.leader),
+                )
+                await cluster.controller.alter_partition(
+                    state.leader, cluster.epochs[state.leader], [proposal(topic, state, isr)]
+                )
+            now = cluster.state("t")
+            assert now.replicas and len(set(now.replicas)) == len(now.replicas)
+            assert set(now.adding_replicas) <= set(now.replicas)
+            assert set(now.removing_replicas) <= set(now.replicas)
+            assert not set(now.adding_replicas) & set(now.removing_replicas)
+            assert set(now.isr) <= set(now.replicas) and now.isr
+            assert now.leader == -1 or now.leader in now.isr
+            target = [r for r in now.replicas if r not in now.removing_replicas]
+            if now.adding_replicas or now.removing_replicas:
+                assert not set(target) <= set(now.isr)  # else it would have completed
+        replay = ImageReplay()
+        replay.apply(cluster.image.to_records(), cluster.image.offset)
+        assert replay.image().topics == cluster.image.topics
 
     run(body())
