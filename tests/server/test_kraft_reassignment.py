@@ -13,7 +13,8 @@ once, in order.
 
 A second run shows the in-between state on real processes: with broker 3 killed, the
 move to [2, 3] cannot finish, so ``--verify`` reports it still in progress (from
-ListPartitionReassignments) and Metadata shows the set [2, 3, 1]; ``--cancel``
+ListPartitionReassignments, asked by the tool and by kafka-python's admin client)
+and Metadata shows the set [2, 3, 1]; ``--cancel``
 reverts it to brokers 1 and 2, and broker 3, restarted, hosts nothing of it.
 """
 
@@ -28,6 +29,9 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kafka import KafkaAdminClient
+from kafka import TopicPartition as KafkaTopicPartition
+from kafka import errors as kafka_errors
 
 from tests.support.kraft import Quorum, odradek
 
@@ -205,6 +209,19 @@ def test_a_move_to_a_dead_broker_stays_in_progress_until_cancelled(tmp_path: Pat
         assert "throttles" not in verified  # said only once everything is done
         state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
         assert list(state.replicas) == [2, 3, 1] and 3 not in state.isrs and state.leader == 1
+        # kafka-python's admin client sees the same, and gets Kafka's error for a bad target
+        client = KafkaAdminClient(bootstrap_servers=quorum.bootstrap, request_timeout_ms=30000)
+        try:
+            tp = KafkaTopicPartition(TOPIC, 0)
+            assert client.list_partition_reassignments() == {
+                tp: {"replicas": [2, 3, 1], "adding_replicas": [3], "removing_replicas": [1]}
+            }
+            assert client.alter_partition_reassignments({tp: [2, 99]}) == {
+                tp: kafka_errors.InvalidReplicationAssignmentError
+            }
+            assert client.list_partition_reassignments([KafkaTopicPartition("nope", 0)]) == {}
+        finally:
+            client.close()
         # another --execute is refused while this one runs, unless --additional
         refused = odradek(
             "reassign-partitions",
