@@ -37,6 +37,7 @@ from tests.support.kraft import Quorum, odradek
 
 TOPIC = "moving"
 FIRST = 500
+IN_FLIGHT = 200
 PROPERTIES = {
     "broker.session.timeout.ms": "6000",
     "broker.heartbeat.interval.ms": "300",
@@ -96,7 +97,12 @@ class Writer(threading.Thread):
                 TOPIC, value=value(self.sent), partition=0, on_delivery=self._delivered
             )
             self.sent += 1
-            self.producer.poll(0.01 if self.sent > FIRST else 0)
+            self.producer.poll(0.005)
+            while (
+                self.sent - len(self.acked) - len(self.errors) > IN_FLIGHT
+                and not self.halt.is_set()
+            ):
+                self.producer.poll(0.05)  # a bounded backlog, however slow the cluster is
         self.producer.flush(90)
 
 
