@@ -6,11 +6,13 @@ changes the partition's replica set in steps every broker follows from the metad
 log, so that the records are copied by the ordinary replica fetchers and no
 committed record ever has fewer than its ISR's copies:
 
-1. start (AlterPartitionReassignments with a target): the original replicas are the
-   current ones less any ``adding_replicas`` of an ongoing reassignment (a new target
-   replaces the old one, from the same original). The partition's replicas become
-   target ∪ original (target first, so the preferred leader is the target's first),
-   ``adding_replicas`` = target − original, ``removing_replicas`` = original − target.
+1. start (AlterPartitionReassignments with a target): the partition's replicas
+   become target ∪ current (target first, so the preferred leader is the target's
+   first), ``adding_replicas`` = target − current, ``removing_replicas`` = current −
+   target. A new target replaces an ongoing one from the current set as Kafka does:
+   the old move's adding replicas that the new target drops are removed only when the
+   new move completes, so no ISR member ever leaves the set before its replacement is
+   in sync.
    The brokers of adding replicas see themselves assigned by the metadata delta,
    create the replica and follow the leader (the ReplicaManager's becomes_follower);
    the leader keeps leading.
@@ -152,18 +154,13 @@ def _start(
     target: tuple[int, ...],
     eligible: Eligible,
 ) -> None:
-    original = original_replicas(state)
-    adding = tuple(r for r in target if r not in original)
-    removing = tuple(r for r in original if r not in target)
-    replicas = target + removing
-    isr = tuple(r for r in state.isr if r in replicas) or state.isr
+    current = state.replicas  # with an ongoing move's adding replicas (module doc)
+    adding = tuple(r for r in target if r not in current)
+    removing = tuple(r for r in current if r not in target)
     started = replace(
-        state, replicas=replicas, isr=isr, adding_replicas=adding, removing_replicas=removing
+        state, replicas=target + removing, adding_replicas=adding, removing_replicas=removing
     )
-    if state.leader not in replicas:  # it was an adding replica of a replaced target
-        election = elect(started, isr, eligible, False)
-        started = replace(started, leader=election.leader, isr=election.isr)
-    changes.set(topic, started)
+    changes.set(topic, started)  # the ISR and the leader are all in the new set
     complete_reassignment(changes, topic, state.partition, eligible)
 
 
