@@ -33,9 +33,10 @@ less the adding ones, in the set's order (target first), so a cancel keeps the
 original brokers but not necessarily their original order (preferred leader).
 
 Per-partition errors are Kafka's: UNKNOWN_TOPIC_OR_PARTITION, INVALID_REPLICA_ASSIGNMENT
-(empty, a broker twice, a broker not registered, or a changed replication factor when
-the request forbids it — v1's ``allow_replication_factor_change``),
-NO_REASSIGNMENT_IN_PROGRESS (cancel of none), INVALID_REQUEST (a partition named twice).
+(empty, a broker twice, a broker not registered), INVALID_REPLICATION_FACTOR (a target
+whose size differs from the original replicas' when the request forbids it — v1's
+``allow_replication_factor_change``, KIP-860), NO_REASSIGNMENT_IN_PROGRESS (cancel of
+none), INVALID_REQUEST (a partition named twice).
 
 Sans-IO like elections.py: decisions from an image, as ``PartitionChange`` records
 (the two lists are fields of ``PartitionImage``, so snapshots keep ongoing
@@ -115,19 +116,19 @@ def alter_reassignments(
             results.append(_cancel(changes, topic, request.partition, eligible))
             continue
         problem = _invalid_target(image, request.replicas)
-        state = changes.state(topic, request.partition)
-        if (
-            problem is None
-            and not allow_replication_factor_change
-            and len(request.replicas) != len(original_replicas(state))
-        ):
-            problem = (
-                f"the target changes the replication factor from "
-                f"{len(original_replicas(state))} to {len(request.replicas)}, which the "
-                "request does not allow"
-            )
         if problem is not None:
             results.append(ReassignmentResult(*key, "INVALID_REPLICA_ASSIGNMENT", problem))
+            continue
+        state = changes.state(topic, request.partition)
+        factor = len(original_replicas(state))
+        if not allow_replication_factor_change and len(request.replicas) != factor:
+            results.append(
+                ReassignmentResult(
+                    *key,
+                    "INVALID_REPLICATION_FACTOR",
+                    f"The replication factor is changed from {factor} to {len(request.replicas)}",
+                )
+            )
             continue
         _start(changes, topic, state, tuple(request.replicas), eligible)
         results.append(ReassignmentResult(*key))

@@ -56,6 +56,10 @@ def test_remote_and_local_answer_alike_and_the_remote_waits_for_the_image(
                 "INVALID_REQUEST",  # the partition named twice
                 "INVALID_REQUEST",
             ]
+            (rf,) = await channel.alter_partition_reassignments(
+                [ReassignmentRequest("t", 1, (1, 2, 3))], False
+            )
+            assert rf.error == "INVALID_REPLICATION_FACTOR"
             (bad,) = await channel.alter_partition_reassignments(
                 [ReassignmentRequest("t", 1, (1, 7))], True
             )
