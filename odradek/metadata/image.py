@@ -26,8 +26,8 @@ states a partition whole (creation, and every partition of a snapshot, with its
 epochs); ``PartitionChange`` names one by topic id and index and carries only what
 changes — any of ``leader``, ``isr``, ``replicas``, ``adding_replicas``,
 ``removing_replicas`` (the last two: an ongoing reassignment, KIP-455; a record
-without them, written before reassignments existed, reads as none). Applying a change bumps the
-partition epoch, whatever it changes (a leader's AlterPartition must name the current
+without them, written before reassignments existed, reads as none). Applying a
+change bumps the partition epoch, whatever it changes (a leader's AlterPartition must name the current
 one, so a stale proposal fails); a change that carries ``leader`` (even -1: the
 partition goes offline) also bumps the leader epoch, as Kafka does, so followers
 and clients can tell the new leader's era from the old one's. A change of a partition
@@ -89,7 +89,7 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int = 0
-    # an ongoing reassignment (KIP-455): replicas = target ∪ original while it runs
+    # an ongoing reassignment (KIP-455): replicas = target ∪ current while it runs
     adding_replicas: tuple[int, ...] = ()
     removing_replicas: tuple[int, ...] = ()
 
