@@ -27,10 +27,11 @@ epochs); ``PartitionChange`` names one by topic id and index and carries only wh
 changes — any of ``leader``, ``isr``, ``replicas``, ``adding_replicas``,
 ``removing_replicas`` (the last two: an ongoing reassignment, KIP-455; a record
 without them, written before reassignments existed, reads as none). Applying a
-change bumps the partition epoch, whatever it changes (a leader's AlterPartition must name the current
-one, so a stale proposal fails); a change that carries ``leader`` (even -1: the
-partition goes offline) also bumps the leader epoch, as Kafka does, so followers
-and clients can tell the new leader's era from the old one's. A change of a partition
+change bumps the partition epoch, whatever it changes (a leader's AlterPartition
+must name the current one, so a stale proposal fails); a change that carries
+``leader`` (even -1: the partition goes offline) also bumps the leader epoch, as
+Kafka does, so followers and clients can tell the new leader's era from the old
+one's. A change of a partition
 the image does not hold (its topic deleted in the same batch) changes nothing.
 """
 
