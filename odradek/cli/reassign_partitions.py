@@ -17,7 +17,9 @@ and the controller finishes the move once the new replicas are in sync
   regenerated). It changes nothing.
 - ``--execute --reassignment-json-file F``: prints the current assignment of F's
   partitions (save it to roll back) and starts the reassignment. Refused while another
-  reassignment is in progress, unless ``--additional``.
+  reassignment is in progress, unless ``--additional``; with
+  ``--disallow-replication-factor-change`` (KIP-860) a target that changes a
+  partition's replica count is refused (INVALID_REPLICATION_FACTOR).
 - ``--verify --reassignment-json-file F``: per partition, completed, still in progress
   (ListPartitionReassignments, API 46), or not in progress with a different replica set.
   Kafka's ``--verify`` also clears the replication throttles once everything is done;
@@ -97,6 +99,11 @@ def add_parser(subparsers: Subparsers) -> None:
         help="--execute even though other reassignments are in progress",
     )
     parser.add_argument(
+        "--disallow-replication-factor-change",
+        action="store_true",
+        help="--execute refuses a partition whose replica count would change (KIP-860)",
+    )
+    parser.add_argument(
         "--preserve-throttles",
         action="store_true",
         help="accepted for compatibility: odradek has no replication throttles",
@@ -114,7 +121,8 @@ def run(args: argparse.Namespace) -> int:
                 raise ReassignToolError("--reassignment-json-file is required")
             plan = read_plan(Path(args.reassignment_json_file))
             if args.execute:
-                lines, failed = asyncio.run(_execute(addresses, plan, args.additional))
+                allow_rf = not args.disallow_replication_factor_change
+                lines, failed = asyncio.run(_execute(addresses, plan, args.additional, allow_rf))
             elif args.verify:
                 lines, failed = asyncio.run(_verify(addresses, plan))
             else:
@@ -251,7 +259,7 @@ async def _generate(addresses: Sequence[tuple[str, int]], args: Any) -> tuple[li
 
 
 async def _execute(
-    addresses: Sequence[tuple[str, int]], plan: Assignment, additional: bool
+    addresses: Sequence[tuple[str, int]], plan: Assignment, additional: bool, allow_rf: bool
 ) -> tuple[list[str], int]:
     async with _connected(addresses) as connection:
         current, _ = await _assignment(connection)
@@ -263,7 +271,7 @@ async def _execute(
                 "cannot execute because there is an existing partition reassignment; use "
                 "--additional to start this one in addition to it"
             )
-        results = await _alter(connection, {tp: plan[tp] for tp in plan})
+        results = await _alter(connection, {tp: plan[tp] for tp in plan}, allow_rf)
     lines = [
         "Current partition replica assignment",
         "",
@@ -426,10 +434,16 @@ async def _ongoing(
 
 
 async def _alter(
-    connection: BrokerConnection, plan: dict[tuple[str, int], tuple[int, ...] | None]
+    connection: BrokerConnection,
+    plan: dict[tuple[str, int], tuple[int, ...] | None],
+    allow_rf: bool = True,
 ) -> list[Result]:
     """AlterPartitionReassignments (None: cancel); (topic, partition, error, message)."""
     version = _version(connection, ALTER_KEY, "AlterPartitionReassignments")
+    if version < 1 and not allow_rf:
+        raise ReassignToolError(
+            "the broker cannot refuse a replication factor change (AlterPartitionReassignments v0)"
+        )
     grouped: dict[str, list[tuple[int, tuple[int, ...] | None]]] = {}
     for (topic, index), replicas in plan.items():
         grouped.setdefault(topic, []).append((index, replicas))
@@ -439,7 +453,7 @@ async def _alter(
             ALTER_KEY,
             version,
             timeout=datetime.timedelta(seconds=REQUEST_TIMEOUT_S),
-            allow_replication_factor_change=True,
+            allow_replication_factor_change=allow_rf,
             topics=tuple(
                 request_entity(
                     ALTER_KEY,

@@ -106,7 +106,8 @@ def test_against_the_zero_config_node(tmp_path: Path, capsys: pytest.CaptureFixt
 
         plan = tmp_path / "plan.json"
         plan.write_text(out[4])
-        assert main([*base, "--execute", "--reassignment-json-file", str(plan)]) == 0
+        guarded = ["--execute", "--disallow-replication-factor-change"]
+        assert main([*base, *guarded, "--reassignment-json-file", str(plan)]) == 0
         executed = capsys.readouterr().out.splitlines()
         assert executed[0] == "Current partition replica assignment"
         assert json.loads(executed[2]) == current
