@@ -25,7 +25,15 @@ import os
 import sys
 
 from odradek import __version__
-from odradek.cli import cluster, dump_log, leader_election, metadata_quorum, serve, storage
+from odradek.cli import (
+    cluster,
+    dump_log,
+    leader_election,
+    metadata_quorum,
+    reassign_partitions,
+    serve,
+    storage,
+)
 from odradek.cli.subcommand import Subcommand
 
 PROG = "odradek"
@@ -37,6 +45,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     storage,
     metadata_quorum,
     leader_election,
+    reassign_partitions,
     dump_log,
     cluster,
 )

@@ -28,6 +28,10 @@ who is in sync. A proposal is checked, in this order, against the image:
   with an empty disk must not be counted as in sync on the strength of its previous
   life's fetches.
 
+An accepted ISR that holds every target replica of an ongoing reassignment completes
+it in the same record (reassignment.py): the reassignment is finished by the very
+AlterPartition that brought its last adding replica into the ISR.
+
 Accepted proposals become one record each; the caller commits them together and
 answers each from the image after the commit (the new partition epoch, leader epoch
 unchanged). This module is sans-IO, like elections.py.
@@ -36,10 +40,12 @@ unchanged). This module is sans-IO, like elections.py.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from odradek.metadata.elections import Eligible, PartitionChanges
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import MetadataImage, MetadataRecord, PartitionImage
+from odradek.metadata.reassignment import complete_reassignment
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 UNKNOWN_BROKER_EPOCH = -1
@@ -124,17 +130,8 @@ def _decide_one(
             or (named_epoch != UNKNOWN_BROKER_EPOCH and named_epoch != registered.epoch)
         ):
             return outcome(state, "INELIGIBLE_REPLICA")
-    changes.set(
-        topic,
-        PartitionImage(
-            state.partition,
-            state.replicas,
-            new_isr,
-            state.leader,
-            state.leader_epoch,
-            state.partition_epoch,
-        ),
-    )
+    changes.set(topic, replace(state, isr=new_isr))
+    complete_reassignment(changes, topic, proposal.partition, eligible)
     return None
 
 

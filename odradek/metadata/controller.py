@@ -16,7 +16,7 @@ Which brokers get the replicas of new partitions is placement.py's decision; bro
 registration, heartbeats and fencing are broker_heartbeats.py's, whose sessions (in
 memory, from ``now_ms``) belong to the leader epoch ``writer.active_epoch`` names.
 
-Leaders and ISRs (elections.py, alter_partition.py): a fence (session expiry) or a
+Leaders and ISRs (elections.py, alter_partition.py, reassignment.py): a fence (session expiry) or a
 controlled shutdown is committed together with the PartitionChange records that move
 the broker's leaderships and take it out of ISRs, and an unfence together with the
 elections it makes possible, so no image ever shows a fenced leader. A broker that
@@ -40,6 +40,7 @@ from typing import Final
 
 from odradek.metadata import alter_partition as isr_changes
 from odradek.metadata import placement
+from odradek.metadata import reassignment as reassignments
 from odradek.metadata.broker_heartbeats import (
     DEFAULT_SESSION_TIMEOUT_MS,
     BrokerHeartbeat,
@@ -50,11 +51,9 @@ from odradek.metadata.broker_heartbeats import (
 )
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.elections import (
-    NO_LEADER,
     PREFERRED,
     UNCLEAN,
     ElectionResult,
-    Eligible,
     PartitionChanges,
     elect_leaders,
     eligible_in,
@@ -294,6 +293,22 @@ class Controller:
             await self._commit(records)
             return results
 
+    async def alter_partition_reassignments(
+        self, requests: Sequence[reassignments.ReassignmentRequest], allow_rf_change: bool = True
+    ) -> list[reassignments.ReassignmentResult]:
+        """AlterPartitionReassignments (reassignment.py): one result per partition, in
+        order. Raises ControllerError (NOT_CONTROLLER, KAFKA_STORAGE_ERROR)."""
+        async with self._lock:
+            self._active_now()
+            results, records = reassignments.alter_reassignments(
+                self.image,
+                requests,
+                eligible_in(self.image),
+                allow_replication_factor_change=allow_rf_change,
+            )
+            await self._commit(records)
+            return results
+
     async def rebalance_leaders(self) -> int:
         """auto.leader.rebalance.enable's check, on the active controller's timer
         (elections.rebalance): the number of leaderships moved back to preferred
@@ -331,7 +346,9 @@ class Controller:
         for name, value in sorted(configs.items()):
             records.append(_config_record(TOPIC_RESOURCE, topic.name, name, value))
         for partition, replicas in sorted(assignments.items()):
-            records.append(_partition_record(topic_id, partition, replicas, eligible_in(image)))
+            records.append(
+                placement.partition_record(topic_id, partition, replicas, eligible_in(image))
+            )
         return records
 
     def _assignments(self, topic: NewTopic, image: MetadataImage) -> dict[int, tuple[int, ...]]:
@@ -473,7 +490,7 @@ class Controller:
                 return
             await self._commit(
                 [
-                    _partition_record(topic.topic_id, p, r, eligible_in(self.image))
+                    placement.partition_record(topic.topic_id, p, r, eligible_in(self.image))
                     for p, r in zip(new, chosen, strict=True)
                 ]
             )
@@ -549,25 +566,6 @@ class Controller:
 
 def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
-
-
-def _partition_record(
-    topic_id: uuid.UUID, partition: int, replicas: Sequence[int], eligible: Eligible
-) -> MetadataRecord:
-    """A new partition: ISR = its unfenced replicas, led by the first of them."""
-    isr = [r for r in replicas if eligible(r)]
-    return MetadataRecord(
-        "Partition",
-        {
-            "topic_id": str(topic_id),
-            "partition": partition,
-            "replicas": list(replicas),
-            "isr": isr,
-            "leader": isr[0] if isr else NO_LEADER,
-            "leader_epoch": 0,
-            "partition_epoch": 0,
-        },
-    )
 
 
 def _config_record(

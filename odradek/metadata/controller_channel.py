@@ -3,7 +3,7 @@
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
 IncrementalAlterConfigs), auto-create, producer-id blocks, leader elections
-(ElectLeaders) — goes
+(ElectLeaders), partition reassignments (AlterPartitionReassignments) — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
 controller of this process (the single zero-config node; and, behind
@@ -50,6 +50,7 @@ from typing import Final, Protocol
 
 from odradek.metadata.controller import Controller, ControllerError, NewTopic
 from odradek.metadata.elections import ElectionResult
+from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 # IncrementalAlterConfigs config_operation values.
@@ -124,6 +125,13 @@ class ControllerChannel(Protocol):
         """PREFERRED (0) or UNCLEAN (1) elections of (topic, partition)s, or of every
         partition (None: only those not already led as asked are answered); raises
         ControllerError for the request as a whole."""
+        ...
+
+    async def alter_partition_reassignments(
+        self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
+    ) -> list[ReassignmentResult]:
+        """Start, replace or cancel (null replicas) reassignments (reassignment.py); one
+        result per partition; raises ControllerError for the request as a whole."""
         ...
 
 
@@ -201,6 +209,11 @@ class LocalControllerChannel:
         self, election_type: int, partitions: Sequence[tuple[str, int]] | None
     ) -> list[ElectionResult]:
         return await self._controller().elect_leaders(election_type, partitions)
+
+    async def alter_partition_reassignments(
+        self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
+    ) -> list[ReassignmentResult]:
+        return await self._controller().alter_partition_reassignments(requests, allow_rf_change)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
@@ -295,6 +308,12 @@ class GatedControllerChannel:
     ) -> list[ElectionResult]:
         self._check()
         return await self._channel.elect_leaders(election_type, partitions)
+
+    async def alter_partition_reassignments(
+        self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
+    ) -> list[ReassignmentResult]:
+        self._check()
+        return await self._channel.alter_partition_reassignments(requests, allow_rf_change)
 
 
 __all__ = [

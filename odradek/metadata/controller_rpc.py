@@ -36,9 +36,10 @@ active controller (a controller that is not the leader answers the partition wit
 NOT_LEADER_OR_FOLLOWER, retried like NOT_CONTROLLER) and its response goes back
 unchanged, as Kafka's brokers forward it.
 
-AlterPartition (a leader's ISR changes, ``IsrChannel``) and ElectLeaders are built
-and read in partition_rpc.py; ElectLeaders waits for the local image to show the
-elected leaders, AlterPartition does not (the leader takes the answer itself).
+AlterPartition (a leader's ISR changes, ``IsrChannel``), ElectLeaders and
+AlterPartitionReassignments are built and read in partition_rpc.py; ElectLeaders
+waits for the local image to show the elected leaders and AlterPartitionReassignments
+the new replica sets, AlterPartition does not (the leader takes the answer itself).
 
 Broker registration is not a channel call: it is BrokerRegistration/BrokerHeartbeat's
 (server/broker_lifecycle.py), sent over a controller client of its own.
@@ -79,9 +80,12 @@ from odradek.metadata.image import (
 from odradek.metadata.partition_rpc import (
     ALTER_PARTITION_KEY,
     ALTER_PARTITION_VERSIONS,
+    ALTER_REASSIGNMENTS_KEY,
+    ALTER_REASSIGNMENTS_VERSIONS,
     ELECT_LEADERS_KEY,
     ELECT_LEADERS_VERSIONS,
 )
+from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 logger = logging.getLogger(__name__)
@@ -105,6 +109,7 @@ FORWARDED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
     ALLOCATE_PRODUCER_IDS_KEY: (0, 0),
     ELECT_LEADERS_KEY: ELECT_LEADERS_VERSIONS,
+    ALTER_REASSIGNMENTS_KEY: ALTER_REASSIGNMENTS_VERSIONS,
     ALTER_PARTITION_KEY: ALTER_PARTITION_VERSIONS,  # a broker's own request, not forwarded
 }
 TOPIC_IDS_VERSION: Final = 6  # DeleteTopics names topics by id from v6
@@ -369,6 +374,15 @@ class RemoteControllerChannel:
             self.client, self._timeout_s, election_type, partitions
         )
         await self._wait_for("leaders elected", partition_rpc.elected(election_type, results))
+        return results
+
+    async def alter_partition_reassignments(
+        self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
+    ) -> list[ReassignmentResult]:
+        results = await partition_rpc.alter_partition_reassignments(
+            self.client, self._timeout_s, requests, allow_rf_change
+        )
+        await self._wait_for("reassignments started", partition_rpc.reassigned(requests, results))
         return results
 
     async def alter_partition(

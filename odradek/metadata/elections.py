@@ -33,7 +33,7 @@ from __future__ import annotations
 import logging
 import uuid
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 from odradek.metadata.image import MetadataImage, MetadataRecord, PartitionImage, TopicImage
@@ -139,6 +139,10 @@ class PartitionChanges:
                 fields["isr"] = list(state.isr)
             if state.replicas != before.replicas:
                 fields["replicas"] = list(state.replicas)
+            if state.adding_replicas != before.adding_replicas:
+                fields["adding_replicas"] = list(state.adding_replicas)
+            if state.removing_replicas != before.removing_replicas:
+                fields["removing_replicas"] = list(state.removing_replicas)
             if len(fields) > 2:
                 records.append(MetadataRecord("PartitionChange", fields))
         return records
@@ -253,9 +257,7 @@ def rebalance(image: MetadataImage) -> list[MetadataRecord]:
 
 
 def _with(state: PartitionImage, leader: int, isr: tuple[int, ...]) -> PartitionImage:
-    return PartitionImage(
-        state.partition, state.replicas, isr, leader, state.leader_epoch, state.partition_epoch
-    )
+    return replace(state, leader=leader, isr=isr)
 
 
 __all__ = [

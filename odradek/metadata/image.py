@@ -24,11 +24,14 @@ that epoch, so a record about an older incarnation changes nothing.
 Partitions (KIP-497, Kafka's PartitionRecord / PartitionChangeRecord): ``Partition``
 states a partition whole (creation, and every partition of a snapshot, with its
 epochs); ``PartitionChange`` names one by topic id and index and carries only what
-changes — any of ``leader``, ``isr``, ``replicas``. Applying a change bumps the
-partition epoch, whatever it changes (a leader's AlterPartition must name the current
-one, so a stale proposal fails); a change that carries ``leader`` (even -1: the
-partition goes offline) also bumps the leader epoch, as Kafka does, so followers
-and clients can tell the new leader's era from the old one's. A change of a partition
+changes — any of ``leader``, ``isr``, ``replicas``, ``adding_replicas``,
+``removing_replicas`` (the last two: an ongoing reassignment, KIP-455; a record
+without them, written before reassignments existed, reads as none). Applying a
+change bumps the partition epoch, whatever it changes (a leader's AlterPartition
+must name the current one, so a stale proposal fails); a change that carries
+``leader`` (even -1: the partition goes offline) also bumps the leader epoch, as
+Kafka does, so followers and clients can tell the new leader's era from the old
+one's. A change of a partition
 the image does not hold (its topic deleted in the same batch) changes nothing.
 """
 
@@ -87,6 +90,9 @@ class PartitionImage:
     leader: int
     leader_epoch: int
     partition_epoch: int = 0
+    # an ongoing reassignment (KIP-455): replicas = target ∪ current while it runs
+    adding_replicas: tuple[int, ...] = ()
+    removing_replicas: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,6 +174,7 @@ class MetadataImage:
                             "leader": p.leader,
                             "leader_epoch": p.leader_epoch,
                             "partition_epoch": p.partition_epoch,
+                            **_reassigning(p),
                         },
                     )
                 )
@@ -391,6 +398,16 @@ def _topic(state: _Builder, f: Mapping[str, Any]) -> None:
     state.changed.topic_ids.add(topic_id)
 
 
+def _reassigning(p: PartitionImage) -> dict[str, list[int]]:
+    """A snapshot's fields of an ongoing reassignment (none when there is none)."""
+    if not p.adding_replicas and not p.removing_replicas:
+        return {}
+    return {
+        "adding_replicas": list(p.adding_replicas),
+        "removing_replicas": list(p.removing_replicas),
+    }
+
+
 def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
     topic_id = _topic_id(state, f["topic_id"])
     names = state.image.topic_names_by_id if state.names_by_id is None else state.names_by_id
@@ -406,6 +423,8 @@ def _partition(state: _Builder, f: Mapping[str, Any]) -> None:
         f["leader"],
         f["leader_epoch"],
         f.get("partition_epoch", 0),
+        tuple(f.get("adding_replicas", ())),
+        tuple(f.get("removing_replicas", ())),
     )
     partitions = state.partitions.get(topic.name)
     if partitions is None:
@@ -439,6 +458,8 @@ def _partition_change(state: _Builder, f: Mapping[str, Any]) -> None:
         leader,
         leader_epoch,
         current.partition_epoch + 1,
+        tuple(f["adding_replicas"]) if "adding_replicas" in f else current.adding_replicas,
+        tuple(f["removing_replicas"]) if "removing_replicas" in f else current.removing_replicas,
     )
     if partitions is None:
         partitions = state.partitions[topic.name] = dict(topic.partitions)

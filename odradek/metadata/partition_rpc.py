@@ -1,4 +1,6 @@
-"""AlterPartition and ElectLeaders sent to the active controller (the RPC channel's half).
+"""AlterPartition, ElectLeaders and AlterPartitionReassignments to the active controller.
+
+The RPC channel's half.
 
 How this works and why: ``RemoteControllerChannel`` (controller_rpc.py) forwards every
 metadata change to the active controller; these two concern partition leadership and
@@ -15,6 +17,9 @@ are built and read here, beside it, so neither module grows past a readable size
 - ElectLeaders (key 43, v0–v2; v0 knows only PREFERRED elections): a forwarded
   request, answered per partition with the controller's error names. The caller
   (the channel) waits for its image to show each elected partition led.
+- AlterPartitionReassignments (key 45, v0–v1; v1 carries
+  ``allow_replication_factor_change``): forwarded the same way; the caller waits for
+  its image to show each accepted target (or cancel) in the partition's replicas.
 """
 
 from __future__ import annotations
@@ -30,9 +35,17 @@ from odradek.metadata.controller_client import ControllerClient
 from odradek.metadata.elections import NO_LEADER, PREFERRED, ElectionResult
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import MetadataImage
+from odradek.metadata.reassignment import (
+    ReassignmentRequest,
+    ReassignmentResult,
+    ongoing,
+)
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 ELECT_LEADERS_KEY: Final = 43
+ALTER_REASSIGNMENTS_KEY: Final = 45
+ALTER_REASSIGNMENTS_VERSIONS: Final = (0, 1)
+RF_CHANGE_VERSION: Final = 1  # allow_replication_factor_change
 ALTER_PARTITION_KEY: Final = 56
 ELECT_LEADERS_VERSIONS: Final = (0, 2)
 ALTER_PARTITION_VERSIONS: Final = (2, 3)
@@ -192,12 +205,100 @@ def elected(
     return shown
 
 
+async def alter_partition_reassignments(
+    client: ControllerClient,
+    timeout_s: float,
+    requests: Sequence[ReassignmentRequest],
+    allow_rf_change: bool,
+) -> list[ReassignmentResult]:
+    """AlterPartitionReassignments to the active controller: one result per partition
+    it answered; raises ControllerError for the request as a whole."""
+    grouped: dict[str, list[ReassignmentRequest]] = {}
+    for request in requests:
+        grouped.setdefault(request.topic, []).append(request)
+
+    def build(version: int) -> Any:
+        if version < RF_CHANGE_VERSION and not allow_rf_change:
+            raise ControllerError(
+                "UNSUPPORTED_VERSION", "the controller cannot refuse a replication factor change"
+            )
+        topics = tuple(
+            request_entity(
+                ALTER_REASSIGNMENTS_KEY,
+                version,
+                "ReassignableTopic",
+                name=topic,
+                partitions=tuple(
+                    request_entity(
+                        ALTER_REASSIGNMENTS_KEY,
+                        version,
+                        "ReassignablePartition",
+                        partition_index=r.partition,
+                        replicas=r.replicas,
+                    )
+                    for r in group
+                ),
+            )
+            for topic, group in grouped.items()
+        )
+        return request_entity(
+            ALTER_REASSIGNMENTS_KEY,
+            version,
+            timeout=datetime.timedelta(seconds=timeout_s),
+            allow_replication_factor_change=allow_rf_change,  # v1+; v0 has no such field
+            topics=topics,
+        )
+
+    response = await client.send(ALTER_REASSIGNMENTS_KEY, build, timeout_s=timeout_s)
+    if response.error_code != ErrorCode.none:
+        name = _name(response.error_code)
+        raise ControllerError(name, response.error_message or name)
+    return [
+        ReassignmentResult(
+            topic.name,
+            int(p.partition_index),
+            _name(p.error_code),
+            None if p.error_code == ErrorCode.none else p.error_message,
+        )
+        for topic in response.responses
+        for p in topic.partitions
+    ]
+
+
+def reassigned(
+    requests: Sequence[ReassignmentRequest], results: Sequence[ReassignmentResult]
+) -> Callable[[MetadataImage], bool]:
+    """Does an image show every accepted request: a target at the head of the
+    partition's replicas, a cancel as no reassignment in progress?"""
+    accepted = {(r.topic, r.partition) for r in results if r.error == "NONE"}
+    done = [r for r in requests if (r.topic, r.partition) in accepted]
+
+    def shown(image: MetadataImage) -> bool:
+        for request in done:
+            topic = image.topics.get(request.topic)
+            state = topic.partitions.get(request.partition) if topic is not None else None
+            if state is None:
+                return False
+            if request.replicas is None:
+                if ongoing(state):
+                    return False
+            elif state.replicas[: len(request.replicas)] != request.replicas:
+                return False
+        return True
+
+    return shown
+
+
 __all__ = [
     "ALTER_PARTITION_KEY",
     "ALTER_PARTITION_VERSIONS",
+    "ALTER_REASSIGNMENTS_KEY",
+    "ALTER_REASSIGNMENTS_VERSIONS",
     "ELECT_LEADERS_KEY",
     "ELECT_LEADERS_VERSIONS",
     "alter_partition",
+    "alter_partition_reassignments",
     "elect_leaders",
     "elected",
+    "reassigned",
 ]

@@ -18,15 +18,20 @@ land on the same neighbours (a failed broker's load spreads over many, not one).
 When every usable broker has a rack, the ring alternates racks (the first broker of
 each rack, then the second of each, ...) and a follower skips brokers whose rack
 already holds a replica of the partition until every rack holds one.
+
+``partition_record`` turns a chosen replica tuple into the new partition's record (ISR
+= its unfenced replicas, led by the first of them).
 """
 
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import Iterable, Mapping, Sequence
 
+from odradek.metadata.elections import NO_LEADER, Eligible
 from odradek.metadata.errors import ControllerError
-from odradek.metadata.image import BrokerImage
+from odradek.metadata.image import BrokerImage, MetadataRecord
 
 Assignment = tuple[int, ...]
 
@@ -177,4 +182,30 @@ def _invalid(message: str) -> ControllerError:
     return ControllerError("INVALID_REPLICA_ASSIGNMENT", message)
 
 
-__all__ = ["Assignment", "check_assignment", "check_assignments", "place", "usable_brokers"]
+def partition_record(
+    topic_id: uuid.UUID, partition: int, replicas: Sequence[int], eligible: Eligible
+) -> MetadataRecord:
+    """A new partition: ISR = its unfenced replicas, led by the first of them."""
+    isr = [r for r in replicas if eligible(r)]
+    return MetadataRecord(
+        "Partition",
+        {
+            "topic_id": str(topic_id),
+            "partition": partition,
+            "replicas": list(replicas),
+            "isr": isr,
+            "leader": isr[0] if isr else NO_LEADER,
+            "leader_epoch": 0,
+            "partition_epoch": 0,
+        },
+    )
+
+
+__all__ = [
+    "Assignment",
+    "check_assignment",
+    "check_assignments",
+    "partition_record",
+    "place",
+    "usable_brokers",
+]

@@ -99,6 +99,7 @@ def load_all() -> None:
         produce,
         producer_ids,
         quorum,
+        reassignments,
         records_admin,
         topics,
         topics_admin,

@@ -1,0 +1,513 @@
+"""``odradek reassign-partitions``: move partition replicas, as ``kafka-reassign-partitions.sh``.
+
+How this works and why: a reassignment (KIP-455) is started by one
+AlterPartitionReassignments request (API 45) to any broker, which forwards it to the
+active controller; the brokers then copy the data with their ordinary replica fetchers
+and the controller finishes the move once the new replicas are in sync
+(metadata/reassignment.py). This tool speaks Kafka's JSON plan, so plans written for
+``kafka-reassign-partitions.sh`` work unchanged:
+
+- ``--generate --topics-to-move-json-file F --broker-list 1,2,3``: F is
+  ``{"version":1,"topics":[{"topic":"foo"}]}``; prints the current assignment of those
+  topics and a proposed one over the listed brokers, each as
+  ``{"version":1,"partitions":[{"topic","partition","replicas","log_dirs"}]}``. The
+  proposal keeps every partition's replication factor and spreads replicas round-robin
+  (partition p's replicas start at the p-th listed broker, so leaders are spread too;
+  Kafka starts at a random broker, this is deterministic so a plan can be reviewed and
+  regenerated). It changes nothing.
+- ``--execute --reassignment-json-file F``: prints the current assignment of F's
+  partitions (save it to roll back) and starts the reassignment. Refused while another
+  reassignment is in progress, unless ``--additional``; with
+  ``--disallow-replication-factor-change`` (KIP-860) a target that changes a
+  partition's replica count is refused (INVALID_REPLICATION_FACTOR).
+- ``--verify --reassignment-json-file F``: per partition, completed, still in progress
+  (ListPartitionReassignments, API 46), or not in progress with a different replica set.
+  Kafka's ``--verify`` also clears the replication throttles once everything is done;
+  odradek has no replication throttles, so there is nothing to clear (said in the
+  output).
+- ``--cancel --reassignment-json-file F``: reverts F's ongoing reassignments to their
+  original replicas.
+
+``log_dirs`` other than ``"any"`` are refused (odradek does not move replicas between
+a broker's directories: AlterReplicaLogDirs). Every failure is one line on stderr and
+status 1; a partition the controller refused is reported with Kafka's error name and
+ends the run with status 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import datetime
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Final
+
+from kio.schema.errors import ErrorCode
+
+from odradek.cli.subcommand import Subparsers
+from odradek.client.connection import (
+    BrokerAddress,
+    BrokerConnection,
+    KafkaConnectionError,
+    UnsupportedVersionError,
+    request_entity,
+)
+
+NAME: Final = "reassign-partitions"
+METADATA_KEY: Final = 3
+ALTER_KEY: Final = 45
+LIST_KEY: Final = 46
+CLIENT_VERSIONS: Final = {18: (0, 3), METADATA_KEY: (1, 12), ALTER_KEY: (0, 1), LIST_KEY: (0, 0)}
+REQUEST_TIMEOUT_S: Final = 30.0
+ANY_DIR: Final = "any"
+
+Assignment = dict[tuple[str, int], tuple[int, ...]]
+Result = tuple[str, int, str, str | None]  # topic, partition, error name, message
+
+
+class ReassignToolError(Exception):
+    """A failure to report in one line (exit status 1)."""
+
+
+def add_parser(subparsers: Subparsers) -> None:
+    parser = subparsers.add_parser(
+        NAME,
+        help="move partition replicas between brokers (kafka-reassign-partitions.sh)",
+        description="Generate, execute, verify or cancel a partition reassignment with "
+        "Kafka's JSON plan, like kafka-reassign-partitions.sh.",
+    )
+    parser.add_argument(
+        "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers"
+    )
+    action = parser.add_mutually_exclusive_group(required=True)
+    for flag, text in (
+        ("--generate", "propose an assignment of --topics-to-move-json-file's topics"),
+        ("--execute", "start the reassignment in --reassignment-json-file"),
+        ("--verify", "report whether --reassignment-json-file's reassignment is done"),
+        ("--cancel", "revert --reassignment-json-file's ongoing reassignments"),
+    ):
+        action.add_argument(flag, action="store_true", help=text)
+    parser.add_argument("--topics-to-move-json-file", metavar="FILE")
+    parser.add_argument("--broker-list", metavar="ID[,ID]", help="brokers for --generate")
+    parser.add_argument("--reassignment-json-file", metavar="FILE")
+    parser.add_argument(
+        "--additional",
+        action="store_true",
+        help="--execute even though other reassignments are in progress",
+    )
+    parser.add_argument(
+        "--disallow-replication-factor-change",
+        action="store_true",
+        help="--execute refuses a partition whose replica count would change (KIP-860)",
+    )
+    parser.add_argument(
+        "--preserve-throttles",
+        action="store_true",
+        help="accepted for compatibility: odradek has no replication throttles",
+    )
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        addresses = _addresses(args.bootstrap_server)
+        if args.generate:
+            lines, failed = asyncio.run(_generate(addresses, args))
+        else:
+            if not args.reassignment_json_file:
+                raise ReassignToolError("--reassignment-json-file is required")
+            plan = read_plan(Path(args.reassignment_json_file))
+            if args.execute:
+                allow_rf = not args.disallow_replication_factor_change
+                lines, failed = asyncio.run(_execute(addresses, plan, args.additional, allow_rf))
+            elif args.verify:
+                lines, failed = asyncio.run(_verify(addresses, plan))
+            else:
+                lines, failed = asyncio.run(_cancel(addresses, plan))
+    except ReassignToolError as error:
+        print(f"{NAME}: {error}", file=sys.stderr)
+        return 1
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    if failed:
+        print(f"{NAME}: {failed} partition(s) failed", file=sys.stderr)
+        return 1
+    return 0
+
+
+# -- the JSON files ------------------------------------------------------------------------
+def _load(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except OSError as error:
+        raise ReassignToolError(f"cannot read {path}: {error.strerror or error}") from None
+    except ValueError as error:
+        raise ReassignToolError(f"{path} is not JSON: {error}") from None
+
+
+def read_plan(path: Path) -> Assignment:
+    """A reassignment file: {"version":1,"partitions":[{"topic","partition","replicas"}]}."""
+    document = _load(path)
+    items = document.get("partitions") if isinstance(document, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ReassignToolError(f'{path}: expected {{"version":1,"partitions":[...]}}')
+    plan: Assignment = {}
+    for item in items:
+        if not isinstance(item, dict):
+            raise ReassignToolError(f"{path}: bad entry {item!r}")
+        topic, partition, replicas = item.get("topic"), item.get("partition"), item.get("replicas")
+        if (
+            not isinstance(topic, str)
+            or not isinstance(partition, int)
+            or partition < 0
+            or not isinstance(replicas, list)
+            or not all(isinstance(r, int) and not isinstance(r, bool) for r in replicas)
+        ):
+            raise ReassignToolError(f"{path}: bad entry {item!r} (topic, partition, replicas)")
+        dirs = item.get("log_dirs")
+        if dirs is not None and (
+            not isinstance(dirs, list) or len(dirs) != len(replicas) or set(dirs) - {ANY_DIR}
+        ):
+            raise ReassignToolError(
+                f'{path}: {topic}-{partition}: log_dirs must be one "any" per replica '
+                "(odradek does not place replicas in given directories)"
+            )
+        if (topic, partition) in plan:
+            raise ReassignToolError(f"{path}: partition {topic}-{partition} listed twice")
+        plan[(topic, partition)] = tuple(replicas)
+    return plan
+
+
+def read_topics(path: Path) -> list[str]:
+    """A topics-to-move file: {"version":1,"topics":[{"topic":"foo"}]}."""
+    document = _load(path)
+    items = document.get("topics") if isinstance(document, dict) else None
+    if not isinstance(items, list) or not items:
+        raise ReassignToolError(f'{path}: expected {{"version":1,"topics":[{{"topic":...}}]}}')
+    names = []
+    for item in items:
+        name = item.get("topic") if isinstance(item, dict) else None
+        if not isinstance(name, str) or not name:
+            raise ReassignToolError(f"{path}: bad entry {item!r}")
+        if name not in names:
+            names.append(name)
+    return names
+
+
+def plan_json(assignment: Mapping[tuple[str, int], Sequence[int]]) -> str:
+    """Kafka's plan format, partitions in (topic, partition) order."""
+    return json.dumps(
+        {
+            "version": 1,
+            "partitions": [
+                {
+                    "topic": topic,
+                    "partition": index,
+                    "replicas": list(replicas),
+                    "log_dirs": [ANY_DIR] * len(replicas),
+                }
+                for (topic, index), replicas in sorted(assignment.items())
+            ],
+        },
+        separators=(",", ":"),
+    )
+
+
+def propose(current: Mapping[tuple[str, int], Sequence[int]], brokers: Sequence[int]) -> Assignment:
+    """Each partition's replication factor over ``brokers``, round-robin (module doc)."""
+    proposed: Assignment = {}
+    for (topic, index), replicas in sorted(current.items()):
+        if len(replicas) > len(brokers):
+            raise ReassignToolError(
+                f"{topic}-{index} has {len(replicas)} replicas but --broker-list names "
+                f"only {len(brokers)} broker(s)"
+            )
+        proposed[(topic, index)] = tuple(
+            brokers[(index + i) % len(brokers)] for i in range(len(replicas))
+        )
+    return proposed
+
+
+def _name(tp: tuple[str, int]) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+# -- the actions ---------------------------------------------------------------------------
+async def _generate(addresses: Sequence[tuple[str, int]], args: Any) -> tuple[list[str], int]:
+    if not args.topics_to_move_json_file or not args.broker_list:
+        raise ReassignToolError("--generate needs --topics-to-move-json-file and --broker-list")
+    brokers = _broker_list(args.broker_list)
+    names = read_topics(Path(args.topics_to_move_json_file))
+    async with _connected(addresses) as connection:
+        current, known = await _assignment(connection)
+    missing = [n for n in names if n not in {t for t, _ in current}]
+    if missing:
+        raise ReassignToolError(f"unknown topic(s): {', '.join(missing)}")
+    unknown = [b for b in brokers if b not in known]
+    if unknown:
+        raise ReassignToolError(f"--broker-list names unknown broker(s) {unknown}")
+    moving = {tp: r for tp, r in current.items() if tp[0] in names}
+    return [
+        "Current partition replica assignment",
+        plan_json(moving),
+        "",
+        "Proposed partition reassignment configuration",
+        plan_json(propose(moving, brokers)),
+    ], 0
+
+
+async def _execute(
+    addresses: Sequence[tuple[str, int]], plan: Assignment, additional: bool, allow_rf: bool
+) -> tuple[list[str], int]:
+    async with _connected(addresses) as connection:
+        current, _ = await _assignment(connection)
+        missing = [_name(tp) for tp in plan if tp not in current]
+        if missing:
+            raise ReassignToolError(f"unknown partition(s): {', '.join(missing)}")
+        if not additional and await _ongoing(connection, None):
+            raise ReassignToolError(
+                "cannot execute because there is an existing partition reassignment; use "
+                "--additional to start this one in addition to it"
+            )
+        results = await _alter(connection, {tp: plan[tp] for tp in plan}, allow_rf)
+    lines = [
+        "Current partition replica assignment",
+        "",
+        plan_json({tp: current[tp] for tp in plan}),
+        "",
+        "Save this to use as the --reassignment-json-file option during rollback",
+    ]
+    outcome, failed = _outcome("started partition reassignment", results)
+    return lines + outcome, failed
+
+
+async def _cancel(addresses: Sequence[tuple[str, int]], plan: Assignment) -> tuple[list[str], int]:
+    async with _connected(addresses) as connection:
+        results = await _alter(connection, dict.fromkeys(plan))
+    return _outcome("cancelled partition reassignment", results)
+
+
+async def _verify(addresses: Sequence[tuple[str, int]], plan: Assignment) -> tuple[list[str], int]:
+    async with _connected(addresses) as connection:
+        current, _ = await _assignment(connection)
+        ongoing = await _ongoing(connection, list(plan))
+    lines = ["Status of partition reassignment:"]
+    done = True
+    for tp, target in plan.items():
+        if tp in ongoing:
+            done = False
+            lines.append(f"Reassignment of partition {_name(tp)} is still in progress.")
+        elif current.get(tp) == target:
+            lines.append(f"Reassignment of partition {_name(tp)} is completed.")
+        else:
+            done = False
+            have = ",".join(str(r) for r in current.get(tp, ()))
+            want = ",".join(str(r) for r in target)
+            lines.append(
+                f"There is no active reassignment of partition {_name(tp)}, but replica set "
+                f"is {have} rather than {want}."
+            )
+    if done:
+        lines += ["", "No replication throttles to clear (odradek has none)."]
+    return lines, 0
+
+
+def _outcome(
+    what: str, results: Sequence[tuple[str, int, str, str | None]]
+) -> tuple[list[str], int]:
+    good = [f"{t}-{p}" for t, p, e, _ in results if e == "NONE"]
+    bad = [(t, p, e, m) for t, p, e, m in results if e != "NONE"]
+    lines = []
+    if good:
+        plural = "s" if len(good) != 1 else ""
+        lines.append(f"Successfully {what}{plural} for {','.join(good)}")
+    if bad:
+        lines.append("Error reassigning partition(s):")
+        lines += [f"{t}-{p}: {e}" + (f": {m}" if m else "") for t, p, e, m in bad]
+    return lines, len(bad)
+
+
+# -- the wire ------------------------------------------------------------------------------
+class _connected:
+    """The first reachable broker of ``addresses``, closed on exit."""
+
+    def __init__(self, addresses: Sequence[tuple[str, int]]) -> None:
+        self.addresses = addresses
+        self.connection: BrokerConnection | None = None
+
+    async def __aenter__(self) -> BrokerConnection:
+        failures = []
+        for host, port in self.addresses:
+            connection = BrokerConnection(
+                BrokerAddress(-1, host, port),
+                client_id="odradek-reassign-partitions",
+                request_timeout_s=REQUEST_TIMEOUT_S + 5,
+                client_versions=CLIENT_VERSIONS,
+            )
+            try:
+                await connection.connect()
+            except (KafkaConnectionError, OSError) as error:
+                failures.append(f"cannot reach {host}:{port}: {error}")
+                await connection.close()
+                continue
+            self.connection = connection
+            return connection
+        raise ReassignToolError("; ".join(failures))
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.connection is not None:
+            await self.connection.close()
+
+
+def _version(connection: BrokerConnection, key: int, api: str) -> int:
+    try:
+        return connection.version_for(key)
+    except UnsupportedVersionError:
+        raise ReassignToolError(f"the broker does not serve {api}") from None
+
+
+async def _send(connection: BrokerConnection, request: Any) -> Any:
+    try:
+        return await connection.send(request)
+    except (KafkaConnectionError, OSError) as error:
+        raise ReassignToolError(f"the broker connection failed: {error}") from None
+
+
+async def _assignment(connection: BrokerConnection) -> tuple[Assignment, set[int]]:
+    """Every partition's replicas (Metadata of all topics) and the brokers' ids."""
+    version = _version(connection, METADATA_KEY, "Metadata")
+    response = await _send(
+        connection,
+        request_entity(
+            METADATA_KEY,
+            version,
+            topics=None,
+            allow_auto_topic_creation=False,
+            include_cluster_authorized_operations=False,
+            include_topic_authorized_operations=False,
+        ),
+    )
+    current: Assignment = {}
+    for topic in response.topics:
+        if topic.error_code != ErrorCode.none or topic.name is None:
+            continue
+        for p in topic.partitions:
+            current[(topic.name, int(p.partition_index))] = tuple(int(r) for r in p.replica_nodes)
+    return current, {int(b.node_id) for b in response.brokers}
+
+
+async def _ongoing(
+    connection: BrokerConnection, partitions: Sequence[tuple[str, int]] | None
+) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The ongoing reassignments (ListPartitionReassignments): partition → replicas."""
+    version = _version(connection, LIST_KEY, "ListPartitionReassignments")
+    topics: Any = None
+    if partitions is not None:
+        grouped: dict[str, list[int]] = {}
+        for topic, index in partitions:
+            grouped.setdefault(topic, []).append(index)
+        topics = tuple(
+            request_entity(
+                LIST_KEY,
+                version,
+                "ListPartitionReassignmentsTopics",
+                name=name,
+                partition_indexes=tuple(indexes),
+            )
+            for name, indexes in grouped.items()
+        )
+    response = await _send(
+        connection,
+        request_entity(
+            LIST_KEY, version, timeout=datetime.timedelta(seconds=REQUEST_TIMEOUT_S), topics=topics
+        ),
+    )
+    if response.error_code != ErrorCode.none:
+        raise ReassignToolError(f"listing reassignments failed: {response.error_code.name.upper()}")
+    return {
+        (topic.name, int(p.partition_index)): tuple(int(r) for r in p.replicas)
+        for topic in response.topics
+        for p in topic.partitions
+    }
+
+
+async def _alter(
+    connection: BrokerConnection,
+    plan: dict[tuple[str, int], tuple[int, ...] | None],
+    allow_rf: bool = True,
+) -> list[Result]:
+    """AlterPartitionReassignments (None: cancel); (topic, partition, error, message)."""
+    version = _version(connection, ALTER_KEY, "AlterPartitionReassignments")
+    if version < 1 and not allow_rf:
+        raise ReassignToolError(
+            "the broker cannot refuse a replication factor change (AlterPartitionReassignments v0)"
+        )
+    grouped: dict[str, list[tuple[int, tuple[int, ...] | None]]] = {}
+    for (topic, index), replicas in plan.items():
+        grouped.setdefault(topic, []).append((index, replicas))
+    response = await _send(
+        connection,
+        request_entity(
+            ALTER_KEY,
+            version,
+            timeout=datetime.timedelta(seconds=REQUEST_TIMEOUT_S),
+            allow_replication_factor_change=allow_rf,
+            topics=tuple(
+                request_entity(
+                    ALTER_KEY,
+                    version,
+                    "ReassignableTopic",
+                    name=name,
+                    partitions=tuple(
+                        request_entity(
+                            ALTER_KEY,
+                            version,
+                            "ReassignablePartition",
+                            partition_index=index,
+                            replicas=replicas,
+                        )
+                        for index, replicas in entries
+                    ),
+                )
+                for name, entries in grouped.items()
+            ),
+        ),
+    )
+    if response.error_code != ErrorCode.none:
+        name = response.error_code.name.upper()
+        raise ReassignToolError(f"reassignment failed: {name}: {response.error_message or ''}")
+    return [
+        (
+            topic.name,
+            int(p.partition_index),
+            p.error_code.name.upper(),
+            p.error_message,
+        )
+        for topic in response.responses
+        for p in topic.partitions
+    ]
+
+
+def _broker_list(text: str) -> list[int]:
+    brokers = []
+    for item in text.split(","):
+        item = item.strip()
+        if not item.lstrip("-").isdigit() or int(item) < 0:
+            raise ReassignToolError(f"--broker-list: {item!r} is not a broker id")
+        if int(item) in brokers:
+            raise ReassignToolError(f"--broker-list: broker {item} listed twice")
+        brokers.append(int(item))
+    return brokers
+
+
+def _addresses(text: str) -> list[tuple[str, int]]:
+    addresses = []
+    for item in text.split(","):
+        host, sep, port = item.strip().rpartition(":")
+        host = host.strip("[]")
+        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ReassignToolError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
+        addresses.append((host, int(port)))
+    return addresses
