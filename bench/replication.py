@@ -1,0 +1,686 @@
+"""Replication benchmark: partition replication on three local KRaft nodes, against the
+goals of issue 12.
+
+Run: ``make bench`` (every bench script) or ``.venv/bin/python bench/replication.py
+[--quick] [--kills 20] [--terms 10] [--catchup-mb 1000] [--parts ...]``.
+
+Every node is a real ``odradek serve`` process from a Kafka-style properties file
+(``tests/support/kraft.py``: combined broker+controller nodes, default configs, so
+``broker.session.timeout.ms`` is Kafka's 9 s, except ``auto.leader.rebalance.enable``
+false: a leadership moved back by the rebalance timer would land in the middle of a
+measured round). What is measured, and how:
+
+- Throughput: the load generator of ``bench/broker.py`` (a separate process, the
+  confluent-kafka client: 1 KiB random records as fast as it can, ``linger.ms`` 5,
+  ``batch.size`` 1 MB; acks=1 without idempotence, acks=all with it) against one
+  zero-config node with a topic of replication factor 1 and acks=1, then against the
+  three nodes with a topic of replication factor 3, ``min.insync.replicas`` 2 and
+  acks=all: an untimed warm-up, then the timed part up to the final flush. Topics keep
+  16 MiB per partition as in ``bench/broker.py`` (this VM charges ~10x for page-cache
+  pages it has not touched before). 1 and 8 partitions; the best of ``--rounds`` runs.
+  Goal: acks=all RF=3 at least 0.5x acks=1 RF=1 (Kafka loses about a third).
+- End-to-end latency: ``bench/broker.py``'s latency pair (a consumer process polling,
+  a producer process sending 1 KiB records stamped with CLOCK_MONOTONIC at a paced
+  rate, acks=all, ``linger.ms`` 1) on an RF=3 topic of one partition. 20 MB/s first;
+  a rate is *sustained* when the producer kept 95% of it and the consumer's p99 stayed
+  under a second (a backlog grows otherwise); if 20 MB/s is not, lower rates are
+  tried and the table says which rate the p99 belongs to. Goal: p99 <= 20 ms.
+- Leader failover: an RF=3 topic of one partition; an in-process idempotent acks=all
+  producer (bootstrap: all three nodes) has delivered one record, then the
+  partition's leader gets SIGKILL and a record is produced at once; the time from the
+  signal to that record's delivery report (librdkafka retries it and refreshes
+  metadata on its own). The killed node is restarted and the round waits until it is
+  back in the partition's ISR (Metadata's isr). ``--kills`` rounds (goal p99 <=
+  ``broker.session.timeout.ms`` + 2 s: a dead leader is only noticed when its session
+  expires), then ``--terms`` rounds with SIGTERM (controlled shutdown moves the
+  leadership first; goal <= 2 s).
+- Follower catch-up: an RF=3 topic of one partition led by node 1; node 3 is stopped
+  (SIGTERM), ``--catchup-mb`` MB of 1 KiB records are produced (acks=all,
+  ``min.insync.replicas`` 2), node 3 is started again, and the time from its ready
+  line until its segment files are as long as the leader's gives the catch-up rate.
+  Beside it, the raw read rate of the leader's same segment files (4 MiB reads): warm
+  (the files as the follower found them: written moments before, in the page cache)
+  and cold (each file fsynced and evicted with ``posix_fadvise(DONTNEED)`` first, which
+  drops only those files' pages, not the machine's cache).
+
+The table prints each goal beside the measurement; ``--strict`` exits 1 on a miss.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench import broker as load
+from bench._support import OdradekBroker, finish, load_average, show_load, warn_if_busy
+from odradek.metadata.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS
+from tests.support.kraft import Quorum
+
+KIB = 1024
+MB = 1_000_000
+THROUGHPUT_GOAL = 0.5  # acks=all RF=3 / acks=1 RF=1, at least
+LATENCY_RATES = (20 * MB, 10 * MB, 5 * MB, 2 * MB)
+LATENCY_P99_GOAL_MS = 20.0
+SUSTAINED_SHARE = 0.95  # of the target rate the producer must keep
+BACKLOG_P99_MS = 1000.0  # a p99 above this: the consumer fell behind, not sustained
+KILL_GOAL_S = DEFAULT_SESSION_TIMEOUT_MS / 1000 + 2.0
+TERM_GOAL_S = 2.0
+ROUND_TIMEOUT_S = 90.0
+POLL_S = 0.05
+READ_BUFFER = 4 * 1024 * 1024
+PROPERTIES = {"auto.leader.rebalance.enable": "false"}
+SERVE_ARGS = ("--log-level", "WARNING")
+REPLICATED = {"min.insync.replicas": "2"}
+
+
+def progress(message: str) -> None:
+    print(f"  ... {message}", file=sys.stderr, flush=True)
+
+
+def percentile(values: Sequence[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def verdict(ok: bool) -> str:
+    return "met" if ok else "**MISSED**"
+
+
+# -- the cluster --------------------------------------------------------------------------
+
+
+class Cluster:
+    """Three combined KRaft nodes and an admin client on all of them."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.quorum = Quorum(workdir, properties=PROPERTIES, serve_args=SERVE_ARGS).start()
+        from confluent_kafka.admin import AdminClient
+
+        self.admin: Any = AdminClient({"bootstrap.servers": self.quorum.bootstrap})
+
+    @property
+    def bootstrap(self) -> str:
+        return self.quorum.bootstrap
+
+    def pid(self, node_id: int) -> int:
+        return self.quorum.nodes[node_id].pid
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        config: dict[str, str] | None = None,
+        assignment: list[list[int]] | None = None,
+    ) -> None:
+        from confluent_kafka.admin import NewTopic
+
+        if assignment is not None:
+            new = NewTopic(topic, replica_assignment=assignment, config=config or {})
+        else:
+            new = NewTopic(topic, partitions, 3, config=config or {})
+        self.admin.create_topics([new], operation_timeout=30)[topic].result(60)
+        self.wait_isr(topic, range(partitions), 3)
+
+    def delete_topic(self, topic: str) -> None:
+        self.admin.delete_topics([topic], operation_timeout=30)[topic].result(60)
+
+    def partition(self, topic: str, index: int = 0) -> tuple[int, list[int]]:
+        """(leader, isr) of one partition as Metadata answers (leader -1: none)."""
+        metadata = self.admin.list_topics(topic, timeout=10)
+        state = metadata.topics[topic].partitions.get(index)
+        if state is None:
+            return -1, []
+        return int(state.leader), [int(n) for n in state.isrs]
+
+    def wait_isr(self, topic: str, partitions: range, size: int) -> None:
+        """Until every partition has a leader and ``size`` replicas in its ISR."""
+        deadline = time.monotonic() + ROUND_TIMEOUT_S
+        while True:
+            try:
+                states = [self.partition(topic, p) for p in partitions]
+            except Exception:  # a node restarting: ask again
+                states = []
+            if states and all(leader >= 0 and len(isr) >= size for leader, isr in states):
+                return
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{topic}: ISR not {size} within {ROUND_TIMEOUT_S} s: {states}")
+            time.sleep(POLL_S)
+
+    def close(self) -> None:
+        self.admin = None
+        self.quorum.close()
+
+
+# -- throughput ------------------------------------------------------------------------------
+
+
+@dataclass
+class Throughput:
+    partitions: int
+    single: load.Run | None
+    replicated: load.Run | None
+
+    @property
+    def ratio(self) -> float | None:
+        if not self.single or not self.replicated or self.single.error or self.replicated.error:
+            return None
+        return self.replicated.mb_s / self.single.mb_s
+
+
+def produce_spec(
+    topic: str, partitions: int, acks: str, seconds: float, warmup: float
+) -> dict[str, Any]:
+    return {
+        "kind": "produce",
+        "topic": topic,
+        "partitions": partitions,
+        "size": KIB,
+        "acks": acks,
+        "seconds": seconds,
+        "warmup_s": warmup,
+    }
+
+
+def throughput_runs(
+    base: Path, partition_counts: Sequence[int], seconds: float, warmup: float, rounds: int
+) -> list[Throughput]:
+    single_runs: dict[int, list[load.Run]] = {p: [] for p in partition_counts}
+    replicated_runs: dict[int, list[load.Run]] = {p: [] for p in partition_counts}
+    timeout = warmup + seconds + 120
+    check = ("--override", f"log.retention.check.interval.ms={load.RETENTION_CHECK_MS}")
+    (base / "single").mkdir()
+    node = OdradekBroker(base / "single", check)
+    try:
+        for round_number in range(rounds):
+            for partitions in partition_counts:
+                topic = f"single-{partitions}p-r{round_number}"
+                progress(f"produce acks=1 RF=1 {partitions}p, round {round_number + 1}")
+                node.create_topic(topic, partitions, load.RETENTION_CONFIG)
+                spec = produce_spec(topic, partitions, "1", seconds, warmup)
+                single_runs[partitions].append(load.measured(node, spec, timeout))
+    finally:
+        node.stop()
+    cluster = Cluster(base / "throughput")
+    try:
+        for round_number in range(rounds):
+            for partitions in partition_counts:
+                topic = f"replicated-{partitions}p-r{round_number}"
+                progress(f"produce acks=all RF=3 {partitions}p, round {round_number + 1}")
+                cluster.create_topic(topic, partitions, {**load.RETENTION_CONFIG, **REPLICATED})
+                leader, _ = cluster.partition(topic)
+                spec = {
+                    **produce_spec(topic, partitions, "all", seconds, warmup),
+                    "bootstrap": cluster.bootstrap,
+                    "broker_pid": cluster.pid(leader),
+                }
+                try:
+                    result = load.run_worker(spec, timeout)
+                    run = load.Run(
+                        topic=topic,
+                        records=result["records"],
+                        bytes=result["bytes"],
+                        seconds=result["seconds"],
+                        client_cpu=result["cpu_s"] / result["seconds"],
+                        broker_cpu=result["broker_cpu"],
+                        machine_busy=result["machine"],
+                    )
+                except RuntimeError as error:
+                    run = load.Run(topic=topic, error=str(error).splitlines()[0][:200])
+                replicated_runs[partitions].append(run)
+                cluster.delete_topic(topic)
+    finally:
+        cluster.close()
+    return [
+        Throughput(p, load.best(single_runs[p]), load.best(replicated_runs[p]))
+        for p in partition_counts
+    ]
+
+
+# -- end-to-end latency ----------------------------------------------------------------------
+
+
+@dataclass
+class LatencyResult:
+    target: int
+    rate: float = 0.0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    max_ms: float = 0.0
+    measured: int = 0
+    error: str | None = None
+
+    @property
+    def sustained(self) -> bool:
+        return (
+            self.error is None
+            and self.rate >= SUSTAINED_SHARE * self.target
+            and self.p99_ms <= BACKLOG_P99_MS
+        )
+
+
+def latency_once(
+    cluster: Cluster, topic: str, rate: int, warmup: float, seconds: float
+) -> LatencyResult:
+    timeout = warmup + seconds + 60
+    base = {"bootstrap": cluster.bootstrap, "topic": topic, "timeout_s": timeout}
+    consumer = load.start_worker({**base, "kind": "latency-consumer"})
+    producer = None
+    try:
+        line = load.read_line(consumer, "latency consumer", lambda: "")
+        if line != "ready":
+            raise RuntimeError(f"latency consumer said {line!r}")
+        producer = load.start_worker(
+            {
+                **base,
+                "kind": "latency-producer",
+                "size": KIB,
+                "rate": rate,
+                "warmup_s": warmup,
+                "seconds": seconds,
+                "acks": "all",
+                "linger_ms": 1,
+            }
+        )
+        sent = load.finish_worker(producer, timeout)
+        got = load.finish_worker(consumer, timeout)
+    except RuntimeError as error:
+        for process in (producer, consumer):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait()
+        return LatencyResult(rate, error=str(error).splitlines()[0][:200])
+    return LatencyResult(
+        rate,
+        rate=sent["rate"],
+        p50_ms=got["p50_ms"],
+        p99_ms=got["p99_ms"],
+        max_ms=got["max_ms"],
+        measured=got["measured"],
+    )
+
+
+def latency_runs(base: Path, warmup: float, seconds: float) -> list[LatencyResult]:
+    """20 MB/s, then lower rates until one is sustained."""
+    results = []
+    cluster = Cluster(base / "latency")
+    try:
+        for index, rate in enumerate(LATENCY_RATES):
+            topic = f"latency-{index}"
+            cluster.create_topic(topic, 1, REPLICATED)
+            progress(f"end-to-end latency at {rate / MB:g} MB/s, RF=3")
+            results.append(latency_once(cluster, topic, rate, warmup, seconds))
+            cluster.delete_topic(topic)
+            if results[-1].sustained:
+                break
+    finally:
+        cluster.close()
+    return results
+
+
+# -- failover --------------------------------------------------------------------------------
+
+
+class AcksAllProducer:
+    """An idempotent acks=all confluent-kafka producer timing single records."""
+
+    def __init__(self, bootstrap: str, topic: str) -> None:
+        from confluent_kafka import Producer
+
+        self.topic = topic
+        self.producer = Producer(
+            {
+                "bootstrap.servers": bootstrap,
+                "acks": "all",
+                "enable.idempotence": True,
+                "linger.ms": 0,
+                "message.timeout.ms": int(ROUND_TIMEOUT_S * 1000),
+            }
+        )
+
+    def deliver(self, began: float) -> float:
+        """Produce one record to partition 0; seconds from ``began`` to its ack."""
+        outcome: list[Any] = []
+
+        def report(error: Any, _message: Any) -> None:
+            outcome.append(error)
+
+        self.producer.produce(self.topic, b"x" * 100, partition=0, on_delivery=report)
+        while not outcome:
+            self.producer.poll(0.005)
+        if outcome[0] is not None:
+            raise RuntimeError(f"produce after the failover: {outcome[0]}")
+        return time.monotonic() - began
+
+    def close(self) -> None:
+        self.producer.flush(10)
+
+
+def failover_round(cluster: Cluster, producer: AcksAllProducer, hard: bool) -> tuple[float, int]:
+    """(seconds from the signal to an acked produce, killed node); the node is back in
+    the ISR after."""
+    topic = producer.topic
+    cluster.wait_isr(topic, range(1), 3)
+    leader, _ = cluster.partition(topic)
+    producer.deliver(time.monotonic())  # connected to the current leader
+    process = cluster.quorum.nodes[leader].process
+    assert process is not None
+    began = time.monotonic()
+    process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
+    seconds = producer.deliver(began)
+    status = process.wait(60)
+    if not hard and status != 0:
+        raise RuntimeError(f"node {leader} exited {status} on SIGTERM")
+    cluster.quorum.start_node(leader)
+    cluster.wait_isr(topic, range(1), 3)
+    return seconds, leader
+
+
+def failover_runs(
+    base: Path, kills: int, terms: int, verbose: bool
+) -> tuple[list[float], list[float]]:
+    cluster = Cluster(base / "failover")
+    producer = None
+    try:
+        topic = "failover"
+        cluster.create_topic(topic, 1, REPLICATED)
+        producer = AcksAllProducer(cluster.bootstrap, topic)
+        results: dict[bool, list[float]] = {True: [], False: []}
+        for hard, rounds in ((True, kills), (False, terms)):
+            for index in range(rounds):
+                seconds, node = failover_round(cluster, producer, hard)
+                results[hard].append(seconds)
+                if verbose:
+                    how = "kill -9" if hard else "SIGTERM"
+                    progress(
+                        f"{how} {index + 1}/{rounds} of node {node}: acked after {seconds:.2f} s"
+                    )
+        return results[True], results[False]
+    finally:
+        if producer is not None:
+            producer.close()
+        cluster.close()
+
+
+# -- follower catch-up -----------------------------------------------------------------------
+
+
+def segment_bytes(directory: Path) -> int:
+    return sum(path.stat().st_size for path in directory.glob("*.log"))
+
+
+def fill(bootstrap: str, topic: str, total: int) -> float:
+    """Produce ``total`` bytes of 1 KiB records, acks=all; seconds taken."""
+    from confluent_kafka import Producer
+
+    failures: list[str] = []
+    producer = Producer(load.producer_config({"bootstrap": bootstrap, "acks": "all"}, failures))
+    value = os.urandom(KIB)
+    began = time.monotonic()
+    for _ in range(total // KIB):
+        while True:
+            try:
+                producer.produce(topic, value, partition=0)
+                break
+            except BufferError:
+                producer.poll(0.001)
+    if producer.flush(120) or failures:
+        raise RuntimeError(f"fill: {len(failures)} failed deliveries, first {failures[:1]}")
+    return time.monotonic() - began
+
+
+def read_rate(files: Sequence[Path], cold: bool) -> float:
+    """Bytes/s of reading ``files`` whole with READ_BUFFER reads; ``cold`` evicts each
+    file's pages first (fsync, then POSIX_FADV_DONTNEED: these files only)."""
+    buffer = bytearray(READ_BUFFER)
+    total = 0
+    if cold:
+        for path in files:
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+    began = time.perf_counter()
+    for path in files:
+        with open(path, "rb", buffering=0) as file:
+            while count := file.readinto(buffer):
+                total += count
+    return total / (time.perf_counter() - began)
+
+
+@dataclass
+class CatchUp:
+    behind: int  # bytes of segment files the follower lacked
+    fill_s: float
+    start_s: float  # exec to the ready line
+    catchup_s: float  # ready line to segment files as long as the leader's
+    isr_s: float  # ready line to back in the ISR
+    warm_read: float
+    cold_read: float
+
+    @property
+    def rate(self) -> float:
+        return self.behind / self.catchup_s
+
+
+def catchup_run(base: Path, megabytes: int) -> CatchUp:
+    cluster = Cluster(base / "catchup")
+    try:
+        topic = "catchup"
+        # No retention by size or time in the way: the follower must copy it all.
+        cluster.create_topic(topic, 1, {**REPLICATED, "retention.ms": "-1"}, [[1, 2, 3]])
+        follower = 3
+        cluster.quorum.stop(follower)
+        progress(f"fill {megabytes} MB with node {follower} stopped")
+        fill_s = fill(cluster.bootstrap, topic, megabytes * MB)
+        leader_dir = cluster.quorum.data_dir(1) / f"{topic}-0"
+        follower_dir = cluster.quorum.data_dir(follower) / f"{topic}-0"
+        target = segment_bytes(leader_dir)
+        before = segment_bytes(follower_dir)
+        progress(f"restart node {follower}, {(target - before) / MB:,.0f} MB behind")
+        start_s = cluster.quorum.start_node(follower)
+        ready = time.monotonic()
+        deadline = ready + max(ROUND_TIMEOUT_S, megabytes / 5)
+        while segment_bytes(follower_dir) < target:
+            if time.monotonic() > deadline:
+                raise RuntimeError(
+                    f"node {follower} did not catch up: {segment_bytes(follower_dir)} of {target}"
+                )
+            time.sleep(0.02)
+        catchup_s = time.monotonic() - ready
+        cluster.wait_isr(topic, range(1), 3)
+        isr_s = time.monotonic() - ready
+        files = sorted(leader_dir.glob("*.log"))
+        theirs = sorted(follower_dir.glob("*.log"))
+        if [p.name for p in files] != [p.name for p in theirs] or any(
+            a.stat().st_size != b.stat().st_size for a, b in zip(files, theirs, strict=True)
+        ):
+            raise RuntimeError("the follower's segment files differ from the leader's")
+        warm = read_rate(files, cold=False)
+        cold = read_rate(files, cold=True)
+        return CatchUp(target - before, fill_s, start_s, catchup_s, isr_s, warm, cold)
+    finally:
+        cluster.close()
+
+
+# -- report ----------------------------------------------------------------------------------
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="short runs, 3 kills, 200 MB")
+    parser.add_argument("--seconds", type=float, help="timed seconds per produce run (5; quick 2)")
+    parser.add_argument("--rounds", type=int, help="produce runs per workload (2; quick 1)")
+    parser.add_argument("--latency-seconds", type=float, help="measured seconds (10; quick 3)")
+    parser.add_argument("--kills", type=int, help="kill -9 rounds (20; quick 3)")
+    parser.add_argument("--terms", type=int, help="SIGTERM rounds (10; quick 3)")
+    parser.add_argument(
+        "--catchup-mb", type=int, help="MB the follower is behind (1000; quick 200)"
+    )
+    parser.add_argument(
+        "--parts",
+        default="throughput,latency,failover,catchup",
+        help="which parts to run (comma-separated: throughput, latency, failover, catchup)",
+    )
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
+    parser.add_argument("--verbose", action="store_true", help="print every failover round")
+    args = parser.parse_args(argv)
+    quick = args.quick
+    seconds = args.seconds or (2.0 if quick else 5.0)
+    warmup = 1.0 if quick else 2.0
+    rounds = args.rounds or (1 if quick else 2)
+    latency_seconds = args.latency_seconds or (3.0 if quick else 10.0)
+    kills = args.kills if args.kills is not None else 3 if quick else 20
+    terms = args.terms if args.terms is not None else 3 if quick else 10
+    catchup_mb = args.catchup_mb or (200 if quick else 1000)
+    started = time.perf_counter()
+    load_start = load_average()
+    print(f"load average at start: {show_load(load_start)}", flush=True)
+    warn_if_busy(load_start)
+    errors: list[str] = []
+    lines: list[str] = []
+    notes: list[str] = []
+    misses = 0
+
+    def measured(what: str, step: Callable[[], None]) -> None:
+        try:
+            step()
+        except Exception as error:  # one failed part still prints the others
+            errors.append(f"{what}: {type(error).__name__}: {error}")
+
+    def add(name: str, goal: str, value: str, verdict_text: str = "") -> None:
+        lines.append(f"| {name} | {goal} | {value} | {verdict_text} |")
+
+    with tempfile.TemporaryDirectory(prefix="odradek-replication-bench-") as tmp:
+        base = Path(tmp)
+
+        def throughput() -> None:
+            nonlocal misses
+            for result in throughput_runs(base, (1, 8), seconds, warmup, rounds):
+                p = result.partitions
+                for label, run in (
+                    (f"produce 1 KiB, acks=1, RF=1, 1 node, {p}p", result.single),
+                    (f"produce 1 KiB, acks=all, RF=3, 3 nodes, {p}p", result.replicated),
+                ):
+                    if run is None or run.error:
+                        add(label, "", f"failed: {run.error if run else 'no run'}")
+                        continue
+                    add(label, "", f"{run.mb_s:,.1f} MB/s, {run.records_s:,.0f} records/s")
+                ratio = result.ratio
+                if ratio is not None:
+                    ok = ratio >= THROUGHPUT_GOAL
+                    misses += not ok
+                    add(
+                        f"  acks=all RF=3 / acks=1 RF=1, {p}p",
+                        f">= {THROUGHPUT_GOAL}x",
+                        f"{ratio:.2f}x",
+                        verdict(ok),
+                    )
+
+        def latency() -> None:
+            nonlocal misses
+            for result in latency_runs(base, warmup, latency_seconds):
+                label = f"end-to-end latency, RF=3, acks=all, at {result.target / MB:g} MB/s"
+                if result.error:
+                    add(label, "", f"failed: {result.error}")
+                    continue
+                value = (
+                    f"p50 {result.p50_ms:.1f} ms, p99 {result.p99_ms:.1f} ms, "
+                    f"max {result.max_ms:.1f} ms ({result.rate / MB:.1f} MB/s sent, "
+                    f"{result.measured:,} records)"
+                )
+                if not result.sustained:
+                    add(label, f"p99 <= {LATENCY_P99_GOAL_MS:g} ms", value, "not sustained")
+                    continue
+                ok = result.p99_ms <= LATENCY_P99_GOAL_MS and result.target == LATENCY_RATES[0]
+                misses += not ok
+                here = verdict(result.p99_ms <= LATENCY_P99_GOAL_MS)
+                text = (
+                    verdict(ok)
+                    if result.target == LATENCY_RATES[0]
+                    else f"**MISSED** (20 MB/s not sustained; at this rate {here})"
+                )
+                add(label, f"p99 <= {LATENCY_P99_GOAL_MS:g} ms", value, text)
+
+        def failover() -> None:
+            nonlocal misses
+            hard, soft = failover_runs(base, kills, terms, args.verbose)
+            if hard:
+                p99 = percentile(hard, 0.99)
+                ok = p99 <= KILL_GOAL_S
+                misses += not ok
+                add(
+                    f"failover, kill -9 of the leader → acks=all ack ({len(hard)} kills)",
+                    f"p99 <= {KILL_GOAL_S:g} s",
+                    f"p50 {percentile(hard, 0.5):.2f} s, p99 {p99:.2f} s, max {max(hard):.2f} s",
+                    verdict(ok),
+                )
+            if soft:
+                worst = max(soft)
+                ok = worst <= TERM_GOAL_S
+                misses += not ok
+                add(
+                    f"failover, SIGTERM of the leader → acks=all ack ({len(soft)} rounds)",
+                    f"<= {TERM_GOAL_S:g} s",
+                    f"p50 {percentile(soft, 0.5):.2f} s, max {worst:.2f} s",
+                    verdict(ok),
+                )
+
+        def catchup() -> None:
+            result = catchup_run(base, catchup_mb)
+            add(
+                f"follower catch-up, {result.behind / MB:,.0f} MB behind",
+                "",
+                f"{result.rate / MB:,.1f} MB/s ({result.catchup_s:.1f} s from ready; "
+                f"in the ISR after {result.isr_s:.1f} s; start {result.start_s:.1f} s)",
+            )
+            add(
+                "raw read of the same segment files, warm cache",
+                "",
+                f"{result.warm_read / MB:,.0f} MB/s "
+                f"(catch-up {result.rate / result.warm_read:.3f}x)",
+            )
+            add(
+                "raw read of the same segment files, evicted (fadvise)",
+                "",
+                f"{result.cold_read / MB:,.0f} MB/s "
+                f"(catch-up {result.rate / result.cold_read:.3f}x)",
+            )
+            notes.append(
+                f"catch-up fill: {result.behind / MB:,.0f} MB acks=all to 2 replicas in "
+                f"{result.fill_s:.1f} s ({result.behind / MB / result.fill_s:.1f} MB/s)"
+            )
+
+        parts = set(args.parts.split(","))
+        for name, step in (
+            ("throughput", throughput),
+            ("latency", latency),
+            ("failover", failover),
+            ("catchup", catchup),
+        ):
+            if name in parts:
+                measured(name, step)
+    print("| measurement | goal | result | verdict |", flush=True)
+    print("|---|---|---|---|", flush=True)
+    for line in lines:
+        print(line, flush=True)
+    for note in notes:
+        print(note, flush=True)
+    if misses:
+        print(f"{misses} goal(s) missed", flush=True)
+    return finish("replication", started, errors, misses, args.strict)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
