@@ -8,7 +8,8 @@ Every node is a real ``odradek serve`` process from a Kafka-style properties fil
 (``tests/support/kraft.py``: combined broker+controller nodes, default configs, so
 ``broker.session.timeout.ms`` is Kafka's 9 s, except ``auto.leader.rebalance.enable``
 false: a leadership moved back by the rebalance timer would land in the middle of a
-measured round). What is measured, and how:
+measured round; and ``log.retention.check.interval.ms`` 1 s, as bench/broker.py gives
+its node). What is measured, and how:
 
 - Throughput: the load generator of ``bench/broker.py`` (a separate process, the
   confluent-kafka client: 1 KiB random records as fast as it can, ``linger.ms`` 5,
@@ -58,6 +59,7 @@ The table prints each goal beside the measurement; ``--strict`` exits 1 on a mis
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import sys
@@ -87,7 +89,11 @@ TERM_GOAL_S = 2.0
 ROUND_TIMEOUT_S = 90.0
 POLL_S = 0.05
 READ_BUFFER = 4 * 1024 * 1024
-PROPERTIES = {"auto.leader.rebalance.enable": "false"}
+PROPERTIES = {
+    "auto.leader.rebalance.enable": "false",
+    # The throughput topics' 16 MiB retention applied every second, as on the single node.
+    "log.retention.check.interval.ms": str(load.RETENTION_CHECK_MS),
+}
 SERVE_ARGS = ("--log-level", "WARNING")
 REPLICATED = {"min.insync.replicas": "2"}
 
@@ -275,6 +281,48 @@ def throughput_runs(
     finally:
         cluster.close()
     return {case: load.best(found) for case, found in runs.items()}
+
+
+def profile_run(base: Path, seconds: float, warmup: float) -> list[str]:
+    """py-spy on all three nodes during an acks=all RF=3 produce run (one partition
+    led by node 1): where each spends its time."""
+    binary = load.py_spy()
+    if binary is None:
+        return ["(py-spy not installed: `make bench-tools`)"]
+    cluster = Cluster(base / "profile")
+    lines: list[str] = []
+    try:
+        topic = "profiled"
+        cluster.create_topic(topic, 1, {**load.RETENTION_CONFIG, **REPLICATED}, [[1, 2, 3]])
+        spec = {
+            **produce_spec(topic, 1, "all", seconds, warmup),
+            "bootstrap": cluster.bootstrap,
+            "broker_pid": cluster.pid(1),
+        }
+        worker = load.start_worker(spec)
+        time.sleep(warmup)
+        with contextlib.ExitStack() as stack:
+            infos = {
+                n: stack.enter_context(
+                    load.profiling(binary, cluster.pid(n), base / f"profile-{n}.txt")
+                )
+                for n in cluster.quorum.node_ids
+            }
+            result = load.finish_worker(worker, warmup + seconds + 120)
+        lines.append(
+            f"acks=all RF=3 1p while profiled: {result['bytes'] / result['seconds'] / MB:.1f} MB/s"
+        )
+        for node_id, info in infos.items():
+            role = "leader" if node_id == 1 else "follower"
+            lines += ["", f"node {node_id} ({role}):"]
+            output = base / f"profile-{node_id}.txt"
+            if info.get("error") or not output.exists():
+                lines.append("(py-spy failed)")
+                continue
+            lines += load.profile_summary(output, info["seconds"], 12)
+    finally:
+        cluster.close()
+    return lines
 
 
 # -- end-to-end latency ----------------------------------------------------------------------
@@ -578,7 +626,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--parts",
         default="throughput,latency,failover,catchup",
-        help="which parts to run (comma-separated: throughput, latency, failover, catchup)",
+        help="which parts to run (comma-separated: throughput, latency, failover, catchup; "
+        "profile: py-spy on the three nodes during an acks=all RF=3 run, not by default)",
     )
     parser.add_argument("--strict", action="store_true", help="exit 1 when a goal is missed")
     parser.add_argument("--verbose", action="store_true", help="print every failover round")
@@ -720,12 +769,16 @@ def main(argv: list[str]) -> int:
                 f"{result.fill_s:.1f} s ({result.behind / MB / result.fill_s:.1f} MB/s)"
             )
 
+        def profile() -> None:
+            notes.extend(["", *profile_run(base, max(seconds, 5.0), warmup)])
+
         parts = set(args.parts.split(","))
         for name, step in (
             ("throughput", throughput),
             ("latency", latency),
             ("failover", failover),
             ("catchup", catchup),
+            ("profile", profile),
         ):
             if name in parts:
                 measured(name, step)
