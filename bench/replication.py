@@ -528,9 +528,9 @@ def fill(bootstrap: str, topic: str, total: int) -> float:
     return time.monotonic() - began
 
 
-def read_rate(files: Sequence[Path], cold: bool) -> float:
-    """Bytes/s of reading ``files`` whole with READ_BUFFER reads; ``cold`` evicts each
-    file's pages first (fsync, then POSIX_FADV_DONTNEED: these files only)."""
+def read_files(files: Sequence[Path], cold: bool) -> tuple[int, float]:
+    """(bytes, seconds) of reading ``files`` whole with READ_BUFFER reads; ``cold``
+    evicts each file's pages first (fsync, then POSIX_FADV_DONTNEED: these files only)."""
     buffer = bytearray(READ_BUFFER)
     total = 0
     if cold:
@@ -546,7 +546,12 @@ def read_rate(files: Sequence[Path], cold: bool) -> float:
         with open(path, "rb", buffering=0) as file:
             while count := file.readinto(buffer):
                 total += count
-    return total / (time.perf_counter() - began)
+    return total, time.perf_counter() - began
+
+
+def read_rate(files: Sequence[Path], cold: bool) -> float:
+    total, seconds = read_files(files, cold)
+    return total / seconds
 
 
 @dataclass
