@@ -21,8 +21,9 @@ its node). What is measured, and how:
   pages it has not touched before). 1 and 8 partitions; the best of ``--rounds`` runs.
   Goal: acks=all RF=3 at least 0.5x acks=1 RF=1 (Kafka loses about a third). Two more
   rows split the difference: acks=all (idempotent) on the single node, and acks=1 to
-  RF=3 (the followers fetch, nobody waits for them). The broker CPU column is the
-  single node's, or the leader of partition 0's on the cluster.
+  RF=3 (the followers fetch, nobody waits for them). CPU in cores: the single node's
+  over the timed part, or all three nodes' over the whole run on the cluster; the load
+  generator's; the whole machine's (2 cores: the rest is other processes).
 - End-to-end latency: ``bench/broker.py``'s latency pair (a consumer process polling,
   a producer process sending 1 KiB records stamped with CLOCK_MONOTONIC at a paced
   rate, acks=all, ``linger.ms`` 1) on an RF=3 topic of one partition. 20 MB/s first;
@@ -276,7 +277,14 @@ def throughput_runs(
                     "bootstrap": cluster.bootstrap,
                     "broker_pid": cluster.pid(leader),  # partition 0's leader
                 }
-                runs[case].append(run_of(topic, spec, timeout))
+                pids = [cluster.pid(n) for n in cluster.quorum.node_ids]
+                cpu_before = sum(load.process_cpu_s(pid) for pid in pids)
+                began = time.perf_counter()
+                run = run_of(topic, spec, timeout)
+                # All three nodes' CPU over the whole run (warm-up included).
+                elapsed = time.perf_counter() - began
+                run.broker_cpu = (sum(load.process_cpu_s(p) for p in pids) - cpu_before) / elapsed
+                runs[case].append(run)
                 cluster.delete_topic(topic)
     finally:
         cluster.close()
@@ -682,8 +690,10 @@ def main(argv: list[str]) -> int:
                 add(
                     case.label,
                     "",
-                    f"{run.mb_s:,.1f} MB/s, {run.records_s:,.0f} records/s "
-                    f"(broker {run.broker_cpu:.2f} cores, machine {run.machine_busy:.2f})",
+                    f"{run.mb_s:,.1f} MB/s, {run.records_s:,.0f} records/s (CPU: "
+                    f"{'brokers' if case.replication > 1 else 'broker'} "
+                    f"{run.broker_cpu:.2f}, client {run.client_cpu:.2f}, "
+                    f"machine {run.machine_busy:.2f} cores)",
                 )
             for p in partition_counts:
                 single, replicated = best[Case("1", 1, p)], best[Case("all", 3, p)]
