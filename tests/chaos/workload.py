@@ -223,6 +223,7 @@ class GroupMember(Runner):
         consumer = Consumer(self.config)
         try:
             consumer.subscribe([self.topic])
+            uncommitted = False
             while not self.stopping.is_set():
                 messages = consumer.consume(POLL_BATCH, 0.5)
                 handed = 0
@@ -237,22 +238,33 @@ class GroupMember(Runner):
                     if self.reads is not None:
                         self.reads.add(partition, offset, _seq_of(message, self.value_bytes))
                     handed += 1
-                if handed:
-                    self._commit(consumer)
+                if handed or uncommitted:
+                    # A commit that failed (the broker died under it) is retried on the
+                    # next round even when nothing new arrives, as an application that
+                    # commits what it processed must: else the last records before a
+                    # crash stay uncommitted for ever once the producer has stopped.
+                    uncommitted = not self._commit(consumer)
         finally:
             consumer.close()
 
-    def _commit(self, consumer: Consumer) -> None:
+    def _commit(self, consumer: Consumer) -> bool:
+        """Commit the positions handed so far; False if it must be tried again."""
         try:
             committed = consumer.commit(asynchronous=False)
         except KafkaException as exc:
-            self.errors[f"commit:{exc.args[0].name()}"] += 1
-            return
+            error = exc.args[0]
+            self.errors[f"commit:{error.name()}"] += 1
+            # _NO_OFFSET: nothing handed since the last commit that took (the
+            # assignment moved, or this retry's offsets were committed already).
+            return bool(error.code() == KafkaError._NO_OFFSET)
+        ok = True
         for tp in committed or ():
             if tp.error is None and tp.offset >= 0:
                 self.commit_acks.append((tp.partition, tp.offset))
             elif tp.error is not None:
                 self.errors[f"commit:{tp.error.name()}"] += 1
+                ok = False
+        return ok
 
 
 def _seq_of(message: Any, value_bytes: int) -> int:
