@@ -176,10 +176,19 @@ class FakeClient:
     def __init__(self, answer: Any) -> None:
         self.answer = answer
         self.sent: list[Any] = []
+        self.timeouts: list[tuple[float | None, float | None]] = []
 
-    async def send(self, api_key: int, build: Any, *, timeout_s: float | None = None) -> Any:
+    async def send(
+        self,
+        api_key: int,
+        build: Any,
+        *,
+        timeout_s: float | None = None,
+        attempt_timeout_s: float | None = None,
+    ) -> Any:
         request = build(4 if api_key == 62 else 1)
         self.sent.append(request)
+        self.timeouts.append((timeout_s, attempt_timeout_s))
         return self.answer(request)
 
     async def close(self) -> None:
@@ -213,6 +222,8 @@ def test_the_remote_transport_builds_kafkas_requests_and_reads_errors() -> None:
         with pytest.raises(ControllerError) as caught:
             await transport.heartbeat(BrokerHeartbeat(2, 42, 40))
         assert caught.value.code == "STALE_BROKER_EPOCH"
+        # a heartbeat may be repeated: half its time per controller asked
+        assert client.timeouts == [(5.0, None), (1.0, 0.5)]
 
     asyncio.run(body())
 
