@@ -57,6 +57,7 @@ from odradek.client.connection import (
     BrokerAddress,
     BrokerConnection,
     KafkaConnectionError,
+    RequestTimedOut,
     UnsupportedVersionError,
 )
 from odradek.metadata.errors import ControllerError
@@ -210,7 +211,7 @@ class ControllerClient:
                 logger.debug("forwarding to %s", last_problem)
                 await self._drop(target)
                 failed = target
-                if isinstance(error, TimeoutError):
+                if isinstance(error, (RequestTimedOut, TimeoutError)):
                     silent.add(target)
                 continue
             if is_not_controller(response):

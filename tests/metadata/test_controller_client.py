@@ -21,7 +21,7 @@ from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTop
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from odradek.client.connection import ConnectionLost, KafkaConnectionError
+from odradek.client.connection import ConnectionLost, KafkaConnectionError, RequestTimedOut
 from odradek.metadata.controller_client import (
     ControllerClient,
     VoterAddress,
@@ -70,7 +70,8 @@ class FakeConnection:
             raise ConnectionLost("connection lost")
         if behaviour == "silent":  # no answer: the response timeout runs out
             self.network.now += timeout_s or 0.0
-            raise TimeoutError("no response")
+            self.closed = True  # as BrokerConnection does
+            raise RequestTimedOut("request timed out")
         if behaviour == "follower":
             return Answer(ErrorCode.not_controller, self.node_id)
         if behaviour == "error":
