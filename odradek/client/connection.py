@@ -58,6 +58,11 @@ class ConnectionLost(KafkaConnectionError):
     pass
 
 
+class RequestTimedOut(ConnectionLost):
+    """No response within the request's timeout (the connection is closed with it):
+    the peer went silent, which a caller with somewhere else to ask may tell apart."""
+
+
 class UnsupportedVersionError(Exception):
     """No version of an API is known to both client and broker."""
 
@@ -222,7 +227,7 @@ class BrokerConnection:
             return await asyncio.wait_for(asyncio.shield(future), timeout)
         except TimeoutError:
             self._fail(ConnectionLost(f"request timed out after {timeout} s"))
-            raise ConnectionLost("request timed out") from None
+            raise RequestTimedOut("request timed out") from None
 
     def _on_frame(self, frame: bytes | bytearray | memoryview) -> None:
         """One whole response (without its size prefix), on the loop."""

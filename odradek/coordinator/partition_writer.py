@@ -15,7 +15,9 @@ in ``server/coordinator_io.py``):
   records the old leader had acknowledged, and a coordinator that loaded only to its
   HW would forget them; it then answers COORDINATOR_LOAD_IN_PROGRESS until
   ``wait_for_high_watermark(tp, end)`` says the HW has passed all it loaded (so it
-  never answers from state that a further leader change could still take back);
+  never answers from state that a further leader change could still take back) — an
+  awaitable the HW advance completes, raising PartitionWriteError if this node stops
+  leading meanwhile;
 - ``PartitionWriter.leader_epoch(tp)``: the epoch this node leads the partition in
   (a load is tied to it: a newer epoch means reload);
 - ``TopicCreator.create_topic``: create the internal topic on first use, through the

@@ -16,11 +16,14 @@ a *shard* type (``CoordinatorShard``) plus a facade that routes its requests:
   trail records the old leader acknowledged) — once the replica itself leads in the
   load's epoch (``PartitionWriter.leader_epoch``; before that it may still be a
   follower appending, and the load waits) — replaying every record into a fresh
-  shard, then waits until the HW passes what it read: until then requests get
-  COORDINATOR_LOAD_IN_PROGRESS, so nothing is answered from records a further
-  leader change could still take back. A load that fails outright is retried with a
-  backoff, COORDINATOR_NOT_AVAILABLE meanwhile; a damaged batch is logged and
-  skipped (``group/loader.py`` says why later batches are still used).
+  shard, then waits until the HW passes what it read
+  (``PartitionWriter.wait_for_high_watermark``: woken by the HW advance itself, not
+  a timer; it raises once the replica stops leading, and an unload cancels it):
+  until then requests get COORDINATOR_LOAD_IN_PROGRESS, so nothing is answered from
+  records a further leader change could still take back. A load that fails
+  outright is retried with a backoff, COORDINATOR_NOT_AVAILABLE meanwhile; a
+  damaged batch is logged and skipped (``group/loader.py`` says why later batches
+  are still used).
 - **One serialized write queue per partition**: ``write(partition, op)`` queues
   ``op``; when its turn comes it runs against the shard and returns a
   ``CoordinatorResult`` (records to persist, the response, ``apply``/``rollback``).

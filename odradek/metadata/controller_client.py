@@ -10,7 +10,8 @@ which request and how to read its answer are the caller's (``controller_rpc.py``
   ``RaftDriver.leader_id`` on a node that runs the quorum, the leader learnt from the
   replicated metadata log on a broker-only node. The leader is one of
   ``controller.quorum.voters``, whose addresses are the controller listeners. When no
-  leader is known, or the one named has just failed us, the voters are tried in turn:
+  leader is known, or the one named has just failed us (or went silent earlier in
+  the same request), the voters are tried in turn:
   a voter that is not the leader answers NOT_CONTROLLER and the next one is asked.
 - What counts as "try again": the leader unknown, the connection failing (connect,
   write, read, or no answer within the time left), and a response that says
@@ -21,9 +22,15 @@ which request and how to read its answer are the caller's (``controller_rpc.py``
 - Until when: the request's own deadline (its ``timeout_ms``, given by the caller),
   else ``DEFAULT_TIMEOUT_S``; then ControllerError REQUEST_TIMED_OUT. A request is
   sent with the whole time left as its response timeout, so a controller that is slow
-  to commit is not cut off and asked twice. A change that was applied but whose
-  answer was lost is sent again (Kafka's forwarding does the same); the controller
-  then answers as to a repeat (TOPIC_ALREADY_EXISTS and the like).
+  to commit is not cut off and asked twice — unless the caller gives an
+  ``attempt_timeout_s``: a request that is harmless to repeat (a broker heartbeat)
+  then gives up on a silent controller after that long and asks the next one, so a
+  stale leader that neither answers nor refuses (one that lost its leadership with
+  the request in flight) cannot take the whole deadline from the new one; a voter
+  that went silent is not asked again in the same request while another may be. A
+  change that was applied but whose answer was lost is sent again (Kafka's
+  forwarding does the same); the controller then answers as to a repeat
+  (TOPIC_ALREADY_EXISTS and the like).
 - Versions: one connection per voter, kept and reused; ``BrokerConnection`` sends
   ApiVersions once when it connects, and each request is built by the caller at the
   highest version both sides know (``build(version)``). A controller that knows no
@@ -40,7 +47,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
@@ -50,6 +57,7 @@ from odradek.client.connection import (
     BrokerAddress,
     BrokerConnection,
     KafkaConnectionError,
+    RequestTimedOut,
     UnsupportedVersionError,
 )
 from odradek.metadata.errors import ControllerError
@@ -162,13 +170,16 @@ class ControllerClient:
         build: Callable[[int], Any],
         *,
         timeout_s: float | None = None,
+        attempt_timeout_s: float | None = None,
         is_not_controller: Callable[[Any], bool] = not_controller_anywhere,
     ) -> Any:
         """The active controller's response to ``build(version)``; see the module doc
-        for what is retried. Raises ControllerError REQUEST_TIMED_OUT past the
-        deadline and UNSUPPORTED_VERSION when the controller does not know the API."""
+        for what is retried (and ``attempt_timeout_s``). Raises ControllerError
+        REQUEST_TIMED_OUT past the deadline and UNSUPPORTED_VERSION when the
+        controller does not know the API."""
         deadline = self._clock() + (DEFAULT_TIMEOUT_S if timeout_s is None else timeout_s)
         failed: int | None = None
+        silent: set[int] = set()  # timed out in this send: not asked again while others may
         last_problem = "no controller tried"
         first = True
         while True:
@@ -183,13 +194,15 @@ class ControllerClient:
             left = deadline - self._clock()
             if left <= 0:
                 break
-            target = self._target(failed)
+            target = self._target(failed, silent)
             try:
                 connection = await self._connection(target, left)
                 version = connection.version_for(api_key)
                 left = deadline - self._clock()
                 if left <= 0:
                     break
+                if attempt_timeout_s is not None:
+                    left = min(left, attempt_timeout_s)
                 response = await connection.send(build(version), timeout_s=left)
             except UnsupportedVersionError as error:
                 raise ControllerError("UNSUPPORTED_VERSION", str(error)) from None
@@ -198,6 +211,8 @@ class ControllerClient:
                 logger.debug("forwarding to %s", last_problem)
                 await self._drop(target)
                 failed = target
+                if isinstance(error, (RequestTimedOut, TimeoutError)):
+                    silent.add(target)
                 continue
             if is_not_controller(response):
                 last_problem = f"node {target} is not the active controller"
@@ -218,18 +233,23 @@ class ControllerClient:
         self._voters[voter.node_id] = voter
         await self._drop(voter.node_id)
 
-    def _target(self, failed: int | None) -> int:
-        """The leader the source names, unless it is the one that just failed us (or is
-        unknown); then the next voter in turn, skipping the one that failed."""
+    def _target(self, failed: int | None, silent: Set[int] = frozenset()) -> int:
+        """The leader the source names, unless it is the one that just failed us, one
+        that went silent in this send (a stale leader the source still names), or
+        unknown; then the next voter in turn, skipping those (the silent ones only while
+        some voter has not been silent)."""
+        avoid = set(silent) if len(silent) < len(self._order) else set()
+        if failed is not None:
+            avoid.add(failed)
         leader = self._leader_id()
-        if leader is not None and leader in self._voters and leader != failed:
+        if leader is not None and leader in self._voters and leader not in avoid:
             return leader
         for _ in range(len(self._order)):
             candidate = self._order[self._next_voter % len(self._order)]
             self._next_voter += 1
-            if candidate != failed or len(self._order) == 1:
+            if candidate not in avoid or len(self._order) == 1:
                 return candidate
-        return self._order[0]  # pragma: no cover - the loop always returns
+        return self._order[(self._next_voter - 1) % len(self._order)]  # all avoided
 
     async def _connection(self, node_id: int, left_s: float) -> Connection:
         connection = self._connections.get(node_id)

@@ -58,6 +58,7 @@ from odradek.replica.purgatory import (
     DelayedDeleteRecords,
     DelayedProduces,
     FetchWatchers,
+    HighWatermarkWaiters,
     Waiter,
 )
 from odradek.replica.reads import (
@@ -105,6 +106,7 @@ class Partition:
         self.produces = DelayedProduces()
         self.deletes = DelayedDeleteRecords()
         self.fetches = FetchWatchers()
+        self.hw_waiters = HighWatermarkWaiters()
         # Which brokers are alive (registered, unfenced): only their log start offsets
         # hold DeleteRecords back. Set by the owner from the metadata.
         self.is_alive: Callable[[int], bool] = lambda _: True
@@ -213,6 +215,7 @@ class Partition:
         if was_leader:
             self.produces.fail_all("NOT_LEADER_OR_FOLLOWER")
             self.deletes.fail_all("NOT_LEADER_OR_FOLLOWER")
+            self.hw_waiters.fail_all("NOT_LEADER_OR_FOLLOWER")
         self.fetches.wake_all()
         return True
 
@@ -222,12 +225,14 @@ class Partition:
             self._transition(OFFLINE)
         self.produces.fail_all("KAFKA_STORAGE_ERROR")
         self.deletes.fail_all("KAFKA_STORAGE_ERROR")
+        self.hw_waiters.fail_all("KAFKA_STORAGE_ERROR")
         self.fetches.wake_all()
 
     def stop(self, error: str = "NOT_LEADER_OR_FOLLOWER") -> None:
         """The partition is no longer hosted here: answer everything waiting on it."""
         self.produces.fail_all(error)
         self.deletes.fail_all(error)
+        self.hw_waiters.fail_all(error)
         self.fetches.wake_all()
 
     # -- checks -------------------------------------------------------------------------
@@ -304,6 +309,7 @@ class Partition:
         self.produces.complete_up_to(
             self.log.high_watermark, len(self.isr), self.log.config.min_insync_replicas
         )
+        self.hw_waiters.complete_up_to(self.log.high_watermark)
         self.fetches.on_high_watermark()
 
     def update_follower_fetch_state(

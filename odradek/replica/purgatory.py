@@ -18,6 +18,12 @@ completes it when its state moves — the asyncio loop only awaits the waiter:
   wait for different things — consumers read below the HW and so wake when it advances;
   followers read to the log end and so wake on an append. One waiter of a fetch that
   spans partitions is parked on each, and the first wake-up makes it read again.
+- ``HighWatermarkWaiters``: whoever needs the HW to reach an offset and nothing else —
+  a coordinator's load, which serves only once the HW has passed what it replayed
+  (coordinator/runtime.py). Completed with "NONE" when the HW reaches the offset (the
+  ISR's size does not matter: the records are committed either way), failed with the
+  error when the partition stops leading, so the load is woken by the advance itself
+  instead of re-reading the HW on a timer.
 
 Waiters are anything with ``done()`` and ``set_result`` (an ``asyncio.Future`` in the
 server); this module does no I/O and knows no event loop, so tests drive it directly.
@@ -105,6 +111,43 @@ class DelayedDeleteRecords:
 
     def discard(self, waiter: Waiter[int | str]) -> None:
         self._waiting = [entry for entry in self._waiting if entry[1] is not waiter]
+
+
+class HighWatermarkWaiters:
+    """Waiters for "the HW is at least this offset" on one partition, in offset order."""
+
+    def __init__(self) -> None:
+        self._heap: list[tuple[int, int, Waiter[str]]] = []
+        self._order = itertools.count()
+
+    def __len__(self) -> int:
+        return sum(1 for _, _, waiter in self._heap if not waiter.done())
+
+    def add(self, offset: int, waiter: Waiter[str]) -> None:
+        heapq.heappush(self._heap, (offset, next(self._order), waiter))
+
+    def complete_up_to(self, high_watermark: int) -> int:
+        """Answer "NONE" to every waiter whose offset is <= ``high_watermark``."""
+        completed = 0
+        while self._heap and self._heap[0][0] <= high_watermark:
+            _, _, waiter = heapq.heappop(self._heap)
+            if not waiter.done():
+                waiter.set_result("NONE")
+                completed += 1
+        return completed
+
+    def fail_all(self, error: str) -> None:
+        heap, self._heap = self._heap, []
+        for _, _, waiter in heap:
+            if not waiter.done():
+                waiter.set_result(error)
+
+    def discard(self, waiter: Waiter[str]) -> None:
+        """A waiter whose owner went away (its load was cancelled): forget it."""
+        kept = [entry for entry in self._heap if entry[2] is not waiter]
+        if len(kept) != len(self._heap):
+            heapq.heapify(kept)
+            self._heap = kept
 
 
 class FetchWatchers:

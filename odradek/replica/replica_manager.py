@@ -24,7 +24,9 @@ so acks=all answers at once, as before. ``fetch`` reads every partition of a Fet
 and long-polls (seeds/000 purgatory) until ``min_bytes`` arrive or ``max_wait_ms``
 runs out: consumers wake when a HW advances, followers when a log end does.
 DeleteRecords is two-phase the same way: it waits for the live replicas' log start
-offsets. ListOffsets and OffsetForLeaderEpoch are the partition's lookups.
+offsets. ``wait_for_high_watermark`` is the coordinators' wait (a load serves once
+the HW has passed what it replayed), woken by the HW advance like a produce.
+ListOffsets and OffsetForLeaderEpoch are the partition's lookups.
 """
 
 from __future__ import annotations
@@ -355,6 +357,25 @@ class ReplicaManager:
         if status.error != "NONE":
             raise PartitionError(status.error, f"{topic}-{index}: append not replicated")
         return status.info
+
+    async def wait_for_high_watermark(self, topic: str, index: int, offset: int) -> None:
+        """Return once the partition's HW is at least ``offset``, woken by the advance
+        itself (the partition's ``hw_waiters``); PartitionError if this node does not
+        lead it, or stops leading it meanwhile (NOT_LEADER_OR_FOLLOWER, or the storage
+        error that took it offline). Cancelling the caller forgets the waiter."""
+        partition = self.leader_partition(topic, index)
+        if partition.log.high_watermark >= offset:
+            return
+        waiter: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        partition.hw_waiters.add(offset, waiter)
+        try:
+            result = await waiter
+        finally:
+            partition.hw_waiters.discard(waiter)
+        if result != "NONE":
+            raise PartitionError(
+                result, f"{topic}-{index}: {result} before the HW reached {offset}"
+            )
 
     def conversion(self, topic: str, index: int, records: bytes) -> Callable[[], bytes] | None:
         """Recompression to run on a worker thread before ``append``, or None (see

@@ -30,9 +30,10 @@ controller is never active); it registers, heartbeats and forwards to the leader
 its driver learnt, over the voters' controller listeners.
 
 Shutdown runs the other way: a controlled shutdown (want_shut_down, a brief wait for
-the controller's answer), stop accepting, let in-flight requests finish, resign and
-stop the Raft driver, flush and checkpoint every log, write the clean-shutdown
-marker.
+the controller's answer — which is this node's own controller when it is the active
+one: the broker half goes first, as in Kafka, and the controller half resigns only
+after), stop accepting, let in-flight requests finish, resign and stop the Raft
+driver, flush and checkpoint every log, write the clean-shutdown marker.
 
 This module is the composition root: it builds the parts and hands each only the
 narrow interfaces it needs — handlers get ``Services`` (services.py), the controller
@@ -661,14 +662,15 @@ class Broker:
         return controller
 
     async def stop(self) -> None:
-        # Controlled shutdown (want_shut_down until the controller fences this broker).
-        # The active controller of a quorum resigns first, so the hand-over is not
-        # delayed by its own broker's fencing: that is then asked of the next leader.
-        writer = self.metadata_writer
-        leading = writer is not None and writer.is_active
-        # (A lone voter has nobody to hand over to: its own controller answers.)
-        hand_over_first = len(self.config.quorum_voters) > 1 and leading
-        if self.lifecycle is not None and not hand_over_first:
+        # Kafka's order on a combined node: the broker half's controlled shutdown first
+        # (want_shut_down until the controller has fenced this broker and moved its
+        # leaderships to in-sync replicas), while this node's own controller may still
+        # be the active one — it then handles its own broker's request and commits the
+        # moves — and only then the controller half resigns (below), so another voter
+        # takes over at once. Resigning first would leave the request to a controller
+        # this node no longer follows: its loader stops with the driver, so it could
+        # never show the moves applied and be let go.
+        if self.lifecycle is not None:
             await self._controlled_shutdown()
         self.replica_manager.stop_waiting()
         await self.replica_fetchers.close()  # no waiting for a leader's long poll
@@ -696,8 +698,6 @@ class Broker:
             if self.metadata_writer is not None:
                 self.metadata_writer.fail_waiters("the controller is shutting down")
         if self.lifecycle is not None:
-            if hand_over_first:
-                await self._controlled_shutdown()
             await self.lifecycle.stop()
         if self.controller_server is not None:
             await self.controller_server.stop(grace_s=0.5)

@@ -10,8 +10,11 @@ offset reaches its registration record, and fences it again if the heartbeats st
 for ``broker.session.timeout.ms`` (a paused or cut-off process); the next heartbeat
 that gets through unfences it again. On SIGTERM the broker asks to shut down
 (``want_shut_down``) and waits briefly for ``should_shut_down``: the controller fences
-it then, so nothing new is placed on it (moving its partition leaderships away first
-is the next issue's).
+it and gives every partition it led a new leader from the ISR in the same commit, and
+says yes once this broker's loader has applied that commit. On a combined node whose
+controller is the active one, that controller answers its own broker (server/broker.py
+resigns only afterwards); if the leadership moves meanwhile, NOT_CONTROLLER or a
+silent attempt sends the heartbeat on to the new controller (controller_client.py).
 
 Two parts, as elsewhere in odradek:
 
@@ -288,8 +291,14 @@ class RemoteLifecycleTransport:
                 want_shut_down=request.want_shut_down,
             )
 
+        # A heartbeat is harmless to repeat: half its time per controller asked, so one
+        # that went silent (it lost the leadership with this request in flight) leaves
+        # the other half to the new one — a controlled shutdown has ~1 s in all.
         response = await self._client.send(
-            BROKER_HEARTBEAT_KEY, build, timeout_s=self._heartbeat_timeout_s
+            BROKER_HEARTBEAT_KEY,
+            build,
+            timeout_s=self._heartbeat_timeout_s,
+            attempt_timeout_s=self._heartbeat_timeout_s / 2,
         )
         _raise_for(response.error_code)
         return HeartbeatReply(

@@ -7,15 +7,15 @@ leader append with acks=all that returns once the high watermark has passed the 
 (``ReplicaManager.append_at_high_watermark``: the followers in the ISR have it), so an
 answer a coordinator gives after it survives a leader change. A load reads to the log
 end offset and then waits for the high watermark to pass it
-(``wait_for_high_watermark``, re-checked every ``HW_POLL_S``): a new leader's HW may
-trail records the old leader acknowledged.
+(``wait_for_high_watermark``: ``ReplicaManager.wait_for_high_watermark`` parks a waiter
+that the partition completes when its HW advances, and fails when it stops leading):
+a new leader's HW may trail records the old leader acknowledged.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING
 
 from odradek.coordinator.group.loader import Damage, scan
 from odradek.coordinator.partition_writer import PartitionWriteError, TopicPartition
@@ -25,8 +25,6 @@ from odradek.replica.replica_manager import PartitionError, ReplicaManager
 
 if TYPE_CHECKING:
     from odradek.replica.replica_manager import Partition
-
-HW_POLL_S: Final = 0.01
 
 
 class ReplicaPartitionWriter:
@@ -63,9 +61,12 @@ class ReplicaPartitionWriter:
         return self._leader(tp).log.high_watermark
 
     async def wait_for_high_watermark(self, tp: TopicPartition, offset: int) -> None:
-        # _leader raises once this node stops leading: a wait never outlives leadership.
-        while self.high_watermark(tp) < offset:
-            await asyncio.sleep(HW_POLL_S)
+        # Woken by the HW advance; raises once this node stops leading, so a wait
+        # never outlives leadership.
+        try:
+            await self.replicas.wait_for_high_watermark(tp[0], tp[1], offset)
+        except PartitionError as error:
+            raise PartitionWriteError(error.code, str(error)) from None
 
 
 class ChannelTopicCreator:

@@ -2,13 +2,16 @@
 tied to leader epochs (newer reloads, stale ignored, superseded loads discarded), a load
 that reads to the log end and serves only once the HW has passed it, one serialized
 write queue per partition, rollback on a failed append, unload answering queued writes
-at once, and timers."""
+at once, and timers. Last, the load's HW wait over the server's writer and a real
+Partition, on a loop whose clock never moves: the HW advance itself must wake it."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -22,7 +25,20 @@ from odradek.coordinator.runtime import (
 )
 from odradek.metadata.delta import MetadataDelta, PartitionChange
 from odradek.metadata.image import PartitionImage, TopicImage
+from odradek.records.codec import Record, encode_batch
+from odradek.replica.partition import Partition
+from odradek.replica.replica_manager import ReplicaManager
+from odradek.server.coordinator_io import ReplicaPartitionWriter
 from tests.coordinator.runtime_support import FakeWriter, RecordingShard
+from tests.replica.partition_support import (
+    F2,
+    F3,
+    LEADER,
+    REPLICAS,
+    TOPIC_ID,
+    follower_fetch,
+    new_log,
+)
 
 TOPIC = "__internal"
 TP = (TOPIC, 0)
@@ -398,3 +414,107 @@ async def loaded_within(rig: Rig, timeout_s: float) -> RecordingShard:
         assert asyncio.get_running_loop().time() < deadline, rig.runtime.state(0)
         await asyncio.sleep(0.01)
     return rig.runtime.shard(0)
+
+
+# -- the HW wait over a real partition: woken by the advance, never by a timer ----------------
+class FrozenClockLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock never moves: no timer (a poll's sleep) ever fires, so
+    only a wake-up can finish what waits on it."""
+
+    def time(self) -> float:
+        return 0.0
+
+
+class ReplicaRig:
+    """The runtime over the server's ReplicaPartitionWriter and a real leader Partition
+    of three replicas whose followers have not fetched yet (its HW trails its log end)."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.log = new_log(tmp_path / f"{TOPIC}-0")
+        self.partition = Partition(TOPIC, 0, TOPIC_ID, self.log, LEADER)
+        self.partition.become_leader(5, 0, REPLICAS, REPLICAS, now_ms=0)
+        records = [Record(i, 1_000, key, b"v") for i, key in enumerate((b"a", b"b", b"c"))]
+        self.partition.append_as_leader(encode_batch(records), acks=1)
+        assert self.log.high_watermark == 0
+        replicas = ReplicaManager(LEADER, None)  # type: ignore[arg-type]  # no deltas here
+        replicas.partitions[TP] = self.partition
+        self.shards: list[RecordingShard] = []
+        self.runtime: CoordinatorRuntime[RecordingShard] = CoordinatorRuntime(
+            TOPIC, ReplicaPartitionWriter(replicas), self._new_shard, lambda: 1_000
+        )
+
+    def _new_shard(self, partition: int) -> RecordingShard:
+        self.shards.append(RecordingShard(partition, [1_000]))
+        return self.shards[-1]
+
+    def state(self) -> PartitionState:
+        return self.runtime.state(0)
+
+
+def run_frozen(test: Callable[[], Awaitable[None]]) -> None:
+    loop = FrozenClockLoop()
+    try:
+        loop.run_until_complete(test())
+    finally:
+        loop.close()
+
+
+def test_a_load_is_woken_by_the_hw_advance_with_no_clock_moving(tmp_path: Path) -> None:
+    rig = ReplicaRig(tmp_path)
+
+    async def test() -> None:
+        rig.runtime.on_leadership(0, 5)
+        await settle()
+        assert rig.state() is PartitionState.AWAITING_HW  # replayed to 3, the HW is 0
+        assert rig.shards[0].replayed == [0, 1, 2]
+        follower_fetch(rig.partition, F2, 3, now_ms=1)
+        await settle()
+        assert rig.state() is PartitionState.AWAITING_HW  # F3 holds the HW at 0
+        follower_fetch(rig.partition, F3, 2, now_ms=1)  # HW 2: not yet all it loaded
+        await settle()
+        assert rig.log.high_watermark == 2 and rig.state() is PartitionState.AWAITING_HW
+        follower_fetch(rig.partition, F3, 3, now_ms=2)  # HW 3: the wait's wake-up
+        await settle()  # no time passes on this loop: only the wake can finish the load
+        assert rig.state() is PartitionState.ACTIVE and rig.shards[0].loaded == 1
+        assert len(rig.partition.hw_waiters) == 0
+        await rig.runtime.stop()
+
+    run_frozen(test)
+    rig.log.close()
+
+
+def test_a_load_waiting_for_the_hw_ends_cleanly_when_leadership_is_lost(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rig = ReplicaRig(tmp_path)
+
+    async def test() -> None:
+        rig.runtime.on_leadership(0, 5)
+        await settle()
+        assert rig.state() is PartitionState.AWAITING_HW
+        assert len(rig.partition.hw_waiters) == 1
+        # One metadata delta, in the broker's order: the replica follows, then the
+        # coordinator hears that this node no longer leads.
+        rig.partition.become_follower(F2, 6, 1, REPLICAS, REPLICAS)
+        rig.runtime.on_leadership(0, None)
+        await settle()
+        assert rig.state() is PartitionState.UNLOADED
+        assert rig.shards[0].loaded == 0 and rig.shards[0].unloaded == 1
+        assert len(rig.partition.hw_waiters) == 0
+
+        # Leading again in a newer epoch: the next load waits afresh, and losing the
+        # leadership in the coordinator's view alone cancels it and forgets its waiter.
+        rig.partition.become_leader(7, 2, REPLICAS, REPLICAS, now_ms=3)
+        rig.runtime.on_leadership(0, 7)
+        await settle()
+        assert rig.state() is PartitionState.AWAITING_HW
+        rig.runtime.on_leadership(0, None)
+        await settle()
+        assert rig.state() is PartitionState.UNLOADED
+        assert rig.partition.hw_waiters.complete_up_to(3) == 0  # nobody left to wake
+        await rig.runtime.stop()
+
+    with caplog.at_level(logging.INFO, logger="odradek.coordinator.runtime"):
+        run_frozen(test)
+    assert "cannot load" not in caplog.text  # a lost leadership is not a failed load
+    rig.log.close()

@@ -21,7 +21,7 @@ from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTop
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from odradek.client.connection import ConnectionLost, KafkaConnectionError
+from odradek.client.connection import ConnectionLost, KafkaConnectionError, RequestTimedOut
 from odradek.metadata.controller_client import (
     ControllerClient,
     VoterAddress,
@@ -68,6 +68,10 @@ class FakeConnection:
         if behaviour == "lost":
             self.closed = True
             raise ConnectionLost("connection lost")
+        if behaviour == "silent":  # no answer: the response timeout runs out
+            self.network.now += timeout_s or 0.0
+            self.closed = True  # as BrokerConnection does
+            raise RequestTimedOut("request timed out")
         if behaviour == "follower":
             return Answer(ErrorCode.not_controller, self.node_id)
         if behaviour == "error":
@@ -79,7 +83,8 @@ class FakeConnection:
 
 
 class Network:
-    """Voters by node id: how each behaves ("leader", "follower", "lost", "down")."""
+    """Voters by node id: how each behaves ("leader", "follower", "lost", "down",
+    "silent")."""
 
     def __init__(self, **behaviour: str) -> None:
         self.behaviour = {int(k.removeprefix("n")): v for k, v in behaviour.items()}
@@ -165,6 +170,34 @@ def test_a_stale_leader_is_retried_after_another_voter_and_the_source_is_asked_a
     # 1 said NOT_CONTROLLER; the next voter other than 1 (2) next; back to 1 as named;
     # then the source names 3.
     assert network.log == [1, 2, 1, 3]
+
+
+def test_a_silent_stale_leader_is_given_up_after_the_attempt_timeout() -> None:
+    # The named leader lost its leadership with the request in flight and never
+    # answers; the source has not learnt of the new one yet.
+    network = Network(n1="silent", n2="follower", n3="leader")
+    named = iter([1, 1, 1])
+
+    async def go(attempt_timeout_s: float | None) -> Any:
+        client = network.client(lambda: next(named, 3))
+        try:
+            return await client.send(
+                7, lambda v: ("heartbeat", v), timeout_s=1.0, attempt_timeout_s=attempt_timeout_s
+            )
+        finally:
+            await client.close()
+
+    answer = run(go(0.5))
+    assert answer.node == 3
+    assert network.connections[0].sent[0][1] == pytest.approx(0.5)  # half, not all 1 s
+    # 1 silent (dropped, not asked again in this send though still named), 2 NOT_CONTROLLER
+    assert network.log == [1, 2, 3]
+    assert network.now == pytest.approx(0.6)  # 0.5 + two backoffs
+    # Without it, the silent one takes the whole deadline.
+    network.now, named = 0.0, iter([1, 1, 1])
+    with pytest.raises(ControllerError) as timed_out:
+        run(go(None))
+    assert timed_out.value.code == "REQUEST_TIMED_OUT"
 
 
 def test_a_controller_that_cannot_be_reached_is_skipped_and_dropped() -> None:

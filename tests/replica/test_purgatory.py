@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from odradek.replica.partition import Partition
-from odradek.replica.purgatory import DelayedProduces
+from odradek.replica.purgatory import DelayedProduces, HighWatermarkWaiters
 from odradek.replica.reads import FetchParams, FetchPosition
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.storage.log_config import LogConfig
@@ -65,6 +65,21 @@ def test_delayed_produces_complete_in_offset_order_once() -> None:
     produces.add(200, late)
     produces.fail_all("NOT_LEADER_OR_FOLLOWER")
     assert late.result == "NOT_LEADER_OR_FOLLOWER"
+
+
+def test_high_watermark_waiters_complete_at_their_offset_or_fail_together() -> None:
+    waiters = HighWatermarkWaiters()
+    low, high, gone, last = Done(), Done(), Done(), Done()
+    waiters.add(7, high)
+    waiters.add(3, low)
+    waiters.add(5, gone)
+    waiters.discard(gone)  # its load was cancelled
+    assert waiters.complete_up_to(6) == 1 and (low.result, high.result) == ("NONE", None)
+    assert gone.result is None and len(waiters) == 1
+    waiters.add(9, last)
+    waiters.fail_all("NOT_LEADER_OR_FOLLOWER")
+    assert (high.result, last.result) == ("NOT_LEADER_OR_FOLLOWER",) * 2
+    assert len(waiters) == 0
 
 
 @pytest.fixture

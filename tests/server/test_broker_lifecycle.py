@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import datetime
 import uuid
 from collections.abc import Sequence
 from typing import Any
@@ -14,9 +15,12 @@ import pytest
 from kio.schema.broker_heartbeat.v1.request import BrokerHeartbeatRequest
 from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest, Listener
 from kio.schema.errors import ErrorCode
+from kio.static.primitive import i32Timedelta
 
+from odradek.client.connection import RequestTimedOut
 from odradek.metadata.broker_heartbeats import BrokerHeartbeat, BrokerRegistration, HeartbeatReply
 from odradek.metadata.controller import Controller
+from odradek.metadata.controller_client import ControllerClient
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import MetadataImage, MetadataRecord
 from odradek.metadata.loader import MetadataLoader
@@ -30,6 +34,7 @@ from odradek.server.broker_lifecycle import (
     RemoteLifecycleTransport,
     State,
 )
+from odradek.server.config import QuorumVoter
 from odradek.server.handlers import Plane
 from odradek.server.handlers.broker_registration import broker_heartbeat, broker_registration
 
@@ -176,10 +181,19 @@ class FakeClient:
     def __init__(self, answer: Any) -> None:
         self.answer = answer
         self.sent: list[Any] = []
+        self.timeouts: list[tuple[float | None, float | None]] = []
 
-    async def send(self, api_key: int, build: Any, *, timeout_s: float | None = None) -> Any:
+    async def send(
+        self,
+        api_key: int,
+        build: Any,
+        *,
+        timeout_s: float | None = None,
+        attempt_timeout_s: float | None = None,
+    ) -> Any:
         request = build(4 if api_key == 62 else 1)
         self.sent.append(request)
+        self.timeouts.append((timeout_s, attempt_timeout_s))
         return self.answer(request)
 
     async def close(self) -> None:
@@ -213,8 +227,80 @@ def test_the_remote_transport_builds_kafkas_requests_and_reads_errors() -> None:
         with pytest.raises(ControllerError) as caught:
             await transport.heartbeat(BrokerHeartbeat(2, 42, 40))
         assert caught.value.code == "STALE_BROKER_EPOCH"
+        # a heartbeat may be repeated: half its time per controller asked
+        assert client.timeouts == [(5.0, None), (1.0, 0.5)]
 
     asyncio.run(body())
+
+
+class ShutdownVoter:
+    """A controller listener for the shutdown test: "silent" (the node's own controller,
+    which lost the leadership with the heartbeat in flight: no answer until the
+    request's timeout, then closed as BrokerConnection does), "follower"
+    (NOT_CONTROLLER) or "leader" (lets the broker go)."""
+
+    def __init__(self, node_id: int, behaviour: str, log: list[int]) -> None:
+        self.node_id = node_id
+        self.behaviour = behaviour
+        self.log = log
+        self.closed = False
+
+    def version_for(self, api_key: int) -> int:
+        return 1
+
+    async def send(
+        self, request: Any, *, expect_response: bool = True, timeout_s: float | None = None
+    ) -> Any:
+        from kio.schema.broker_heartbeat.v1.response import BrokerHeartbeatResponse
+
+        self.log.append(self.node_id)
+        if self.behaviour == "silent":
+            await asyncio.sleep(timeout_s or 0)
+            self.closed = True
+            raise RequestTimedOut("request timed out")
+        refused = self.behaviour == "follower"
+        return BrokerHeartbeatResponse(
+            throttle_time=i32Timedelta.parse(datetime.timedelta(0)),
+            error_code=ErrorCode.not_controller if refused else ErrorCode.none,
+            is_caught_up=True,
+            is_fenced=True,
+            should_shut_down=not refused,
+        )
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+def test_a_controlled_shutdown_reaches_the_new_controller_when_its_own_went_silent() -> None:
+    """The leader source still names node 1 (this node's own controller, no longer
+    active, holding the heartbeat unanswered): half the heartbeat's time on it, then the
+    other voters — the one that is the controller now lets the broker go well within
+    the wait. Asking node 1 with the whole heartbeat time (twice) would use it all."""
+    behaviour = {1: "silent", 2: "follower", 3: "leader"}
+    log: list[int] = []
+
+    async def connect(voter: Any, timeout_s: float) -> ShutdownVoter:
+        return ShutdownVoter(voter.node_id, behaviour[voter.node_id], log)
+
+    voters = [QuorumVoter(n, "127.0.0.1", 1) for n in (1, 2, 3)]
+
+    async def body() -> bool:
+        client = ControllerClient(voters, lambda: 1, connect, retry_backoff_s=0.02)
+        transport = RemoteLifecycleTransport(client, "cid", 1.0, {})
+        core = BrokerLifecycle(REG, INTERVAL)
+        core.poll(0, 0)
+        core.on_registered(1, 0)
+        core.poll(0, 1)
+        core.on_heartbeat(reply(True, False), 0)  # running; the next beat is 2 s away
+        manager = BrokerLifecycleManager(core, transport, lambda: 10)
+        manager.start()
+        try:
+            return await manager.controlled_shutdown(1.6)
+        finally:
+            await manager.stop()
+
+    assert asyncio.run(body()) is True
+    assert log == [1, 2, 3]  # the silent one is not asked again in the same heartbeat
 
 
 # -- the wire handlers, with the controller in process ----------------------------------
