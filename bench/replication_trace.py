@@ -178,7 +178,7 @@ def chain(leader: list[list[str]], followers: dict[int, list[list[str]]]) -> lis
     lines.append(
         summary(
             "answered -> next append starts",
-            [appends[i + 1][0] - waits[i][1] for i in range(min(len(appends), len(waits)) - 1)],
+            [appends[i + 1][0] - waits[i][1] for i in range(min(len(appends) - 1, len(waits)))],
         )
     )
     for node, rows in sorted(followers.items()):
