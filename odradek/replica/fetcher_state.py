@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import datetime
 import enum
+import functools
 import logging
 import struct
 import uuid
@@ -57,7 +58,8 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_entity
+from odradek.client.connection import request_module
+from odradek.protocol.build import make
 from odradek.protocol.fetch_codec import RawFetchResponse
 from odradek.records.errors import CodedError
 from odradek.replica.interfaces import FetchStart, FollowerLog, TopicPartition
@@ -79,6 +81,27 @@ NO_SESSION_EPOCH: Final = -1  # a full fetch without a session (the broker decli
 _BATCH_LENGTH: Final = struct.Struct(">i")
 _LOG_OVERHEAD: Final = 12  # base offset + batch length
 _MIN_BATCH: Final = 61  # the v2 batch header
+
+
+@functools.cache
+def _entity_class(api_key: int, version: int, class_name: str) -> Any:
+    """A request's kio class (or a nested entity's) by name, looked up once: kio
+    resolves its modules by name on every call, and a follower builds a Fetch per
+    round trip of the replication chain."""
+    module = request_module(api_key, version)
+    if class_name:
+        return getattr(module, class_name)
+    (request,) = (
+        value
+        for name, value in vars(module).items()
+        if name.endswith("Request") and getattr(value, "__api_key__", None) == api_key
+    )
+    return request
+
+
+def request_entity(api_key: int, version: int, class_name: str = "", **fields: Any) -> Any:
+    """``client.connection.request_entity`` with the class lookups cached."""
+    return make(_entity_class(api_key, version, class_name), **fields)
 
 
 class FetchState(enum.Enum):

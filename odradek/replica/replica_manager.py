@@ -326,23 +326,36 @@ class ReplicaManager:
 
     async def await_replication(self, statuses: Sequence[ProduceStatus], timeout_ms: int) -> None:
         """Phase two: wait for every parked partition together, up to ``timeout_ms``;
-        each status ends with its error (REQUEST_TIMED_OUT for the ones still waiting)."""
-        waiting = [s for s in statuses if s.waiter is not None]
-        if not waiting:
+        each status ends with its error (REQUEST_TIMED_OUT for the ones still waiting).
+
+        The task awaits the waiters themselves, one after another, and a timer answers
+        the ones still open at the deadline: a waiter the HW completes wakes this task
+        on the next loop iteration (``asyncio.wait`` took two, through its own waiter)."""
+        parked = [(s, s.waiter) for s in statuses if s.waiter is not None]
+        if not parked:
             return
-        futures = [s.waiter for s in waiting if s.waiter is not None]
-        await asyncio.wait(futures, timeout=max(timeout_ms, 0) / 1000)
-        for status in waiting:
-            waiter = status.waiter
-            assert waiter is not None
-            if waiter.done():
-                status.error = waiter.result()
-            else:
-                status.error = "REQUEST_TIMED_OUT"
-                if status.partition is not None:
+        expired: set[asyncio.Future[str]] = set()
+
+        def expire() -> None:
+            for _, waiter in parked:
+                if not waiter.done():
+                    waiter.set_result("REQUEST_TIMED_OUT")
+                    expired.add(waiter)
+
+        timer = asyncio.get_running_loop().call_later(max(timeout_ms, 0) / 1000, expire)
+        try:
+            for status, waiter in parked:
+                status.error = await waiter
+                status.waiter = None
+        finally:
+            timer.cancel()
+            for status, waiter in parked:
+                if not waiter.done():  # this task was cancelled: nobody waits for it
+                    waiter.cancel()
+                status.waiter = None
+                gone = waiter in expired or waiter.cancelled()
+                if gone and status.partition is not None:
                     status.partition.produces.discard(waiter)
-                waiter.cancel()
-            status.waiter = None
 
     async def append_at_high_watermark(
         self,
@@ -472,15 +485,18 @@ class ReplicaManager:
 
     async def _wait(self, partitions: list[Partition], follower: bool, timeout_s: float) -> None:
         """Return when a watched partition moves (its HW for consumers, its log end for
-        followers), or after ``timeout_s``."""
-        waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        followers), or after ``timeout_s``. The task awaits the waiter the partitions
+        complete, so a wake-up resumes it on the next loop iteration (``wait_for`` over
+        ``shield`` took three); a timer completes the waiter at the deadline."""
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[None] = loop.create_future()
         for partition in partitions:
             partition.fetches.watch(waiter, follower=follower)
+        timer = loop.call_later(timeout_s, _complete, waiter)
         try:
-            await asyncio.wait_for(asyncio.shield(waiter), timeout_s)
-        except TimeoutError:
-            pass
+            await waiter
         finally:
+            timer.cancel()
             for partition in partitions:
                 partition.fetches.discard(waiter)
 
@@ -545,6 +561,11 @@ class ReplicaManager:
             else:
                 results[slot] = (outcome, "NONE")
         return results
+
+
+def _complete(waiter: asyncio.Future[None]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _assigned(

@@ -454,3 +454,29 @@ def test_an_out_of_range_answer_for_an_offset_in_range_backs_off(
     clock.advance(BACKOFF)
     catch_up(core, leader, follower)
     assert log_bytes(follower.log) == log_bytes(leader.log)
+
+
+def test_request_classes_are_kios_for_every_version() -> None:
+    """The follower's cached class lookup names the same kio classes as kio's index,
+    for every Fetch and ListOffsets version a fetcher may send."""
+    from kio.index import load_payload_module, load_request_schema
+    from kio.static.constants import EntityType
+
+    from odradek.replica.fetcher_state import (
+        FETCH_KEY,
+        LIST_OFFSETS_KEY,
+        MAX_FETCH_VERSION,
+        MAX_LIST_OFFSETS_VERSION,
+        MIN_FETCH_VERSION,
+        MIN_LIST_OFFSETS_VERSION,
+        _entity_class,
+    )
+
+    for key, low, high, nested in (
+        (FETCH_KEY, MIN_FETCH_VERSION, MAX_FETCH_VERSION, "FetchPartition"),
+        (LIST_OFFSETS_KEY, MIN_LIST_OFFSETS_VERSION, MAX_LIST_OFFSETS_VERSION, "ListOffsetsTopic"),
+    ):
+        for version in range(low, high + 1):
+            assert _entity_class(key, version, "") is load_request_schema(key, version)
+            module = load_payload_module(key, version, EntityType.request)
+            assert _entity_class(key, version, nested) is getattr(module, nested)

@@ -110,7 +110,7 @@ def test_acks_all_completes_when_the_followers_fetched_the_batch(
         assert not waiting.done()  # F3 has not fetched
         follower_fetch(partition, F3, 1, now_ms=1)  # HW 1: the first batch only
         await asyncio.sleep(0)
-        assert first.waiter is not None and first.waiter.done()
+        assert first.waiter is None and first.error == "NONE"  # answered: final
         assert not waiting.done()
         follower_fetch(partition, F3, 2, now_ms=2)
         await waiting
@@ -261,3 +261,75 @@ def test_delete_records_times_out_and_fails_on_leadership_loss(
         return await deleting
 
     assert asyncio.run(moved()) == [(-1, "NOT_LEADER_OR_FOLLOWER")]
+
+
+# -- wake-ups: one loop iteration from the event to the answer ---------------------------
+# The replication chain is a string of such wake-ups (a follower's parked fetch on an
+# append, the acks=all produce and the consumer's fetch on the HW), and every extra
+# loop iteration on a busy leader is a turn behind every other ready callback. These
+# count iterations, not time: ``sleep(0)`` lets every callback already due run once.
+
+
+def test_a_parked_follower_fetch_answers_one_iteration_after_the_append(
+    cluster: tuple[ReplicaManager, Partition],
+) -> None:
+    manager, _ = cluster
+
+    async def run() -> None:
+        follower = asyncio.create_task(manager.fetch(_params(F2, 0)))
+        await asyncio.sleep(0.01)
+        assert not follower.done()  # parked: nothing to read, max wait 30 s
+        manager.append("t", 0, batch(b"a"), 1)
+        await asyncio.sleep(0)
+        assert follower.done()
+        (_, [(_, read)]) = follower.result()[0]
+        assert read.size > 0
+
+    asyncio.run(run())
+
+
+def test_acks_all_and_a_consumer_answer_one_iteration_after_the_hw_moves(
+    cluster: tuple[ReplicaManager, Partition],
+) -> None:
+    manager, partition = cluster
+
+    async def run() -> None:
+        consumer = asyncio.create_task(manager.fetch(_params(-1, 0)))
+        await asyncio.sleep(0.01)
+        statuses = [
+            manager.append_records("t", 0, batch(b"a"), -1),
+            manager.append_records("t", 0, batch(b"b"), -1),
+        ]
+        producer = asyncio.create_task(manager.await_replication(statuses, 30_000))
+        await asyncio.sleep(0.01)
+        follower_fetch(partition, F2, 2, now_ms=1)
+        await asyncio.sleep(0)
+        assert not producer.done() and not consumer.done()  # F3 holds the HW at 0
+        follower_fetch(partition, F3, 2, now_ms=1)  # HW 2: both batches
+        await asyncio.sleep(0)
+        assert producer.done() and consumer.done()
+        assert [s.error for s in statuses] == ["NONE", "NONE"]
+        (_, [(_, seen)]) = consumer.result()[0]
+        assert seen.high_watermark == 2
+
+    asyncio.run(run())
+
+
+def test_a_cancelled_produce_or_fetch_leaves_no_waiter_behind(
+    cluster: tuple[ReplicaManager, Partition],
+) -> None:
+    manager, partition = cluster
+
+    async def run() -> None:
+        statuses = [manager.append_records("t", 0, batch(b"a"), -1)]
+        producer = asyncio.create_task(manager.await_replication(statuses, 30_000))
+        consumer = asyncio.create_task(manager.fetch(_params(-1, 0)))
+        await asyncio.sleep(0.01)
+        assert len(partition.produces) == 1 and len(partition.fetches.consumers) == 1
+        producer.cancel()
+        consumer.cancel()
+        await asyncio.gather(producer, consumer, return_exceptions=True)
+        assert len(partition.produces) == 0
+        assert not partition.fetches.consumers and statuses[0].waiter is None
+
+    asyncio.run(run())
