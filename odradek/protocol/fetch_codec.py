@@ -9,19 +9,24 @@ way and leaves each partition's records as a ``memoryview`` slice of it: the Spa
 reader and replica fetchers need only a handful of fields around the records, and
 kio would copy them.
 
-Both cover Fetch v4–v12 (topic names): v5 adds the log start offset, v7 the
-top-level error code and session id, v11 the preferred read replica, and v12 is
-flexible — compact strings/arrays/bytes (unsigned varint length + 1, 0 = null) and
-tagged-field sections after the response header, each aborted transaction, each
-partition, each topic and the body. A v12 partition may carry tagged fields 0
-(diverging epoch: the follower must truncate), 1 (current leader) and 2 (snapshot
-id); both sides know them, and the decoder skips tags it does not know. A frame that
-ends early or has an impossible length raises ``FetchParseError``.
+Both cover Fetch v4–v17: v5 adds the log start offset, v7 the top-level error code
+and session id, v11 the preferred read replica, and v12 is flexible — compact
+strings/arrays/bytes (unsigned varint length + 1, 0 = null) and tagged-field sections
+after the response header, each aborted transaction, each partition, each topic and
+the body. A v12+ partition may carry tagged fields 0 (diverging epoch: the follower
+must truncate), 1 (current leader) and 2 (snapshot id). v13 (KIP-516) names each
+topic by its 16-byte id instead of its name; v14 and v15 change only the request;
+v16 (KIP-951) adds the body's tag 0, ``node_endpoints``: the host, port and rack of
+every leader a partition's ``current_leader`` names, so a client moves to the new
+leader without a Metadata round trip; v17 changes only the request. Both sides know
+these tags, and the decoder skips tags it does not know. A frame that ends early or
+has an impossible length raises ``FetchParseError``.
 """
 
 from __future__ import annotations
 
 import struct
+import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -30,7 +35,10 @@ from odradek.protocol.bounds import uvarint_bytes as _uvarint
 from odradek.records.file_range import FileRange
 
 MIN_VERSION: Final = 4
-MAX_VERSION: Final = 12
+MAX_VERSION: Final = 17
+FIRST_FLEXIBLE: Final = 12
+FIRST_TOPIC_ID: Final = 13  # KIP-516: topics by id in request and response
+FIRST_NODE_ENDPOINTS: Final = 16  # KIP-951: the body's node_endpoints tag
 _I16: Final = struct.Struct(">h")
 _I32: Final = struct.Struct(">i")
 _I64: Final = struct.Struct(">q")
@@ -43,6 +51,18 @@ _SNAPSHOT: Final = struct.Struct(">qi")  # snapshot id: end offset, epoch
 TAG_DIVERGING_EPOCH: Final = 0
 TAG_CURRENT_LEADER: Final = 1
 TAG_SNAPSHOT_ID: Final = 2
+TAG_NODE_ENDPOINTS: Final = 0  # the response body's tag (v16+)
+_ZERO_UUID: Final = uuid.UUID(int=0)
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEndpoint:
+    """A leader's address in a v16+ response's ``node_endpoints`` (KIP-951)."""
+
+    node_id: int
+    host: str
+    port: int
+    rack: str | None = None
 
 
 @dataclass(slots=True)
@@ -69,6 +89,7 @@ class PartitionResult:
 class TopicResult:
     name: str
     partitions: list[PartitionResult]
+    topic_id: uuid.UUID | None = None  # what v13+ sends instead of the name (None: zero)
 
 
 def _string(text: str, flexible: bool) -> bytes:
@@ -78,6 +99,19 @@ def _string(text: str, flexible: bool) -> bytes:
 
 def _array_length(count: int, flexible: bool) -> bytes:
     return _uvarint(count + 1) if flexible else _I32.pack(count)
+
+
+def _node_endpoints(endpoints: Sequence[NodeEndpoint]) -> bytes:
+    """The v16+ body's tagged-field section: tag 0 = the endpoints, when there are any."""
+    if not endpoints:
+        return b"\x00"
+    value = bytearray(_uvarint(len(endpoints) + 1))
+    for endpoint in endpoints:
+        value += _I32.pack(endpoint.node_id) + _string(endpoint.host, True)
+        value += _I32.pack(endpoint.port)
+        value += b"\x00" if endpoint.rack is None else _string(endpoint.rack, True)
+        value += b"\x00"  # the endpoint's tagged fields
+    return b"\x01" + _uvarint(TAG_NODE_ENDPOINTS) + _uvarint(len(value)) + value
 
 
 def _partition_tags(partition: PartitionResult) -> bytes:
@@ -103,10 +137,14 @@ def encode_fetch_response(
     error_code: int = 0,
     session_id: int = 0,
     throttle_ms: int = 0,
+    node_endpoints: Sequence[NodeEndpoint] = (),
 ) -> list[bytes | FileRange]:
-    """Header + body as parts; records are FileRanges, everything else bytes."""
+    """Header + body as parts; records are FileRanges, everything else bytes. Topics go
+    by name below v13 and by ``topic_id`` from v13; ``node_endpoints`` are sent from
+    v16 (dropped below, as Kafka drops a tagged field a version lacks)."""
     assert MIN_VERSION <= version <= MAX_VERSION
-    flexible = version >= 12
+    flexible = version >= FIRST_FLEXIBLE
+    by_id = version >= FIRST_TOPIC_ID
     parts: list[bytes | FileRange] = []
     out = bytearray(_I32.pack(correlation_id))
     if flexible:
@@ -116,7 +154,10 @@ def encode_fetch_response(
         out += _I16.pack(error_code) + _I32.pack(session_id)
     out += _array_length(len(topics), flexible)
     for topic in topics:
-        out += _string(topic.name, flexible)
+        if by_id:
+            out += (topic.topic_id or _ZERO_UUID).bytes
+        else:
+            out += _string(topic.name, flexible)
         out += _array_length(len(topic.partitions), flexible)
         for partition in topic.partitions:
             out += _PARTITION_HEAD.pack(
@@ -149,7 +190,9 @@ def encode_fetch_response(
                 out += _partition_tags(partition)
         if flexible:
             out += b"\x00"  # topic tagged fields
-    if flexible:
+    if version >= FIRST_NODE_ENDPOINTS:
+        out += _node_endpoints(node_endpoints)
+    elif flexible:
         out += b"\x00"  # response tagged fields
     parts.append(bytes(out))
     return parts
@@ -185,7 +228,9 @@ class RawFetchResponse:
     throttle_time_ms: int
     error_code: int
     session_id: int
-    topics: list[tuple[str, list[RawPartition]]]
+    # each topic by name (v4–v12) or by id (v13+), with its partitions
+    topics: list[tuple[str | uuid.UUID, list[RawPartition]]]
+    node_endpoints: list[NodeEndpoint] = field(default_factory=list)  # v16+ tag 0
 
 
 _PARTITION_TAGS: Final = {
@@ -238,14 +283,24 @@ class _Cursor:
         return count
 
     def string(self, flexible: bool) -> str:
+        text = self.nullable_string(flexible)
+        if text is None:
+            raise FetchParseError("fetch response has a null string where one is required")
+        return text
+
+    def nullable_string(self, flexible: bool) -> str | None:
         size = self.uvarint() - 1 if flexible else self.unpack(_I16)[0]
         if size < 0:
-            raise FetchParseError("fetch response has a null topic name")
+            return None
         start = self.need(size)
         try:
             return bytes(self.data[start : start + size]).decode()
         except UnicodeDecodeError:
-            raise FetchParseError("fetch response has a topic name that is not UTF-8") from None
+            raise FetchParseError("fetch response has a string that is not UTF-8") from None
+
+    def topic_id(self) -> uuid.UUID:
+        start = self.need(16)
+        return uuid.UUID(bytes=bytes(self.data[start : start + 16]))
 
     def nullable_bytes(self, flexible: bool) -> memoryview | None:
         size = self.uvarint() - 1 if flexible else self.unpack(_I32)[0]
@@ -280,12 +335,34 @@ class _Cursor:
             else:
                 partition.snapshot_id = value
 
+    def body_tags(self, response: RawFetchResponse) -> None:
+        """The body's tagged fields (v16+: tag 0 = node_endpoints); unknown tags skipped."""
+        for _ in range(self.uvarint()):
+            tag = self.uvarint()
+            size = self.uvarint()
+            start = self.need(size)
+            if tag != TAG_NODE_ENDPOINTS:
+                continue
+            end, self.pos = self.pos, start
+            for _ in range(max(self.array_length(True), 0)):
+                (node_id,) = self.unpack(_I32)
+                host = self.string(True)
+                (port,) = self.unpack(_I32)
+                rack = self.nullable_string(True)
+                self.skip_tags()
+                response.node_endpoints.append(NodeEndpoint(node_id, host, port, rack))
+            if self.pos != end:
+                raise FetchParseError(f"fetch response tag {tag} is not {size} bytes long")
+
 
 def parse_fetch_response(frame: bytes | memoryview, version: int) -> RawFetchResponse:
     """Parse a whole response frame (correlation id first, size prefix stripped)."""
     if not MIN_VERSION <= version <= MAX_VERSION:
-        raise FetchParseError(f"fetch response version {version} is not in 4..12")
-    flexible = version >= 12
+        raise FetchParseError(
+            f"fetch response version {version} is not in {MIN_VERSION}..{MAX_VERSION}"
+        )
+    flexible = version >= FIRST_FLEXIBLE
+    by_id = version >= FIRST_TOPIC_ID
     cursor = _Cursor(memoryview(frame))
     (correlation_id,) = cursor.unpack(_I32)
     if flexible:
@@ -295,9 +372,9 @@ def parse_fetch_response(frame: bytes | memoryview, version: int) -> RawFetchRes
     if version >= 7:
         (error_code,) = cursor.unpack(_I16)
         (session_id,) = cursor.unpack(_I32)
-    topics: list[tuple[str, list[RawPartition]]] = []
+    topics: list[tuple[str | uuid.UUID, list[RawPartition]]] = []
     for _ in range(max(cursor.array_length(flexible), 0)):
-        name = cursor.string(flexible)
+        name: str | uuid.UUID = cursor.topic_id() if by_id else cursor.string(flexible)
         partitions: list[RawPartition] = []
         for _ in range(max(cursor.array_length(flexible), 0)):
             index, error, high_watermark, last_stable = cursor.unpack(_RAW_PARTITION_HEAD)
@@ -322,10 +399,11 @@ def parse_fetch_response(frame: bytes | memoryview, version: int) -> RawFetchRes
         if flexible:
             cursor.skip_tags()
         topics.append((name, partitions))
+    response = RawFetchResponse(correlation_id, throttle, error_code, session_id, topics)
     if flexible:
-        cursor.skip_tags()
+        cursor.body_tags(response)
     if cursor.pos != cursor.end:
         raise FetchParseError(
             f"fetch response has {cursor.end - cursor.pos} bytes after its last field"
         )
-    return RawFetchResponse(correlation_id, throttle, error_code, session_id, topics)
+    return response

@@ -69,9 +69,13 @@ logger = logging.getLogger(__name__)
 
 FETCH_KEY: Final = 1
 LIST_OFFSETS_KEY: Final = 2
-# Fetch v12 brought diverging_epoch; a follower never fetches with less.
+# Fetch v12 brought diverging_epoch; a follower never fetches with less. It sends the
+# highest version the leader advertises in ApiVersions up to v17: topic ids from v13
+# (KIP-516), replica_state with its broker epoch from v15 (KIP-903), v17's per-partition
+# replica_directory_id tag (KIP-853) left out (null: partition replication has no use
+# for it).
 MIN_FETCH_VERSION: Final = 12
-MAX_FETCH_VERSION: Final = 16
+MAX_FETCH_VERSION: Final = 17
 # ListOffsets v4 brought current_leader_epoch (fencing a stale leader's answer).
 MIN_LIST_OFFSETS_VERSION: Final = 4
 MAX_LIST_OFFSETS_VERSION: Final = 8

@@ -172,9 +172,9 @@ class LeaderReplica:
         topics = []
         for topic in request.topics:
             name = getattr(topic, "topic", None) or self.topic
-            topics.append(
-                TopicResult(name, [self._partition(request, p) for p in topic.partitions])
-            )
+            partitions = [self._partition(request, p) for p in topic.partitions]
+            # v13+ asks by id and is answered by the same id (the encoder sends it then)
+            topics.append(TopicResult(name, partitions, getattr(topic, "topic_id", None)))
         return materialize(encode_fetch_response(version, correlation_id, topics))
 
     def fetch(self, plan: RequestPlan) -> RawFetchResponse:
@@ -230,11 +230,15 @@ def step(core: FetcherCore, leader: LeaderReplica, version: int = 12) -> ApplyRe
 
 
 def catch_up(
-    core: FetcherCore, leader: LeaderReplica, follower: FollowerReplica, rounds: int = 500
+    core: FetcherCore,
+    leader: LeaderReplica,
+    follower: FollowerReplica,
+    rounds: int = 500,
+    version: int = 12,
 ) -> int:
     """Rounds until the follower's log end equals the leader's and a fetch brings nothing."""
     for done in range(1, rounds + 1):
-        result = step(core, leader)
+        result = step(core, leader, version)
         if (
             result is not None
             and not result.appended_bytes

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.protocol.build import make, response_module
@@ -37,13 +38,23 @@ from .fetcher_support import FollowerReplica, LeaderReplica, log_bytes, material
 _SIZE = struct.Struct(">i")
 SUPPORTED = {18: (0, 3), 1: (4, 12), 2: (1, 8)}
 TOPIC_IDS = {"a": uuid.UUID(int=1), "b": uuid.UUID(int=2)}
+TOPIC_NAMES = {topic_id: name for name, topic_id in TOPIC_IDS.items()}
+
+
+def _name(topic: Any) -> str:
+    """A request topic's name (v13+ asks by id)."""
+    return getattr(topic, "topic", None) or TOPIC_NAMES[topic.topic_id]
 
 
 class WireLeader:
     """A fake broker leading the partitions in ``leaders`` (one LeaderReplica each)."""
 
-    def __init__(self, leaders: dict[TopicPartition, LeaderReplica]) -> None:
+    def __init__(
+        self, leaders: dict[TopicPartition, LeaderReplica], max_fetch_version: int = 12
+    ) -> None:
         self.leaders = leaders
+        self.supported = {**SUPPORTED, 1: (4, max_fetch_version)}
+        self.fetch_versions: set[int] = set()  # the versions the fetchers sent
         self.hold = False  # hold every fetch (a long poll that never ends)
         self.port = 0
         self.fetches = 0
@@ -66,13 +77,17 @@ class WireLeader:
         try:
             while True:
                 (size,) = _SIZE.unpack(await reader.readexactly(4))
-                request = decode_request(await reader.readexactly(size), SUPPORTED)
+                request = decode_request(await reader.readexactly(size), self.supported)
                 header = request.header
                 if header.api_key == 18:
                     payload = encode_response(
-                        18, header.api_version, header.correlation_id, _versions()
+                        18,
+                        header.api_version,
+                        header.correlation_id,
+                        _versions(self.supported),
                     )
                 elif header.api_key == 1:
+                    self.fetch_versions.add(header.api_version)
                     while self.hold:
                         await asyncio.sleep(0.05)
                     if self._nothing_new(request.body):  # the long poll, shortened
@@ -91,7 +106,7 @@ class WireLeader:
 
     def _nothing_new(self, body: Any) -> bool:
         return all(
-            p.fetch_offset >= self.leaders[(t.topic, p.partition)].log.log_end_offset
+            p.fetch_offset >= self.leaders[(_name(t), p.partition)].log.log_end_offset
             for t in body.topics
             for p in t.partitions
         )
@@ -101,8 +116,9 @@ class WireLeader:
         self.fetches += 1
         topics = [
             TopicResult(
-                t.topic,
-                [self.leaders[(t.topic, p.partition)]._partition(body, p) for p in t.partitions],
+                _name(t),
+                [self.leaders[(_name(t), p.partition)]._partition(body, p) for p in t.partitions],
+                getattr(t, "topic_id", None),
             )
             for t in body.topics
         ]
@@ -114,14 +130,14 @@ class WireLeader:
         return encode_response(2, version, correlation_id, answer)
 
 
-def _versions() -> Any:
+def _versions(supported: dict[int, tuple[int, int]]) -> Any:
     module = response_module(18, 3)
     return make(
         module.ApiVersionsResponse,
         error_code=ErrorCode.none,
         api_keys=tuple(
             make(module.ApiVersion, api_key=k, min_version=lo, max_version=hi)
-            for k, (lo, hi) in sorted(SUPPORTED.items())
+            for k, (lo, hi) in sorted(supported.items())
         ),
         throttle_time=datetime.timedelta(0),
         supported_features=(),
@@ -207,12 +223,15 @@ def _caught_up(
     )
 
 
-def test_manager_copies_every_partition_byte_for_byte(tmp_path: Path) -> None:
+@pytest.mark.parametrize("leader_max", [12, 15, 17])
+def test_manager_copies_every_partition_byte_for_byte(tmp_path: Path, leader_max: int) -> None:
+    """The fetchers send the highest Fetch version the leader advertises (a v12-only
+    leader still works; v13+ topics go by id, v15+ the follower in replica_state)."""
     tps = [("a", 0), ("a", 1), ("a", 2), ("b", 0)]
     leaders, followers = _setup(tmp_path, tps)
 
     async def scenario() -> None:
-        server = WireLeader(leaders)
+        server = WireLeader(leaders, leader_max)
         await server.start()
         manager = _manager(server, followers, num_fetchers=2)
         manager.add_partitions({tp: FetchStart(TOPIC_IDS[tp[0]], 2, 1) for tp in tps})
@@ -223,6 +242,7 @@ def test_manager_copies_every_partition_byte_for_byte(tmp_path: Path) -> None:
         await wait_for(lambda: _caught_up(leaders, followers))
         await manager.close()
         await server.stop()
+        assert server.fetch_versions == {leader_max}
 
     run(scenario)
     for tp, leader in leaders.items():

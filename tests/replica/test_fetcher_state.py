@@ -67,7 +67,11 @@ def clock() -> FakeClock:
     return FakeClock()
 
 
-def test_catch_up_makes_byte_identical_segments(tmp_path: Path, clock: FakeClock) -> None:
+@pytest.mark.parametrize("version", [12, 13, 15, 17])
+def test_catch_up_makes_byte_identical_segments(
+    tmp_path: Path, clock: FakeClock, version: int
+) -> None:
+    """At every Fetch version a follower may use: v13+ topics go by id both ways."""
     leader = LeaderReplica(new_log(tmp_path / "leader" / "t-0", clock, segment_bytes=4096), 0)
     for epoch in (0, 1, 3):
         leader.become_leader(epoch)
@@ -75,7 +79,7 @@ def test_catch_up_makes_byte_identical_segments(tmp_path: Path, clock: FakeClock
     follower = FollowerReplica(new_log(tmp_path / "follower" / "t-0", clock, segment_bytes=4096))
     core = make_core(follower, clock, partition_max_bytes=1500)
     core.assign(TP, start(3))
-    catch_up(core, leader, follower)
+    catch_up(core, leader, follower, version=version)
     assert len(leader.log.segments) > 3  # the copy crossed segment rolls
     assert log_bytes(follower.log) == log_bytes(leader.log)
     assert follower.log.epoch_cache.entries == leader.log.epoch_cache.entries[:3]
@@ -373,7 +377,7 @@ def test_a_failed_request_delays_its_partitions(tmp_path: Path, clock: FakeClock
     assert core.partitions[TP].last_error == "NETWORK_EXCEPTION"
 
 
-@pytest.mark.parametrize("version", [12, 13, 14, 15, 16])
+@pytest.mark.parametrize("version", [12, 13, 14, 15, 16, 17])
 def test_requests_carry_kafkas_follower_fields(
     tmp_path: Path, clock: FakeClock, version: int
 ) -> None:
@@ -410,6 +414,8 @@ def test_requests_carry_kafkas_follower_fields(
     assert partition.current_leader_epoch == 2
     assert partition.log_start_offset == 0
     assert partition.partition_max_bytes == 3000
+    if version >= 17:
+        assert partition.replica_directory_id is None  # KIP-853's tag: left out
     buffer = io.BytesIO()
     entity_writer(type(request))(buffer, request)  # kio can put it on the wire
     assert buffer.getvalue()

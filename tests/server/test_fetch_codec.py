@@ -1,10 +1,12 @@
-"""The Spark reader's raw FetchResponse parser against the broker's encoder and kio."""
+"""The raw FetchResponse codec (broker encoder; decoder of the Spark reader and the
+replica fetchers) against kio, for every version 4..17."""
 
 from __future__ import annotations
 
 import datetime
 import os
 import tempfile
+import uuid
 from typing import Any
 
 import pytest
@@ -15,7 +17,9 @@ from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
 from odradek.protocol.fetch_codec import (
+    MAX_VERSION,
     FetchParseError,
+    NodeEndpoint,
     PartitionResult,
     RawPartition,
     TopicResult,
@@ -25,7 +29,7 @@ from odradek.protocol.fetch_codec import (
 from odradek.records.file_range import FileRange
 
 FETCH = 1
-VERSIONS = range(4, 13)
+VERSIONS = range(4, MAX_VERSION + 1)
 ERRORS = [0, 1, 3, 6, 74]
 
 _aborted = st.none() | st.lists(
@@ -41,15 +45,35 @@ _partition = st.tuples(
     st.binary(max_size=300),  # records (the parser does not look inside)
 )
 _topics = st.lists(
-    st.tuples(st.text(min_size=1, max_size=20), st.lists(_partition, max_size=4)), max_size=3
+    st.tuples(
+        st.text(min_size=1, max_size=20),
+        st.lists(_partition, max_size=4),
+        st.uuids(),  # what v13+ sends instead of the name
+    ),
+    max_size=3,
 )
+_endpoints = st.lists(
+    st.builds(
+        NodeEndpoint,
+        st.integers(0, 2**31 - 1),
+        st.text(min_size=1, max_size=30),
+        st.integers(0, 65535),
+        st.none() | st.text(max_size=10),
+    ),
+    max_size=3,
+)
+
+
+def _key(version: int, name: str, topic_id: uuid.UUID) -> str | uuid.UUID:
+    """How a topic is named in a response of ``version``."""
+    return topic_id if version >= 13 else name
 
 
 def _encode(version: int, correlation_id: int, topics: list[Any], **kwargs: Any) -> bytes:
     """encode_fetch_response's parts made into one frame (records through a real file)."""
     with tempfile.TemporaryFile() as file:
         results = []
-        for name, partitions in topics:
+        for name, partitions, *topic_id in topics:
             parts = []
             for index, error, hw, lso, log_start, aborted, records in partitions:
                 ranges = []
@@ -59,7 +83,7 @@ def _encode(version: int, correlation_id: int, topics: list[Any], **kwargs: Any)
                     file.flush()
                     ranges.append(FileRange(file.fileno(), position, len(records)))
                 parts.append(PartitionResult(index, error, hw, lso, log_start, ranges, aborted))
-            results.append(TopicResult(name, parts))
+            results.append(TopicResult(name, parts, *topic_id))
         out = bytearray()
         for part in encode_fetch_response(version, correlation_id, results, **kwargs):
             if isinstance(part, FileRange):
@@ -77,15 +101,36 @@ def _kio(frame: bytes, version: int) -> Any:
     return body
 
 
-@settings(max_examples=60, deadline=None)
-@given(version=st.sampled_from(VERSIONS), correlation=st.integers(0, 2**31 - 1), topics=_topics)
-def test_round_trip_against_encoder_and_kio(version: int, correlation: int, topics: Any) -> None:
-    frame = _encode(version, correlation, topics, throttle_ms=5, session_id=0)
+@settings(max_examples=100, deadline=None)
+@given(
+    version=st.sampled_from(VERSIONS),
+    correlation=st.integers(0, 2**31 - 1),
+    topics=_topics,
+    endpoints=_endpoints,
+)
+def test_round_trip_against_encoder_and_kio(
+    version: int, correlation: int, topics: Any, endpoints: list[NodeEndpoint]
+) -> None:
+    frame = _encode(
+        version, correlation, topics, throttle_ms=5, session_id=0, node_endpoints=endpoints
+    )
     parsed = parse_fetch_response(memoryview(frame).toreadonly(), version)
     assert parsed.correlation_id == correlation and parsed.throttle_time_ms == 5
-    assert [name for name, _ in parsed.topics] == [name for name, _ in topics]
+    assert [key for key, _ in parsed.topics] == [_key(version, *t[::2]) for t in topics]
     kio_body = _kio(frame, version)
-    for (_, got), (_, sent), kio_topic in zip(
+    if version >= 13:
+        assert [t.topic_id for t in kio_body.responses] == [t[2] for t in topics]
+    else:
+        assert [t.topic for t in kio_body.responses] == [t[0] for t in topics]
+    # node_endpoints from v16 (a tagged field the older versions do not have)
+    expected = endpoints if version >= 16 else []
+    assert parsed.node_endpoints == expected
+    if version >= 16:
+        theirs_endpoints = [
+            NodeEndpoint(e.node_id, e.host, e.port, e.rack) for e in kio_body.node_endpoints
+        ]
+        assert theirs_endpoints == expected
+    for (_, got), (_, sent, _), kio_topic in zip(
         parsed.topics, topics, kio_body.responses, strict=True
     ):
         assert len(got) == len(sent) == len(kio_topic.partitions)
@@ -103,7 +148,7 @@ def test_round_trip_against_encoder_and_kio(version: int, correlation: int, topi
                 assert raw.preferred_read_replica == -1 == theirs.preferred_read_replica
 
 
-@pytest.mark.parametrize("version", [4, 7, 12])
+@pytest.mark.parametrize("version", [4, 7, 12, 13, 16, 17])
 def test_top_level_error(version: int) -> None:
     frame = _encode(version, 3, [], error_code=70)
     parsed = parse_fetch_response(frame, version)
@@ -122,9 +167,10 @@ def _kio_frame(version: int, correlation: int, body: Any) -> bytes:
     return out.getvalue()
 
 
-@pytest.mark.parametrize("version", [4, 11, 12])
+@pytest.mark.parametrize("version", [4, 11, 12, 13, 14, 15, 16, 17])
 def test_frames_written_by_kio_with_tagged_fields_and_null_records(version: int) -> None:
-    """kio's encoder (tagged current_leader/diverging_epoch at v12, null records)."""
+    """kio's encoder (tagged current_leader/diverging_epoch at v12+, topic ids at v13+,
+    node_endpoints at v16+, null records)."""
     module = __import__(f"kio.schema.fetch.v{version}.response", fromlist=["x"])
     extra: dict[str, Any] = {}
     if version >= 12:
@@ -147,17 +193,31 @@ def test_frames_written_by_kio_with_tagged_fields_and_null_records(version: int)
         fields["preferred_read_replica"] = 2
     partition = module.PartitionData(**fields)
     second = module.PartitionData(**{**fields, "partition_index": 8, "records": b"abc"})
-    topic = module.FetchableTopicResponse(topic="t", partitions=(partition, second))
+    topic_id = uuid.UUID(int=0xABC)
+    naming: dict[str, Any] = {"topic_id": topic_id} if version >= 13 else {"topic": "t"}
+    topic = module.FetchableTopicResponse(**naming, partitions=(partition, second))
     body_fields: dict[str, Any] = {
         "throttle_time": datetime.timedelta(milliseconds=1),
         "responses": (topic,),
     }
     if version >= 7:
         body_fields.update(error_code=ErrorCode.none, session_id=4)
+    if version >= 16:
+        body_fields["node_endpoints"] = (
+            module.NodeEndpoint(node_id=3, host="broker-3", port=9093, rack="r1"),
+            module.NodeEndpoint(node_id=5, host="broker-5", port=9095, rack=None),
+        )
     frame = _kio_frame(version, 42, module.FetchResponse(**body_fields))
     parsed = parse_fetch_response(frame, version)
     ((name, (first, other)),) = parsed.topics
-    assert name == "t" and parsed.correlation_id == 42
+    assert name == (topic_id if version >= 13 else "t") and parsed.correlation_id == 42
+    if version >= 16:
+        assert parsed.node_endpoints == [
+            NodeEndpoint(3, "broker-3", 9093, "r1"),
+            NodeEndpoint(5, "broker-5", 9095, None),
+        ]
+    else:
+        assert parsed.node_endpoints == []
     tags = ((2, 77), (3, 9), None) if version >= 12 else (None, None, None)
     assert first == RawPartition(
         7,
@@ -176,17 +236,29 @@ def test_frames_written_by_kio_with_tagged_fields_and_null_records(version: int)
         assert parsed.session_id == 4
 
 
-@pytest.mark.parametrize("version", [4, 12])
+@pytest.mark.parametrize("version", [4, 12, 13, 16])
 def test_truncated_or_padded_frames_fail_clearly(version: int) -> None:
-    topics = [("orders", [(0, 0, 10, 10, 0, [(1, 2)], b"x" * 40)])]
-    frame = _encode(version, 1, topics)
+    topics = [("orders", [(0, 0, 10, 10, 0, [(1, 2)], b"x" * 40)], uuid.UUID(int=9))]
+    endpoints = [NodeEndpoint(1, "h", 9092, "rack")]
+    frame = _encode(version, 1, topics, node_endpoints=endpoints)
     for cut in range(len(frame)):
         with pytest.raises(FetchParseError):
             parse_fetch_response(frame[:cut], version)
     with pytest.raises(FetchParseError, match="after its last field"):
         parse_fetch_response(frame + b"\x00", version)
-    with pytest.raises(FetchParseError, match="version 13"):
-        parse_fetch_response(frame, 13)
+    with pytest.raises(FetchParseError, match="version 18"):
+        parse_fetch_response(frame, 18)
+
+
+def test_a_node_endpoints_tag_whose_length_lies_fails_clearly() -> None:
+    frame = bytearray(_encode(16, 1, [], node_endpoints=[NodeEndpoint(1, "h", 9092)]))
+    # body tags at the end: count 1, tag 0, size, then the value; claim one byte more
+    # and pad, so the value parses short of its declared end
+    size_at = frame.index(b"\x01\x00", len(frame) - 20) + 2
+    frame[size_at] += 1
+    frame.append(0)
+    with pytest.raises(FetchParseError, match="tag 0 is not"):
+        parse_fetch_response(bytes(frame), 16)
 
 
 def test_records_are_a_slice_of_the_frame_not_a_copy() -> None:
@@ -223,6 +295,7 @@ def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> No
     assert [row["value"] for row in before] == [r.value for r in records]
 
 
+@pytest.mark.parametrize("version", [12, 13, 16, 17])
 @pytest.mark.parametrize(
     "tags",
     [
@@ -232,16 +305,15 @@ def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> No
         {"diverging_epoch": (1, 10), "current_leader": (3, 5), "snapshot_id": (8, 1)},
     ],
 )
-def test_partition_tags_written_as_kio_reads_them(tags: dict[str, tuple[int, int]]) -> None:
-    """The replication fields of v12 (diverging epoch, current leader, snapshot id)."""
+def test_partition_tags_written_as_kio_reads_them(
+    tags: dict[str, tuple[int, int]], version: int
+) -> None:
+    """The replication fields of v12+ (diverging epoch, current leader, snapshot id)."""
     partition = PartitionResult(0, 0, 5, 5, 0, [], None, **tags)
-    frame = b"".join(
-        p
-        for p in encode_fetch_response(12, 9, [TopicResult("t", [partition])])
-        if isinstance(p, bytes)
-    )
-    theirs = _kio(frame, 12).responses[0].partitions[0]
-    ours = parse_fetch_response(frame, 12).topics[0][1][0]
+    topic = TopicResult("t", [partition], uuid.UUID(int=5))
+    frame = b"".join(p for p in encode_fetch_response(version, 9, [topic]) if isinstance(p, bytes))
+    theirs = _kio(frame, version).responses[0].partitions[0]
+    ours = parse_fetch_response(frame, version).topics[0][1][0]
     if "diverging_epoch" in tags:
         epoch, end = tags["diverging_epoch"]
         assert (theirs.diverging_epoch.epoch, theirs.diverging_epoch.end_offset) == (epoch, end)

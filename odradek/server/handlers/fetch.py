@@ -11,17 +11,41 @@ batch of the first partition with data is returned whole even if larger than
 max_bytes; later partitions share what is left. Fetch sessions (KIP-227) are
 declined: session id 0 in every response makes clients send full fetches, which the
 protocol allows.
+
+Versions past v12, as Kafka defines them:
+
+- v13 (KIP-516) names topics by id. Each id is resolved through the metadata image
+  to the name the replica layer reads by; an id the image does not know (or the zero
+  id) is answered UNKNOWN_TOPIC_ID on each of its partitions without a read, and the
+  response names every topic by the id it was asked by. Such an error answers at
+  once, without the long poll, as any partition's error does.
+- v14 (KIP-405) changes nothing on the wire.
+- v15 (KIP-903) moves the follower's id into the ``replica_state`` tag with its
+  broker epoch; both feed the same follower path as v12's ``replica_id`` (the epoch
+  goes with the follower's fetch state to the ISR expansion the leader proposes).
+- v16 (KIP-951): a partition answered NOT_LEADER_OR_FOLLOWER or FENCED_LEADER_EPOCH
+  carries ``current_leader`` (leader id and epoch from this node's metadata image), and
+  the body's ``node_endpoints`` lists each such leader's endpoint on the listener the
+  request arrived on, so the client goes to the new leader without a Metadata request.
+- v17 (KIP-853) adds the follower's ``replica_directory_id`` tag; KRaft's own fetch
+  uses it, partition replication has no use for it, so it is read and left alone.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import dataclasses
+import uuid
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
 
 from odradek.network.connection import Response
 from odradek.protocol.build import error_code
 from odradek.protocol.fetch_codec import (
+    FIRST_NODE_ENDPOINTS,
+    FIRST_TOPIC_ID,
     MAX_VERSION,
     MIN_VERSION,
+    NodeEndpoint,
     PartitionResult,
     TopicResult,
     encode_fetch_response,
@@ -31,48 +55,116 @@ from odradek.replica.reads import FetchParams, FetchPosition, PartitionRead
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
+    from odradek.metadata.image import MetadataImage
     from odradek.server.services import BrokerServices
 
 FETCH_KEY = 1
 FINAL_EPOCH = -1
 MAX_INT32 = 0x7FFFFFFF
+# KIP-951: the errors whose partitions carry the current leader (v16+)
+LEADER_MOVED: Final = frozenset({"NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH"})
 
 
 @handles(FETCH_KEY, MIN_VERSION, MAX_VERSION)
 async def fetch(services: BrokerServices, request: Request) -> Response:
     body = request.body
     header = request.header
+    version = header.api_version
     session_id = getattr(body, "session_id", 0)
     session_epoch = getattr(body, "session_epoch", FINAL_EPOCH)
     if session_id != 0 or session_epoch > 0:
         parts = encode_fetch_response(
-            header.api_version,
+            version,
             header.correlation_id,
             [],
             error_code=error_code("FETCH_SESSION_ID_NOT_FOUND").value,
         )
         return Response(parts)
-    results = await services.replicas.fetch(fetch_params(body))
-    topics = [
-        TopicResult(name, [_encode(index, read) for index, read in partitions])
-        for name, partitions in results
+    requested: Sequence[Any] = getattr(body, "topics", ())
+    names: list[str | None] = [getattr(topic, "topic", None) for topic in requested]
+    if version >= FIRST_TOPIC_ID:
+        names = resolve_topic_ids(services.metadata.image, requested)
+    params = fetch_params(body, names)
+    if None in names:  # an error answers at once, as any partition's error does
+        params = dataclasses.replace(params, max_wait_ms=0)
+    read = iter(await services.replicas.fetch(params))
+    topics: list[TopicResult] = []
+    for topic, name in zip(requested, names, strict=True):
+        topic_id = getattr(topic, "topic_id", None)
+        if name is None:  # v13+: an id no topic has
+            unknown = error_code("UNKNOWN_TOPIC_ID").value
+            partitions = [PartitionResult(p.partition, unknown) for p in topic.partitions]
+            topics.append(TopicResult("", partitions, topic_id))
+            continue
+        read_name, reads = next(read)
+        topics.append(TopicResult(read_name, [_encode(i, r) for i, r in reads], topic_id))
+    endpoints: list[NodeEndpoint] = []
+    if version >= FIRST_NODE_ENDPOINTS:
+        endpoints = current_leaders(services, request, topics)
+    return Response(
+        encode_fetch_response(version, header.correlation_id, topics, node_endpoints=endpoints)
+    )
+
+
+def resolve_topic_ids(image: MetadataImage, topics: Sequence[Any]) -> list[str | None]:
+    """Each v13+ topic's name by its id in ``image``; None for an id no topic has."""
+    names: list[str | None] = []
+    for topic in topics:
+        topic_id = topic.topic_id
+        found = image.topic_by_id(topic_id) if isinstance(topic_id, uuid.UUID) else None
+        names.append(found.name if found is not None else None)
+    return names
+
+
+def current_leaders(
+    services: BrokerServices, request: Request, topics: Sequence[TopicResult]
+) -> list[NodeEndpoint]:
+    """KIP-951: fill ``current_leader`` on each partition whose error says leadership
+    moved (from this node's image: it may know of the move before the client does), and
+    return the endpoints of those leaders on the request's listener."""
+    image = services.metadata.image
+    leaders: set[int] = set()
+    for topic in topics:
+        known = image.topics.get(topic.name) if topic.name else None
+        if known is None:
+            continue
+        for partition in topic.partitions:
+            if partition.error_code not in _LEADER_MOVED_CODES:
+                continue
+            state = known.partitions.get(partition.index)
+            if state is None:
+                continue
+            partition.current_leader = (state.leader, state.leader_epoch)
+            if state.leader >= 0:
+                leaders.add(state.leader)
+    if not leaders:
+        return []
+    listener = request.listener or services.metadata.default_listener
+    return [
+        NodeEndpoint(e.node_id, e.host, e.port, e.rack)
+        for e in services.metadata.endpoints(image, listener)
+        if e.node_id in leaders
     ]
-    return Response(encode_fetch_response(header.api_version, header.correlation_id, topics))
 
 
-def fetch_params(body: object) -> FetchParams:
+def fetch_params(body: object, names: Sequence[str | None] | None = None) -> FetchParams:
     """The request as the replica layer takes it (fields by version: v3 max_bytes,
     v4 isolation_level, v5 log_start_offset, v9 current_leader_epoch, v12
-    last_fetched_epoch; v15+ carries the follower in replica_state)."""
+    last_fetched_epoch; v15+ carries the follower in replica_state). ``names`` are the
+    request's topics' names (v13+: resolved from their ids), None for a topic to leave
+    out; without it, each topic's own ``topic``."""
     replica_id = getattr(body, "replica_id", -1)
     replica_epoch = -1
     replica_state = getattr(body, "replica_state", None)
     if replica_state is not None:
         replica_id = replica_state.replica_id
         replica_epoch = replica_state.replica_epoch
+    requested = getattr(body, "topics", ())
+    if names is None:
+        names = [topic.topic for topic in requested]
     topics = [
         (
-            topic.topic,
+            name,
             [
                 (
                     wanted.partition,
@@ -87,7 +179,8 @@ def fetch_params(body: object) -> FetchParams:
                 for wanted in topic.partitions
             ],
         )
-        for topic in getattr(body, "topics", ())
+        for topic, name in zip(requested, names, strict=True)
+        if name is not None
     ]
     return FetchParams(
         replica_id=replica_id,
@@ -98,6 +191,9 @@ def fetch_params(body: object) -> FetchParams:
         isolation_level=getattr(body, "isolation_level", 0),
         replica_epoch=replica_epoch,
     )
+
+
+_LEADER_MOVED_CODES: Final = frozenset(error_code(name).value for name in LEADER_MOVED)
 
 
 def _encode(index: int, read: PartitionRead) -> PartitionResult:
