@@ -114,7 +114,7 @@ def test_random_bytes_never_hurt_the_broker(target: BrokerProcess, data: bytes) 
     assert_alive(target)
 
 
-READ_ONLY_KEYS = [(API_VERSIONS, 0, 4), (METADATA, 0, 12), (FETCH, 4, 12),
+READ_ONLY_KEYS = [(API_VERSIONS, 0, 4), (METADATA, 0, 12), (FETCH, 4, 17),
                   (LIST_OFFSETS, 1, 8), (INIT_PRODUCER_ID, 0, 5), (PRODUCE, 3, 11)]  # fmt: skip
 
 

@@ -104,7 +104,7 @@ def produce(
 
 
 def fetch_request(
-    wanted: dict[str, Sequence[tuple[int, int, int]]],
+    wanted: dict[str, Sequence[tuple[int, int, int]]] | dict[uuid.UUID, Any],
     *,
     version: int = 12,
     max_wait_ms: int = 0,
@@ -113,12 +113,14 @@ def fetch_request(
     session_id: int = 0,
     session_epoch: int = -1,
 ) -> Any:
-    """``wanted``: topic → [(partition, fetch offset, partition max bytes)]."""
+    """``wanted``: topic → [(partition, fetch offset, partition max bytes)]; a topic is
+    its name below v13 and its id from v13 (KIP-516)."""
     module = nested(FETCH, version)
     topics = tuple(
         make(
             module.FetchTopic,
             topic=topic,
+            topic_id=topic,
             partitions=tuple(
                 make(
                     module.FetchPartition,
@@ -287,7 +289,7 @@ def versions_topic(shared_broker: BrokerProcess) -> str:
 def test_claimed_versions_are_the_tested_ones() -> None:
     claimed = supported_versions()
     assert claimed[PRODUCE] == (0, 11)  # 0-2 advertised, never served (KAFKA-18659)
-    assert claimed[FETCH] == (4, 12)
+    assert claimed[FETCH] == (4, 17)
     assert claimed[LIST_OFFSETS] == (1, 8)
     assert claimed[INIT_PRODUCER_ID] == (0, 5)
     assert claimed[METADATA] == (0, 12)
@@ -311,18 +313,27 @@ def test_produce_every_version(
     assert [(r.offset, r.value) for r in records] == [(before, value), (before + 1, value)]
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, 18))
 def test_fetch_every_version(shared_broker: BrokerProcess, version: int) -> None:
+    """v13+ by topic id (KIP-516), v15+ a consumer's replica_state left at its default
+    (-1: not a follower, KIP-903), v17's replica_directory_id tag absent."""
     with WireClient(shared_broker.bootstrap) as client:
         topic = make_topic(client, f"fetch-v{version}", partitions=2)
+        (described,) = metadata(client, [topic]).topics
+        key: Any = described.topic_id if version >= 13 else topic
         produce(client, topic, 0, batch([b"a", b"b"]))
         produce(client, topic, 0, batch([b"c"]))
         response = client.request(
-            fetch_request({topic: [(0, 1, 1 << 20), (1, 0, 1 << 20)]}, version=version)
+            fetch_request({key: [(0, 1, 1 << 20), (1, 0, 1 << 20)]}, version=version)
         )
     assert getattr(response, "error_code", ErrorCode.none) == ErrorCode.none
     (topic_response,) = response.responses
-    assert topic_response.topic == topic
+    if version >= 13:
+        assert topic_response.topic_id == described.topic_id
+    else:
+        assert topic_response.topic == topic
+    if version >= 16:
+        assert response.node_endpoints == ()  # no leadership error: none sent
     first, second = topic_response.partitions
     assert (first.partition_index, first.error_code, first.high_watermark) == (0, 0, 3)
     assert first.last_stable_offset == 3
@@ -411,7 +422,7 @@ def _materialise(parts: list[bytes | FileRange]) -> bytes:
     return bytes(out)
 
 
-@pytest.mark.parametrize("version", range(4, 13))
+@pytest.mark.parametrize("version", range(4, 18))
 def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) -> None:
     first = encode_batch(new_records([b"one", b"two"], timestamp=1000))
     second = encode_batch(new_records([b"three"], base_offset=2, timestamp=1001))
@@ -419,6 +430,7 @@ def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) ->
     path.write_bytes(b"junk" + first + second)
     fd = os.open(path, os.O_RDONLY)
     try:
+        ids = [uuid.UUID(int=1), uuid.UUID(int=2), uuid.UUID(int=3)]
         topics = [
             TopicResult(
                 "orders",
@@ -435,9 +447,10 @@ def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) ->
                     PartitionResult(2, 1, 10, 10, 5),  # OFFSET_OUT_OF_RANGE
                     PartitionResult(3, 0, 7, 5, 0, aborted=[(42, 5), (43, 6)]),
                 ],
+                ids[0],
             ),
-            TopicResult("ünïcode-topic", []),
-            TopicResult("x" * 200, [PartitionResult(9, 6, aborted=[])]),
+            TopicResult("ünïcode-topic", [], ids[1]),
+            TopicResult("x" * 200, [PartitionResult(9, 6, aborted=[])], ids[2]),
         ]
         parts = encode_fetch_response(version, 12345, topics, session_id=0, throttle_ms=7)
         frame = _materialise(parts)
@@ -451,7 +464,10 @@ def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) ->
     assert body.throttle_time == datetime.timedelta(milliseconds=7)
     if version >= 7:
         assert body.error_code == ErrorCode.none and body.session_id == 0
-    assert [t.topic for t in body.responses] == ["orders", "ünïcode-topic", "x" * 200]
+    if version >= 13:
+        assert [t.topic_id for t in body.responses] == ids
+    else:
+        assert [t.topic for t in body.responses] == ["orders", "ünïcode-topic", "x" * 200]
     orders = body.responses[0].partitions
     assert [p.partition_index for p in orders] == [0, 1, 2, 3]
     assert orders[0].records == first + second
@@ -474,7 +490,7 @@ def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) ->
     assert last.aborted_transactions == ()
 
 
-@pytest.mark.parametrize("version", [4, 7, 12])
+@pytest.mark.parametrize("version", [4, 7, 12, 13, 16, 17])
 def test_encode_fetch_response_top_level_error(version: int) -> None:
     frame = _materialise(encode_fetch_response(version, 9, [], error_code=70))
     schema = load_response_schema(FETCH, version)
@@ -582,24 +598,65 @@ def test_fetch_unknown_topic_partition(shared_broker: BrokerProcess) -> None:
     assert missing_topic.error_code == ErrorCode.unknown_topic_or_partition
 
 
-@pytest.mark.parametrize("version", [7, 12])
+@pytest.mark.parametrize("version", [7, 12, 17])
 def test_fetch_session_epoch_is_declined(shared_broker: BrokerProcess, version: int) -> None:
     with WireClient(shared_broker.bootstrap) as client:
         topic = make_topic(client, "sessions")
+        key: Any = metadata(client, [topic]).topics[0].topic_id if version >= 13 else topic
         produce(client, topic, 0, batch([b"s"]))
         declined = client.request(
-            fetch_request(
-                {topic: [(0, 0, 1 << 20)]}, version=version, session_id=77, session_epoch=3
-            )
+            fetch_request({key: [(0, 0, 1 << 20)]}, version=version, session_id=77, session_epoch=3)
         )
         full = client.request(
-            fetch_request({topic: [(0, 0, 1 << 20)]}, version=version, session_epoch=0)
+            fetch_request({key: [(0, 0, 1 << 20)]}, version=version, session_epoch=0)
         )
     assert declined.error_code == ErrorCode.fetch_session_id_not_found
     assert declined.responses == ()
     # A request to open a session gets a full response with session id 0 (no session).
     assert full.error_code == ErrorCode.none and full.session_id == 0
     assert [r.value for r in records_of(full.responses[0].partitions[0].records)] == [b"s"]
+
+
+@pytest.mark.parametrize("version", [13, 15, 16, 17])
+def test_fetch_unknown_topic_id_is_answered_at_once(
+    shared_broker: BrokerProcess, version: int
+) -> None:
+    """KIP-516: an id no topic has gets UNKNOWN_TOPIC_ID on each partition asked for
+    (named by that id), beside a known topic read as usual; the error ends the long
+    poll, as any partition's error does."""
+    unknown = uuid.uuid4()
+    with WireClient(shared_broker.bootstrap) as client:
+        topic = make_topic(client, "by-id")
+        (described,) = metadata(client, [topic]).topics
+        produce(client, topic, 0, batch([b"x"]))
+        started = time.monotonic()
+        response = client.request(
+            fetch_request(
+                {
+                    unknown: [(0, 0, 1 << 20), (3, 0, 1 << 20)],
+                    described.topic_id: [(0, 0, 1 << 20)],
+                    uuid.UUID(int=0): [(0, 0, 1 << 20)],
+                },
+                version=version,
+                max_wait_ms=30_000,
+                min_bytes=1 << 30,
+            )
+        )
+        waited = time.monotonic() - started
+    assert waited < 20  # not the 30 s long poll (no tighter bound under load)
+    assert response.error_code == ErrorCode.none
+    missing, known, zero = response.responses
+    assert missing.topic_id == unknown
+    assert zero.topic_id is None  # the zero id, as kio reads it
+    assert [(p.partition_index, p.error_code) for p in missing.partitions] == [
+        (0, ErrorCode.unknown_topic_id),
+        (3, ErrorCode.unknown_topic_id),
+    ]
+    assert [p.error_code for p in zero.partitions] == [ErrorCode.unknown_topic_id]
+    assert known.topic_id == described.topic_id
+    (read,) = known.partitions
+    assert read.error_code == ErrorCode.none and read.high_watermark == 1
+    assert [r.value for r in records_of(read.records)] == [b"x"]
 
 
 # -- produce / connection semantics -----------------------------------------------------
