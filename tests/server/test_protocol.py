@@ -15,7 +15,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,7 +104,7 @@ def produce(
 
 
 def fetch_request(
-    wanted: dict[str, Sequence[tuple[int, int, int]]] | dict[uuid.UUID, Any],
+    wanted: Mapping[Any, Sequence[tuple[int, int, int]]],
     *,
     version: int = 12,
     max_wait_ms: int = 0,
@@ -456,7 +456,7 @@ def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) ->
         frame = _materialise(parts)
     finally:
         os.close(fd)
-    schema = load_response_schema(FETCH, version)
+    schema: Any = load_response_schema(FETCH, version)
     header, offset = entity_reader(schema.__header_schema__)(frame, 0)
     assert header.correlation_id == 12345
     body, size = entity_reader(schema)(frame, offset)
@@ -493,7 +493,7 @@ def test_encode_fetch_response_decodes_with_kio(tmp_path: Path, version: int) ->
 @pytest.mark.parametrize("version", [4, 7, 12, 13, 16, 17])
 def test_encode_fetch_response_top_level_error(version: int) -> None:
     frame = _materialise(encode_fetch_response(version, 9, [], error_code=70))
-    schema = load_response_schema(FETCH, version)
+    schema: Any = load_response_schema(FETCH, version)
     _, offset = entity_reader(schema.__header_schema__)(frame, 0)
     body, size = entity_reader(schema)(frame, offset)
     assert offset + size == len(frame) and body.responses == ()
