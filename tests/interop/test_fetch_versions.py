@@ -2,10 +2,11 @@
 that each still consumes with it.
 
 A client sends the highest version both sides know (ApiVersions): the broker's 17
-meets librdkafka 2.16's 16 (topic ids, KIP-516; the KIP-951 leader fields), kafka-
-python 3.0's 12 (its fetcher stops there: v13+ is on its to-do list) and aiokafka
-0.14's 11. The version is read from each client's own debug log, so the check is
-what went on the wire, not what the code is thought to do.
+meets librdkafka 2.16's 16 (topic ids, KIP-516; the KIP-951 leader fields), kcat
+1.7.1's 11 (its builtin librdkafka is 2.0.2), kafka-python 3.0's 12 (its fetcher stops
+there: v13+ is on its to-do list) and aiokafka 0.14's 11. The version is read from
+each client's own debug log, so the check is what went on the wire, not what the code
+is thought to do.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import shutil
+import subprocess
 import time
 from collections.abc import Iterator
 
@@ -122,3 +125,16 @@ def test_aiokafka_fetches_with_v11(bootstrap: str, filled: str, lines: _Lines) -
 
     assert asyncio.run(consume()) == VALUES
     assert lines.versions(r"FetchRequest_v(\d+)") == {11}
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_fetches_with_its_librdkafkas_version(bootstrap: str, filled: str) -> None:
+    done = subprocess.run(
+        ["kcat", "-b", bootstrap, "-C", "-t", filled, "-o", "beginning", "-e", "-d", "protocol"],
+        capture_output=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stdout.split() == VALUES
+    used = {int(v) for v in re.findall(rb"Sent FetchRequest \(v(\d+)", done.stderr)}
+    assert used == {11}, used  # librdkafka 2.0.2 knows Fetch up to v11
