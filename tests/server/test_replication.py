@@ -3,9 +3,9 @@
 A topic with replication factor 3 and a manual assignment (leader 1, followers 2 and 3)
 is created with confluent-kafka's admin client; a confluent-kafka producer with
 acks=all writes 1,000 records, each answered only once the followers' fetches have
-moved the high watermark past it. The followers' replica fetchers (Fetch v12 with
-``replica_id``, records appended as the leader stamped them) then make every
-replica's segment files byte-identical to the leader's.
+moved the high watermark past it. The followers' replica fetchers (Fetch v17 between
+odradek nodes: topic ids, ``replica_state``; records appended as the leader stamped
+them) then make every replica's segment files byte-identical to the leader's.
 
 kill -9 of the leader: the followers' fetchers lose their connection and back off;
 once the controller fences the dead broker (``broker.session.timeout.ms``) one of them
