@@ -63,6 +63,7 @@ FINAL_EPOCH = -1
 MAX_INT32 = 0x7FFFFFFF
 # KIP-951: the errors whose partitions carry the current leader (v16+)
 LEADER_MOVED: Final = frozenset({"NOT_LEADER_OR_FOLLOWER", "FENCED_LEADER_EPOCH"})
+_LEADER_MOVED_CODES: Final = frozenset(error_code(name).value for name in LEADER_MOVED)
 
 
 @handles(FETCH_KEY, MIN_VERSION, MAX_VERSION)
@@ -191,9 +192,6 @@ def fetch_params(body: object, names: Sequence[str | None] | None = None) -> Fet
         isolation_level=getattr(body, "isolation_level", 0),
         replica_epoch=replica_epoch,
     )
-
-
-_LEADER_MOVED_CODES: Final = frozenset(error_code(name).value for name in LEADER_MOVED)
 
 
 def _encode(index: int, read: PartitionRead) -> PartitionResult:
