@@ -15,11 +15,13 @@ two rules apart under load), heartbeats every 400 ms. Measured on this 2-core ma
 before the change: a new leader named 10.3-11.0 s after the kill; after it ~6.5 s.
 The bound, 8.5 s, lies between. The test then checks an idempotent acks=all producer
 to that partition is acknowledged again, and that the new controller fenced the dead
-node (not the other survivor). Every process is stopped by the test, by pid.
+node (not the other survivor), and that Produce v10 sent to the survivor that does not
+lead names the new leader (KIP-951). Every process is stopped by the test, by pid.
 """
 
 from __future__ import annotations
 
+import datetime
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -28,8 +30,14 @@ from typing import Any, TypeVar
 import pytest
 from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.index import load_payload_module
+from kio.schema.errors import ErrorCode
+from kio.static.constants import EntityType
 
+from odradek.protocol.build import make
+from odradek.records.codec import encode_batch, new_records
 from tests.support.kraft import Quorum
+from tests.support.wire import WireClient
 
 T = TypeVar("T")
 SESSION_TIMEOUT_MS = 6000
@@ -81,6 +89,18 @@ def deliver(producer: Any, topic: str, value: bytes, timeout_s: float) -> Any:
     error, message = outcome[0]
     assert error is None, error
     return message
+
+
+def produce_v10(topic: str, value: bytes) -> Any:
+    module = load_payload_module(0, 10, EntityType.request)
+    data = make(module.PartitionProduceData, index=0, records=encode_batch(new_records([value])))
+    return make(
+        module.ProduceRequest,
+        transactional_id=None,
+        acks=-1,
+        timeout=datetime.timedelta(seconds=10),
+        topic_data=(make(module.TopicProduceData, name=topic, partition_data=(data,)),),
+    )
 
 
 def test_kill_of_the_active_controller_and_leader_moves_leadership_in_about_a_session(
@@ -139,3 +159,17 @@ def test_kill_of_the_active_controller_and_leader_moves_leadership_in_about_a_se
     brokers = {b.id for b in admin.list_topics(timeout=5).brokers.values()}
     assert brokers == set(others)
     producer.flush(10)
+
+    # KIP-951: Produce v10 to the survivor that does not lead names the new leader and
+    # its endpoint, so a client re-routes without asking for Metadata first
+    follower = next(n for n in others if n != state.leader)
+    with WireClient(quorum.broker_address(follower)) as client:
+        answer = client.request(produce_v10(topic, b"misrouted"))
+    (part,) = answer.responses[0].partition_responses
+    assert part.error_code == ErrorCode.not_leader_or_follower
+    assert part.current_leader.leader_id == state.leader
+    assert part.current_leader.leader_epoch == 1  # one leader change since creation
+    host, port = quorum.broker_address(state.leader).rsplit(":", 1)
+    assert [(e.node_id, e.host, e.port) for e in answer.node_endpoints] == [
+        (state.leader, host, int(port))
+    ]
