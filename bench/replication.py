@@ -475,9 +475,10 @@ def new_leader_seen(
 
 def failover_round(
     cluster: Cluster, producer: AcksAllProducer, hard: bool
-) -> tuple[float, float | None, int]:
+) -> tuple[float, float | None, int, bool]:
     """(longest wait for an ack from the signal on, seconds until Metadata named the new
-    leader, the signalled node); the node is back in the ISR after.
+    leader, the signalled node, whether it was also the active controller); the node is
+    back in the ISR after.
 
     From the signal, records are produced one at a time (each after the previous one's
     ack) until the old leader's process has exited, and one more after that: a record
@@ -491,6 +492,8 @@ def failover_round(
     producer.deliver(time.monotonic())  # connected to the current leader
     process = cluster.quorum.nodes[leader].process
     assert process is not None
+    quorum_leader = cluster.quorum.leader()
+    was_controller = quorum_leader is not None and quorum_leader[0] == leader
     stop = threading.Event()
     began = time.monotonic()
     process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
@@ -510,29 +513,31 @@ def failover_round(
         raise RuntimeError(f"node {leader} exited {status} on SIGTERM")
     cluster.quorum.start_node(leader)
     cluster.wait_isr(topic, range(1), 3)
-    return worst, (seen[0] if seen else None), leader
+    return worst, (seen[0] if seen else None), leader, was_controller
 
 
 def failover_runs(
     base: Path, kills: int, terms: int, verbose: bool
-) -> dict[bool, list[tuple[float, float | None]]]:
-    """hard (kill -9) / not (SIGTERM) -> (longest ack wait, new leader named) per round."""
+) -> dict[bool, list[tuple[float, float | None, bool]]]:
+    """hard (kill -9) / not (SIGTERM) -> (longest ack wait, new leader named, the node was
+    the active controller too) per round."""
     cluster = Cluster(base / "failover")
     producer = None
     try:
         topic = "failover"
         cluster.create_topic(topic, 1, REPLICATED)
         producer = AcksAllProducer(cluster.bootstrap, topic)
-        results: dict[bool, list[tuple[float, float | None]]] = {True: [], False: []}
+        results: dict[bool, list[tuple[float, float | None, bool]]] = {True: [], False: []}
         for hard, rounds in ((True, kills), (False, terms)):
             for index in range(rounds):
-                worst, seen, node = failover_round(cluster, producer, hard)
-                results[hard].append((worst, seen))
+                worst, seen, node, was_controller = failover_round(cluster, producer, hard)
+                results[hard].append((worst, seen, was_controller))
                 if verbose:
                     how = "kill -9" if hard else "SIGTERM"
                     named = "-" if seen is None else f"{seen:.2f} s"
                     progress(
-                        f"{how} {index + 1}/{rounds} of node {node}: longest wait "
+                        f"{how} {index + 1}/{rounds} of node {node}"
+                        f"{' (the active controller)' if was_controller else ''}: longest wait "
                         f"{worst:.2f} s, new leader named after {named}"
                     )
         return results
@@ -789,8 +794,9 @@ def main(argv: list[str]) -> int:
                 rounds = results[hard]
                 if not rounds:
                     continue
-                waits = [w for w, _ in rounds]
-                named = [n for _, n in rounds if n is not None]
+                waits = [w for w, _, _ in rounds]
+                named = [n for _, n, _ in rounds if n is not None]
+                colocated = [w for w, _, c in rounds if c]
                 if named:
                     add(
                         f"failover, {how} of the leader: Metadata names a new leader",
@@ -808,6 +814,13 @@ def main(argv: list[str]) -> int:
                     f"max {max(waits):.2f} s",
                     verdict(ok),
                 )
+                if colocated:
+                    add(
+                        f"  of those, the leader was also the active controller "
+                        f"({len(colocated)} rounds)",
+                        "",
+                        f"p50 {percentile(colocated, 0.5):.2f} s, max {max(colocated):.2f} s",
+                    )
 
         def catchup() -> None:
             result = catchup_run(base, catchup_mb)
