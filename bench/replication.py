@@ -100,7 +100,7 @@ PROPERTIES = {
     # The throughput topics' 16 MiB retention applied every second, as on the single node.
     "log.retention.check.interval.ms": str(load.RETENTION_CHECK_MS),
 }
-SERVE_ARGS = ("--log-level", "WARNING")
+SERVE_ARGS = ["--log-level", "WARNING"]  # --node-log-level replaces the level
 REPLICATED = {"min.insync.replicas": "2"}
 
 
@@ -752,6 +752,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every failover round")
     parser.add_argument("--keep", action="store_true", help="keep the nodes' dirs and logs")
     parser.add_argument(
+        "--node-log-level",
+        default="WARNING",
+        help="the nodes' --log-level (WARNING; INFO logs elections and fences, with --keep)",
+    )
+    parser.add_argument(
         "--property",
         action="append",
         default=[],
@@ -759,6 +764,7 @@ def main(argv: list[str]) -> int:
         help="a config line for every cluster node (repeatable), e.g. replica.fetch.backoff.ms=100",
     )
     args = parser.parse_args(argv)
+    SERVE_ARGS[1] = args.node_log_level
     for line in args.property:
         key, sep, value = line.partition("=")
         if not sep or not key.strip():

@@ -27,26 +27,34 @@ A newly active controller (``ensure_epoch`` sees a new leader epoch) gives every
 registered broker a fresh session instead of fencing them all at once for a silence
 it did not witness; a broker that really is gone is fenced one session timeout later.
 
-One exception (not Kafka's; issue 12's failover goal): the previous Raft leader's own
-broker when that leader went silent. In combined mode it heartbeated the controller in
-its own process, so the new controller never heard from it, and with a fresh session a
-kill -9 of the active controller left its partitions leaderless for the election
-(``controller.quorum.fetch.timeout.ms`` and the vote) *plus* a whole session. But the
-election itself is evidence: this voter's fetches to that leader stopped being answered,
-and it knows when the last one was (``SilentLeader.last_heard_ms``, raft/roles.py). So
-that broker's session is dated from then, never later than leaves it
-``MIN_HEARTBEATS_LEFT`` heartbeat intervals from now: a broker that is alive (the old
-leader was only slow or paused) still has several heartbeats' time to reach the new
-controller, and a dead one is fenced about one session after it died. A broker
-registered with a voter's node id is that voter's own broker (config.py refuses a
-broker-only node with a voter's id, as Kafka does), so dedicated brokers and every
-other broker keep the fresh session; a leader that resigned (EndQuorumEpoch, a
-controlled shutdown) is not silent and gets one too.
 The same holds for a silence of the controller itself: when its timer finds it was
 not run for more than half a session (the process was paused, the loop stalled), the
 heartbeats it missed were not the brokers' fault, so every session starts afresh. And
 the controller never times out its own node's broker in combined mode: it runs on the
 same event loop, so it is exactly as alive as the controller deciding.
+
+One exception (not Kafka's; issue 12's failover goal): the previous Raft leader's own
+broker when that leader went silent. In combined mode it heartbeated the controller in
+its own process, so the new controller never heard from it, and with a fresh session a
+kill -9 of the active controller left its partitions leaderless for the election
+(``controller.quorum.fetch.timeout.ms`` and the vote, a split vote adding a second or
+more) *plus* a whole session. But the election itself is evidence: this voter's
+fetches to that leader stopped being answered, and it knows when the last answer came
+(``SilentLeader.last_heard_ms``, raft/roles.py). So that broker's session is dated from
+then, but never so early that less than ``MIN_HEARTBEATS_LEFT`` heartbeat intervals
+remain at the election. A dead node is then fenced about one session after it died,
+however long the vote took. A live one (the old leader was paused, or cut off from the
+other voters) is fenced only if this node heard nothing from it for a whole session —
+the rule every broker lives by — *and* it did not heartbeat within two intervals of the
+election: about one to learn the new leader (the BeginQuorumEpoch sent at the
+election, resent every ``controller.quorum.request.timeout.ms``) and have its
+in-process heartbeat refused, one for the retry, which comes within an interval
+(broker_lifecycle.py). Three intervals would cost the common case: a split vote often
+puts the election more than one interval past the fetch timeout. A broker registered
+with a voter's node id is that voter's own broker (config.py refuses a broker-only
+node with a voter's id, as Kafka does), so dedicated brokers and every other broker
+keep the fresh session; a leader that resigned (EndQuorumEpoch, a controlled
+shutdown) is not silent and gets one too.
 
 This module is sans-IO: time comes from the ``now_ms`` arguments, and it returns the
 records to write; ``Controller`` commits them under its lock (controller.py) and
@@ -66,7 +74,7 @@ DEFAULT_SESSION_TIMEOUT_MS: Final = 9000  # broker.session.timeout.ms
 DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 2000  # broker.heartbeat.interval.ms
 # A silent previous leader's broker keeps at least this many heartbeat intervals of its
 # session when the new controller takes over (module doc).
-MIN_HEARTBEATS_LEFT: Final = 3
+MIN_HEARTBEATS_LEFT: Final = 2
 # Bounds on one registration: its record must fit one metadata batch with room to
 # spare, whatever a hostile controller-plane client sends.
 MAX_LISTENERS: Final = 64

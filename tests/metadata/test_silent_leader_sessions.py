@@ -20,7 +20,7 @@ from tests.metadata.test_broker_heartbeats import Clock, MemoryWriter, reg, run,
 
 SESSION = 9000
 INTERVAL = 2000
-LEFT = MIN_HEARTBEATS_LEFT * INTERVAL  # 6 s
+LEFT = MIN_HEARTBEATS_LEFT * INTERVAL  # 4 s
 
 
 class Silent:
@@ -93,9 +93,9 @@ def test_a_live_previous_leaders_broker_that_heartbeats_in_time_stays_unfenced()
         # the old leader was paused long: its session is left only LEFT from now
         silent.value = (1, clock.now - 8000)
         await controller.fence_stale_brokers()  # the term's sessions start here
-        # it resumes and finds the new controller two heartbeat intervals later, then
+        # it resumes and reaches the new controller just inside its margin, then
         # heartbeats every interval: never fenced
-        assert await tick(controller, clock, 2 * INTERVAL, step=100) == []
+        assert await tick(controller, clock, LEFT - 100, step=100) == []
         for _ in range(20):
             await controller.broker_heartbeat(BrokerHeartbeat(1, epochs[1], 100))
             await controller.broker_heartbeat(BrokerHeartbeat(3, epochs[3], 100))
@@ -106,7 +106,7 @@ def test_a_live_previous_leaders_broker_that_heartbeats_in_time_stays_unfenced()
 
 
 def test_a_session_too_short_for_several_heartbeats_is_fresh() -> None:
-    manager = BrokerHeartbeatManager(5000, local_node_id=2, heartbeat_interval_ms=2000)
+    manager = BrokerHeartbeatManager(4000, local_node_id=2, heartbeat_interval_ms=2000)
     controller, _, clock, _ = make()
 
     async def body() -> MetadataImage:
@@ -124,7 +124,7 @@ def test_a_session_too_short_for_several_heartbeats_is_fresh() -> None:
     ("last_heard", "start"),
     [
         (-2500, -2500),  # recent: dated from then
-        (-5000, -(SESSION - LEFT)),  # too old: clamped to leave LEFT
+        (-7000, -(SESSION - LEFT)),  # too old: clamped to leave LEFT
         (-600_000, -(SESSION - LEFT)),
         (+400, 0),  # never after now
     ],
@@ -195,5 +195,19 @@ def test_the_session_timer_sleeps_until_the_earliest_expiry() -> None:
         assert controller.session_check_delay_s(0.5) == 0.05
         writer.active_epoch = -1
         assert controller.session_check_delay_s(0.5) == 0.5
+
+    run(body())
+
+
+def test_a_previous_leader_silent_past_its_margin_is_fenced_at_the_margin() -> None:
+    controller, writer, clock, silent = make()
+
+    async def body() -> None:
+        await three_unfenced(controller)
+        writer.active_epoch = 2
+        silent.value = (1, clock.now - 8000)  # a long vote: clamped, LEFT from now
+        await controller.fence_stale_brokers()
+        assert await tick(controller, clock, LEFT, step=100) == []
+        assert await tick(controller, clock, 100, step=100) == [1]
 
     run(body())
