@@ -12,7 +12,7 @@ so the fence comes about one session after the kill instead.
 
 Numbers: session 6 s, fetch timeout 4 s (so the election is long enough to tell the
 two rules apart under load), heartbeats every 400 ms. Measured on this 2-core machine
-before the change: a new leader named 10.3-11.0 s after the kill; after it ~6.5 s.
+before the change: a new leader named 10.2-11.7 s after the kill; after it 6.0-6.8 s.
 The bound, 8.5 s, lies between. The test then checks an idempotent acks=all producer
 to that partition is acknowledged again, and that the new controller fenced the dead
 node (not the other survivor), and that Produce v10 sent to the survivor that does not
