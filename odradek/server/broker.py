@@ -526,7 +526,8 @@ class Broker:
         timeout_ms = self.config["broker.session.timeout.ms"]
         tick_s = max(0.05, min(0.5, timeout_ms / 8000))  # well inside half a session
         while True:
-            await asyncio.sleep(tick_s)
+            # at the earliest session expiry, not a tick later
+            await asyncio.sleep(self.controller.session_check_delay_s(tick_s))
             try:
                 fenced = await self.controller.fence_stale_brokers()
             except ControllerError as error:  # lost leadership or a full disk: next tick
@@ -655,7 +656,9 @@ class Broker:
             self.node_id,
             self.dynamic_defaults,
             session_timeout_ms=self.config["broker.session.timeout.ms"],
+            heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
             unclean_default=self.unclean_election_default,
+            silent_leader=writer.silent_predecessor,
         )
         # This node's broker runs in this process: its older incarnation is dead.
         controller.heartbeats.local_incarnation_id = self.incarnation_id
