@@ -54,6 +54,7 @@ class PartitionResult:
     log_start_offset: int = -1
     ranges: list[FileRange] = field(default_factory=list)
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
+    preferred_read_replica: int = -1  # v11+ (KIP-392), -1: none
     # v12 tagged fields, left out when None: (epoch, end offset), (leader id, leader
     # epoch), (snapshot end offset, snapshot epoch)
     diverging_epoch: tuple[int, int] | None = None
@@ -138,7 +139,7 @@ def encode_fetch_response(
                     if flexible:
                         out += b"\x00"
             if version >= 11:
-                out += _I32.pack(-1)  # preferred read replica: none
+                out += _I32.pack(partition.preferred_read_replica)
             size = partition.records_size
             out += _uvarint(size + 1) if flexible else _I32.pack(size)
             if size:

@@ -70,6 +70,7 @@ from odradek.replica.reads import (
     diverging_epoch,
     lookup_offset,
 )
+from odradek.replica.replica_selector import FollowerProgress
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.log import AppendInfo, Log
 
@@ -107,6 +108,7 @@ class Partition:
         self.deletes = DelayedDeleteRecords()
         self.fetches = FetchWatchers()
         self.hw_waiters = HighWatermarkWaiters()
+        self._follower_reads_epoch = -1  # the leader epoch of the last logged follower read
         # Which brokers are alive (registered, unfenced): only their log start offsets
         # hold DeleteRecords back. Set by the owner from the metadata.
         self.is_alive: Callable[[int], bool] = lambda _: True
@@ -442,12 +444,18 @@ class Partition:
         *,
         max_bytes: int,
         min_one_batch: bool,
+        leader_only: bool = True,
     ) -> PartitionRead:
         """One partition of a Fetch. Followers (``replica_id`` >= 0) read to the log end
         and report their position; consumers read below the HW (read_committed too:
-        the LSO is the HW until transactions exist)."""
-        self.check_leader(position.current_leader_epoch)
+        the LSO is the HW until transactions exist). A consumer that may read from a
+        follower (``leader_only`` False: Fetch v11+, KIP-392) is served by a follower
+        too, below that follower's own HW, with the same epoch checks."""
         follower = replica_id >= 0
+        if leader_only or follower:
+            self.check_leader(position.current_leader_epoch)
+        else:
+            self._check_readable(position.current_leader_epoch)
         if follower:
             self._follower(replica_id)  # a replica of this partition, or an error
         log = self.log
@@ -487,6 +495,45 @@ class Partition:
         result.high_watermark = result.last_stable_offset = log.high_watermark
         result.log_start_offset = log.log_start_offset
         return result
+
+    def _check_readable(self, current_leader_epoch: int) -> None:
+        """A consumer read from any replica (KIP-392): epoch fencing as on the leader;
+        a replica that neither leads nor follows (NEW) sends the client back to the
+        leader with NOT_LEADER_OR_FOLLOWER. A follower logs its first such read in
+        each leader epoch (the evidence that follower fetching is in use)."""
+        if self.state is LEADER:
+            self.check_leader(current_leader_epoch)
+            return
+        if self.state is OFFLINE:
+            raise PartitionError("KAFKA_STORAGE_ERROR", f"{self.topic}-{self.index} is offline")
+        self.check_leader_epoch(current_leader_epoch)
+        if self.state is not FOLLOWER:
+            raise PartitionError(
+                "NOT_LEADER_OR_FOLLOWER", f"no replica of {self.topic}-{self.index} here yet"
+            )
+        if self._follower_reads_epoch != self._leader_epoch:
+            self._follower_reads_epoch = self._leader_epoch
+            logger.info(
+                "%s-%d: serving consumer fetches as a follower of %d (leader epoch %d, "
+                "high watermark %d)",
+                self.topic,
+                self.index,
+                self.leader,
+                self._leader_epoch,
+                self.log.high_watermark,
+            )
+
+    def follower_progress(self, now_ms: int) -> list[FollowerProgress]:
+        """What this leader knows of each follower, for the preferred read replica."""
+        return [
+            FollowerProgress(
+                replica,
+                state.log_start_offset,
+                state.log_end_offset,
+                now_ms - state.last_caught_up_ms,
+            )
+            for replica, state in self.followers.items()
+        ]
 
     def offset_for_timestamp(
         self, timestamp: int, current_leader_epoch: int, isolation_level: int | None
