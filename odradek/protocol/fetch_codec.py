@@ -54,12 +54,12 @@ class PartitionResult:
     log_start_offset: int = -1
     ranges: list[FileRange] = field(default_factory=list)
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
-    preferred_read_replica: int = -1  # v11+ (KIP-392), -1: none
     # v12 tagged fields, left out when None: (epoch, end offset), (leader id, leader
     # epoch), (snapshot end offset, snapshot epoch)
     diverging_epoch: tuple[int, int] | None = None
     current_leader: tuple[int, int] | None = None
     snapshot_id: tuple[int, int] | None = None
+    preferred_read_replica: int = -1  # v11+ (KIP-392), -1: none
 
     @property
     def records_size(self) -> int:

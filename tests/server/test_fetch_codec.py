@@ -232,7 +232,7 @@ def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> No
         {"diverging_epoch": (1, 10), "current_leader": (3, 5), "snapshot_id": (8, 1)},
     ],
 )
-def test_partition_tags_written_as_kio_reads_them(tags: dict[str, tuple[int, int]]) -> None:
+def test_partition_tags_written_as_kio_reads_them(tags: dict[str, Any]) -> None:
     """The replication fields of v12 (diverging epoch, current leader, snapshot id)."""
     partition = PartitionResult(0, 0, 5, 5, 0, [], None, **tags)
     frame = b"".join(

@@ -130,8 +130,9 @@ def consume_all(
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
             message = consumer.poll(0.2)
-            if message is not None and message.error() is None:
-                seen.add(message.value())
+            value = message.value() if message is not None and not message.error() else None
+            if value is not None:
+                seen.add(value)
             if seen >= expected and sources(fetched_from):
                 break
         return seen, fetched_from
