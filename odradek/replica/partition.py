@@ -450,12 +450,19 @@ class Partition:
         and report their position; consumers read below the HW (read_committed too:
         the LSO is the HW until transactions exist). A consumer that may read from a
         follower (``leader_only`` False: Fetch v11+, KIP-392) is served by a follower
-        too, below that follower's own HW, with the same epoch checks."""
+        too, below that follower's own HW, with the same epoch checks. An offset out
+        of range there is OFFSET_OUT_OF_RANGE for a client that sent its leader epoch
+        (KIP-320: it asks the leader next), and NOT_LEADER_OR_FOLLOWER for one that
+        did not, which may be here on stale metadata and would otherwise reset its
+        position (the KAFKA-14255 case): it refreshes its metadata and finds the leader."""
         follower = replica_id >= 0
+        out_of_range = "OFFSET_OUT_OF_RANGE"
         if leader_only or follower:
             self.check_leader(position.current_leader_epoch)
         else:
             self._check_readable(position.current_leader_epoch)
+            if self.state is FOLLOWER and position.current_leader_epoch < 0:
+                out_of_range = "NOT_LEADER_OR_FOLLOWER"
         if follower:
             self._follower(replica_id)  # a replica of this partition, or an error
         log = self.log
@@ -468,14 +475,14 @@ class Partition:
             try:
                 diverging = diverging_epoch(log, position)
             except ValueError:  # no end offset known for that epoch
-                result.error = "OFFSET_OUT_OF_RANGE"
+                result.error = out_of_range
                 return result
             if diverging is not None:
                 result.diverging_epoch = diverging
                 return result
         end = log.log_end_offset
         if not log.log_start_offset <= position.fetch_offset <= end:
-            result.error = "OFFSET_OUT_OF_RANGE"
+            result.error = out_of_range
             return result
         if follower:
             self.update_follower_fetch_state(
@@ -489,7 +496,7 @@ class Partition:
                 min_one_batch=min_one_batch,
             )
         except OffsetOutOfRangeError:
-            result.error = "OFFSET_OUT_OF_RANGE"
+            result.error = out_of_range
             return result
         result.ranges = info.ranges
         result.high_watermark = result.last_stable_offset = log.high_watermark
