@@ -28,6 +28,10 @@ shrinking), so no record counts as committed on a set that may not be the ISR. T
 controller's answer (``on_isr_outcome``) or a newer partition epoch in the metadata
 replaces the pending state.
 
+Consumers read from the leader, and (KIP-392, Fetch v11+) from a follower too, each
+below its own HW with the same epoch checks; ``follower_progress`` is what the leader
+offers replica/replica_selector.py to pick a follower in the consumer's rack.
+
 Sans-IO: time comes in as ``now_ms``; proposals wait in an outbox (``take_proposal``);
 waiters (purgatory.py) are completed in place. A follower is driven by the replica
 fetcher through the ``FollowerLog`` methods at the end.
