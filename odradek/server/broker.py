@@ -102,6 +102,7 @@ from odradek.replica.fetcher import ReplicaFetcherManager
 from odradek.replica.fetcher_state import FetcherSettings
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from odradek.replica.replica_manager import ReplicaManager
+from odradek.replica.replica_selector import selector_for
 from odradek.server.broker_lifecycle import (
     BrokerLifecycleManager,
     broker_registration,
@@ -259,6 +260,7 @@ class Broker:
             isr_channel=_ChannelIsr(lambda: self.isr_channel),
             broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
             lag_time_max_ms=config["replica.lag.time.max.ms"],
+            replica_selector=selector_for(config["replica.selector.class"]),
         )
         # process.roles: a controller-only node binds no client listener and runs no
         # partitions, coordinators or broker lifecycle; a broker-only node (not among
