@@ -42,7 +42,11 @@ its node). What is measured, and how:
   back in the partition's ISR (Metadata's isr). ``--kills`` rounds (goal p99 <=
   ``broker.session.timeout.ms`` + 2 s: a dead leader is only noticed when its session
   expires), then ``--terms`` rounds with SIGTERM (controlled shutdown moves the
-  leadership first; goal <= 2 s).
+  leadership first; goal <= 2 s). Which kill rounds hit a leader that was also the
+  active controller is chance; ``--controller-kills`` adds rounds that always do (a
+  3-partition topic with one preferred leader per node, a preferred election to
+  restore the spread when needed, the producer on the partition the active controller
+  leads): the KRaft election then comes before the dead broker can be fenced.
 - Follower catch-up: an RF=3 topic of one partition led by node 1; node 3 is stopped
   (SIGTERM), ``--catchup-mb`` MB of 1 KiB records are produced (acks=all,
   ``min.insync.replicas`` 2), node 3 is started again, and the time from the first
@@ -77,7 +81,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import broker as load
 from bench._support import finish, load_average, show_load, warn_if_busy
 from odradek.metadata.broker_heartbeats import DEFAULT_SESSION_TIMEOUT_MS
-from tests.support.kraft import Quorum
+from tests.support.kraft import Quorum, odradek
 
 KIB = 1024
 MB = 1_000_000
@@ -96,7 +100,7 @@ PROPERTIES = {
     # The throughput topics' 16 MiB retention applied every second, as on the single node.
     "log.retention.check.interval.ms": str(load.RETENTION_CHECK_MS),
 }
-SERVE_ARGS = ("--log-level", "WARNING")
+SERVE_ARGS = ["--log-level", "WARNING"]  # --node-log-level replaces the level
 REPLICATED = {"min.insync.replicas": "2"}
 
 
@@ -435,14 +439,14 @@ class AcksAllProducer:
             }
         )
 
-    def deliver(self, began: float) -> float:
-        """Produce one record to partition 0; seconds from ``began`` to its ack."""
+    def deliver(self, began: float, partition: int = 0) -> float:
+        """Produce one record to ``partition``; seconds from ``began`` to its ack."""
         outcome: list[Any] = []
 
         def report(error: Any, _message: Any) -> None:
             outcome.append(error)
 
-        self.producer.produce(self.topic, b"x" * 100, partition=0, on_delivery=report)
+        self.producer.produce(self.topic, b"x" * 100, partition=partition, on_delivery=report)
         while not outcome:
             self.producer.poll(0.005)
         if outcome[0] is not None:
@@ -454,7 +458,7 @@ class AcksAllProducer:
 
 
 def new_leader_seen(
-    cluster: Cluster, topic: str, old: int, began: float, stop: threading.Event
+    cluster: Cluster, topic: str, old: int, began: float, stop: threading.Event, partition: int = 0
 ) -> list[float]:
     """Start polling Metadata (every POLL_S) for a leader other than ``old``; the list
     gets the seconds from ``began`` when one is first named."""
@@ -463,7 +467,7 @@ def new_leader_seen(
     def watch() -> None:
         while not stop.is_set():
             with contextlib.suppress(Exception):
-                leader, _ = cluster.partition(topic)
+                leader, _ = cluster.partition(topic, partition)
                 if leader not in (old, -1):
                     seen.append(time.monotonic() - began)
                     return
@@ -474,10 +478,11 @@ def new_leader_seen(
 
 
 def failover_round(
-    cluster: Cluster, producer: AcksAllProducer, hard: bool
-) -> tuple[float, float | None, int]:
+    cluster: Cluster, producer: AcksAllProducer, hard: bool, partition: int = 0, partitions: int = 1
+) -> tuple[float, float | None, int, bool]:
     """(longest wait for an ack from the signal on, seconds until Metadata named the new
-    leader, the signalled node); the node is back in the ISR after.
+    leader, the signalled node, whether it was also the active controller); the node is
+    back in the ISR after.
 
     From the signal, records are produced one at a time (each after the previous one's
     ack) until the old leader's process has exited, and one more after that: a record
@@ -486,22 +491,24 @@ def failover_round(
     shutdown — so the round's number is the longest single wait, not the first ack.
     """
     topic = producer.topic
-    cluster.wait_isr(topic, range(1), 3)
-    leader, _ = cluster.partition(topic)
-    producer.deliver(time.monotonic())  # connected to the current leader
+    cluster.wait_isr(topic, range(partitions), 3)
+    leader, _ = cluster.partition(topic, partition)
+    producer.deliver(time.monotonic(), partition)  # connected to the current leader
     process = cluster.quorum.nodes[leader].process
     assert process is not None
+    quorum_leader = cluster.quorum.leader()
+    was_controller = quorum_leader is not None and quorum_leader[0] == leader
     stop = threading.Event()
     began = time.monotonic()
     process.send_signal(signal.SIGKILL if hard else signal.SIGTERM)
-    seen = new_leader_seen(cluster, topic, leader, began, stop)
+    seen = new_leader_seen(cluster, topic, leader, began, stop, partition)
     try:
-        worst = producer.deliver(began)
+        worst = producer.deliver(began, partition)
         deadline = began + ROUND_TIMEOUT_S
         while process.poll() is None and time.monotonic() < deadline:
-            worst = max(worst, producer.deliver(time.monotonic()))
+            worst = max(worst, producer.deliver(time.monotonic(), partition))
         status = process.wait(60)
-        worst = max(worst, producer.deliver(time.monotonic()))
+        worst = max(worst, producer.deliver(time.monotonic(), partition))
         if not seen:
             stop.wait(1.0)  # the watcher's last poll
     finally:
@@ -509,30 +516,90 @@ def failover_round(
     if not hard and status != 0:
         raise RuntimeError(f"node {leader} exited {status} on SIGTERM")
     cluster.quorum.start_node(leader)
-    cluster.wait_isr(topic, range(1), 3)
-    return worst, (seen[0] if seen else None), leader
+    cluster.wait_isr(topic, range(partitions), 3)
+    return worst, (seen[0] if seen else None), leader, was_controller
+
+
+def controller_led_partition(cluster: Cluster, topic: str, partitions: int) -> int:
+    """A partition of ``topic`` led by the active controller; a preferred election
+    first restores the spread (one leader per node) when none is."""
+    for attempt in range(2):
+        current = cluster.quorum.leader()
+        controller = current[0] if current is not None else -1
+        for index in range(partitions):
+            if cluster.partition(topic, index)[0] == controller:
+                return index
+        if attempt == 0:
+            done = odradek(
+                "leader-election",
+                "--bootstrap-server",
+                cluster.bootstrap,
+                "--election-type",
+                "PREFERRED",
+                "--all-topic-partitions",
+            )
+            if done.returncode != 0:
+                raise RuntimeError(f"preferred election: {done.stderr.strip()}")
+            cluster.wait_isr(topic, range(partitions), 3)
+    raise RuntimeError(f"{topic}: no partition led by the active controller")
+
+
+def colocated_runs(base: Path, kills: int, verbose: bool) -> list[tuple[float, float | None]]:
+    """kill -9 rounds where the partition's leader is also the active controller (the
+    KRaft election comes before the fence): a 3-partition topic with one preferred
+    leader per node, the producer on the partition the controller leads."""
+    cluster = Cluster(base / "failover-colocated")
+    producer = None
+    try:
+        topic = "colocated"
+        spread = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+        cluster.create_topic(topic, 3, REPLICATED, assignment=spread)
+        producer = AcksAllProducer(cluster.bootstrap, topic)
+        results = []
+        for index in range(kills):
+            partition = controller_led_partition(cluster, topic, 3)
+            worst, seen, node, was_controller = failover_round(
+                cluster, producer, True, partition, 3
+            )
+            if not was_controller:  # the controller moved between the check and the kill
+                raise RuntimeError(f"node {node} was not the active controller at the kill")
+            results.append((worst, seen))
+            if verbose:
+                named = "-" if seen is None else f"{seen:.2f} s"
+                progress(
+                    f"kill -9 {index + 1}/{kills} of node {node} (active controller, leader of "
+                    f"{topic}-{partition}): longest wait {worst:.2f} s, new leader named "
+                    f"after {named}"
+                )
+        return results
+    finally:
+        if producer is not None:
+            producer.close()
+        cluster.close()
 
 
 def failover_runs(
     base: Path, kills: int, terms: int, verbose: bool
-) -> dict[bool, list[tuple[float, float | None]]]:
-    """hard (kill -9) / not (SIGTERM) -> (longest ack wait, new leader named) per round."""
+) -> dict[bool, list[tuple[float, float | None, bool]]]:
+    """hard (kill -9) / not (SIGTERM) -> (longest ack wait, new leader named, the node was
+    the active controller too) per round."""
     cluster = Cluster(base / "failover")
     producer = None
     try:
         topic = "failover"
         cluster.create_topic(topic, 1, REPLICATED)
         producer = AcksAllProducer(cluster.bootstrap, topic)
-        results: dict[bool, list[tuple[float, float | None]]] = {True: [], False: []}
+        results: dict[bool, list[tuple[float, float | None, bool]]] = {True: [], False: []}
         for hard, rounds in ((True, kills), (False, terms)):
             for index in range(rounds):
-                worst, seen, node = failover_round(cluster, producer, hard)
-                results[hard].append((worst, seen))
+                worst, seen, node, was_controller = failover_round(cluster, producer, hard)
+                results[hard].append((worst, seen, was_controller))
                 if verbose:
                     how = "kill -9" if hard else "SIGTERM"
                     named = "-" if seen is None else f"{seen:.2f} s"
                     progress(
-                        f"{how} {index + 1}/{rounds} of node {node}: longest wait "
+                        f"{how} {index + 1}/{rounds} of node {node}"
+                        f"{' (the active controller)' if was_controller else ''}: longest wait "
                         f"{worst:.2f} s, new leader named after {named}"
                     )
         return results
@@ -667,6 +734,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--kills", type=int, help="kill -9 rounds (20; quick 3)")
     parser.add_argument("--terms", type=int, help="SIGTERM rounds (10; quick 3)")
     parser.add_argument(
+        "--controller-kills",
+        type=int,
+        default=0,
+        help="kill -9 rounds of a leader that is also the active controller (0)",
+    )
+    parser.add_argument(
         "--catchup-mb", type=int, help="MB the follower is behind (1000; quick 200)"
     )
     parser.add_argument(
@@ -679,6 +752,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--verbose", action="store_true", help="print every failover round")
     parser.add_argument("--keep", action="store_true", help="keep the nodes' dirs and logs")
     parser.add_argument(
+        "--node-log-level",
+        default="WARNING",
+        help="the nodes' --log-level (WARNING; INFO logs elections and fences, with --keep)",
+    )
+    parser.add_argument(
         "--property",
         action="append",
         default=[],
@@ -686,6 +764,7 @@ def main(argv: list[str]) -> int:
         help="a config line for every cluster node (repeatable), e.g. replica.fetch.backoff.ms=100",
     )
     args = parser.parse_args(argv)
+    SERVE_ARGS[1] = args.node_log_level
     for line in args.property:
         key, sep, value = line.partition("=")
         if not sep or not key.strip():
@@ -782,6 +861,28 @@ def main(argv: list[str]) -> int:
         def failover() -> None:
             nonlocal misses
             results = failover_runs(base, kills, terms, args.verbose)
+            if args.controller_kills:
+                hit = colocated_runs(base, args.controller_kills, args.verbose)
+                c_waits = [w for w, _ in hit]
+                c_named = [n for _, n in hit if n is not None]
+                if c_named:
+                    add(
+                        "failover, kill -9 of a leader that is the active controller: "
+                        "Metadata names a new leader",
+                        "",
+                        f"p50 {percentile(c_named, 0.5):.2f} s, max {max(c_named):.2f} s "
+                        f"({len(c_named)} of {len(hit)} rounds)",
+                    )
+                ok = percentile(c_waits, 0.99) <= KILL_GOAL_S
+                misses += not ok
+                add(
+                    "failover, kill -9 of a leader that is the active controller: longest "
+                    f"acks=all wait ({len(hit)} rounds)",
+                    f"p99 <= {KILL_GOAL_S:g} s",
+                    f"p50 {percentile(c_waits, 0.5):.2f} s, p99 {percentile(c_waits, 0.99):.2f} s, "
+                    f"max {max(c_waits):.2f} s",
+                    verdict(ok),
+                )
             for hard, goal_s, how in (
                 (True, KILL_GOAL_S, "kill -9"),
                 (False, TERM_GOAL_S, "SIGTERM"),
@@ -789,8 +890,9 @@ def main(argv: list[str]) -> int:
                 rounds = results[hard]
                 if not rounds:
                     continue
-                waits = [w for w, _ in rounds]
-                named = [n for _, n in rounds if n is not None]
+                waits = [w for w, _, _ in rounds]
+                named = [n for _, n, _ in rounds if n is not None]
+                colocated = [w for w, _, c in rounds if c]
                 if named:
                     add(
                         f"failover, {how} of the leader: Metadata names a new leader",
@@ -808,6 +910,13 @@ def main(argv: list[str]) -> int:
                     f"max {max(waits):.2f} s",
                     verdict(ok),
                 )
+                if colocated:
+                    add(
+                        f"  of those, the leader was also the active controller "
+                        f"({len(colocated)} rounds)",
+                        "",
+                        f"p50 {percentile(colocated, 0.5):.2f} s, max {max(colocated):.2f} s",
+                    )
 
         def catchup() -> None:
             result = catchup_run(base, catchup_mb)

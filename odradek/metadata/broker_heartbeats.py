@@ -26,11 +26,35 @@ Sessions live only in the memory of the active controller: they are not metadata
 A newly active controller (``ensure_epoch`` sees a new leader epoch) gives every
 registered broker a fresh session instead of fencing them all at once for a silence
 it did not witness; a broker that really is gone is fenced one session timeout later.
+
 The same holds for a silence of the controller itself: when its timer finds it was
 not run for more than half a session (the process was paused, the loop stalled), the
 heartbeats it missed were not the brokers' fault, so every session starts afresh. And
 the controller never times out its own node's broker in combined mode: it runs on the
 same event loop, so it is exactly as alive as the controller deciding.
+
+One exception (not Kafka's; issue 12's failover goal): the previous Raft leader's own
+broker when that leader went silent. In combined mode it heartbeated the controller in
+its own process, so the new controller never heard from it, and with a fresh session a
+kill -9 of the active controller left its partitions leaderless for the election
+(``controller.quorum.fetch.timeout.ms`` and the vote, a split vote adding a second or
+more) *plus* a whole session. But the election itself is evidence: this voter's
+fetches to that leader stopped being answered, and it knows when the last answer came
+(``SilentLeader.last_heard_ms``, raft/roles.py). So that broker's session is dated from
+then, but never so early that less than ``MIN_HEARTBEATS_LEFT`` heartbeat intervals
+remain at the election. A dead node is then fenced about one session after it died,
+however long the vote took. A live one (the old leader was paused, or cut off from the
+other voters) is fenced only if this node heard nothing from it for a whole session —
+the rule every broker lives by — *and* it did not heartbeat within two intervals of the
+election: about one to learn the new leader (the BeginQuorumEpoch sent at the
+election, resent every ``controller.quorum.request.timeout.ms``) and have its
+in-process heartbeat refused, one for the retry, which comes within an interval
+(broker_lifecycle.py). Three intervals would cost the common case: a split vote often
+puts the election more than one interval past the fetch timeout. A broker registered
+with a voter's node id is that voter's own broker (config.py refuses a broker-only
+node with a voter's id, as Kafka does), so dedicated brokers and every other broker
+keep the fresh session; a leader that resigned (EndQuorumEpoch, a controlled
+shutdown) is not silent and gets one too.
 
 This module is sans-IO: time comes from the ``now_ms`` arguments, and it returns the
 records to write; ``Controller`` commits them under its lock (controller.py) and
@@ -47,6 +71,10 @@ from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BrokerImage, MetadataImage, MetadataRecord
 
 DEFAULT_SESSION_TIMEOUT_MS: Final = 9000  # broker.session.timeout.ms
+DEFAULT_HEARTBEAT_INTERVAL_MS: Final = 2000  # broker.heartbeat.interval.ms
+# A silent previous leader's broker keeps at least this many heartbeat intervals of its
+# session when the new controller takes over (module doc).
+MIN_HEARTBEATS_LEFT: Final = 2
 # Bounds on one registration: its record must fit one metadata batch with room to
 # spare, whatever a hostile controller-plane client sends.
 MAX_LISTENERS: Final = 64
@@ -133,8 +161,10 @@ class BrokerHeartbeatManager:
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
         *,
         local_node_id: int | None = None,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
     ) -> None:
         self.session_timeout_ms = session_timeout_ms
+        self.heartbeat_interval_ms = heartbeat_interval_ms
         # Combined mode: this node's own broker runs in this process (module doc).
         self.local_node_id = local_node_id
         self.local_incarnation_id: str | None = None
@@ -143,14 +173,48 @@ class BrokerHeartbeatManager:
         self._last_check_ms: int | None = None  # the timer's previous run
 
     # -- sessions ----------------------------------------------------------------------
-    def ensure_epoch(self, leader_epoch: int, image: MetadataImage, now_ms: int) -> None:
+    @property
+    def session_epoch(self) -> int:
+        """The leader epoch the sessions belong to (-1: none yet)."""
+        return self._epoch
+
+    def ensure_epoch(
+        self,
+        leader_epoch: int,
+        image: MetadataImage,
+        now_ms: int,
+        silent_leader: tuple[int, int] | None = None,
+    ) -> None:
         """Called before every decision: a new active term starts every registered
-        broker on a fresh session."""
+        broker on a fresh session, but the broker of ``silent_leader`` (the previous
+        Raft leader's node id, and when this voter last heard from it) on the session
+        ``carried_session_start`` dates (module doc)."""
         if leader_epoch == self._epoch:
             return
         self._epoch = leader_epoch
         self._last_contact_ms = dict.fromkeys(image.brokers, now_ms)
         self._last_check_ms = None
+        if silent_leader is not None:
+            node_id, last_heard_ms = silent_leader
+            start = self.carried_session_start(image, node_id, last_heard_ms, now_ms)
+            if start is not None:
+                self._last_contact_ms[node_id] = start
+
+    def carried_session_start(
+        self, image: MetadataImage, node_id: int, last_heard_ms: int, now_ms: int
+    ) -> int | None:
+        """When the session of the silent previous leader's broker counts from, or None
+        for a fresh one: not registered, fenced already, this very node, or a session
+        too short to leave ``MIN_HEARTBEATS_LEFT`` heartbeat intervals at all."""
+        broker = image.brokers.get(node_id)
+        if broker is None or broker.fenced or node_id == self.local_node_id:
+            return None
+        left_ms = MIN_HEARTBEATS_LEFT * self.heartbeat_interval_ms
+        if left_ms >= self.session_timeout_ms:
+            return None
+        # the latest start that still leaves left_ms; never after now
+        earliest = now_ms - (self.session_timeout_ms - left_ms)
+        return max(min(last_heard_ms, now_ms), earliest)
 
     def touch(self, broker_id: int, now_ms: int) -> None:
         self._last_contact_ms[broker_id] = now_ms
@@ -268,6 +332,19 @@ class BrokerHeartbeatManager:
         ]
         return min(times) if times else None
 
+    def check_delay_ms(
+        self, leader_epoch: int, brokers: Mapping[int, BrokerImage], now_ms: int
+    ) -> int:
+        """Until the timer should next call ``stale`` (the earliest expiry, which is
+        one ms past the timeout): 0 for a term whose sessions are not set up yet (the
+        timer's run sets them), a whole session when nothing can expire."""
+        if leader_epoch != self._epoch:
+            return 0
+        expiry = self.next_expiry_ms(brokers)
+        if expiry is None:
+            return self.session_timeout_ms
+        return max(0, expiry + 1 - now_ms)
+
 
 def check_registration(request: BrokerRegistration) -> None:
     """INVALID_REQUEST for a registration too large or malformed to record."""
@@ -296,7 +373,9 @@ def fence_records(brokers: Sequence[BrokerImage]) -> list[MetadataRecord]:
 
 
 __all__ = [
+    "DEFAULT_HEARTBEAT_INTERVAL_MS",
     "DEFAULT_SESSION_TIMEOUT_MS",
+    "MIN_HEARTBEATS_LEFT",
     "BrokerHeartbeat",
     "BrokerHeartbeatManager",
     "BrokerRegistration",

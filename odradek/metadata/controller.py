@@ -42,6 +42,7 @@ from odradek.metadata import alter_partition as isr_changes
 from odradek.metadata import placement
 from odradek.metadata import reassignment as reassignments
 from odradek.metadata.broker_heartbeats import (
+    DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
     BrokerHeartbeat,
     BrokerHeartbeatManager,
@@ -75,6 +76,7 @@ from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LogConfig
 
 METADATA_TOPIC: Final = "__cluster_metadata"
+MIN_SESSION_CHECK_S: Final = 0.05  # the session timer's shortest sleep
 MAX_TOPIC_NAME_LENGTH: Final = 249
 # Kafka's controller limit (KAFKA-17870): one request may not create more partitions
 # than this, which also keeps a hostile count from building billions of assignments.
@@ -120,8 +122,10 @@ class Controller:
         *,
         rng: random.Random | None = None,
         session_timeout_ms: int = DEFAULT_SESSION_TIMEOUT_MS,
+        heartbeat_interval_ms: int = DEFAULT_HEARTBEAT_INTERVAL_MS,
         now_ms: Callable[[], int] | None = None,
         unclean_default: Callable[[], bool] | None = None,
+        silent_leader: Callable[[], tuple[int, int] | None] | None = None,
     ) -> None:
         self.writer = writer
         self.node_id = node_id
@@ -131,7 +135,11 @@ class Controller:
         self._listeners: list[Listener] = []
         self._lock = asyncio.Lock()
         self._now_ms = now_ms or _monotonic_ms
-        self.heartbeats = BrokerHeartbeatManager(session_timeout_ms, local_node_id=node_id)
+        self.heartbeats = BrokerHeartbeatManager(
+            session_timeout_ms, local_node_id=node_id, heartbeat_interval_ms=heartbeat_interval_ms
+        )
+        # a new term's silent previous leader (RaftMetadataWriter.silent_predecessor)
+        self._silent_leader = silent_leader or (lambda: None)
         # the broker default of unclean.leader.election.enable (dynamic over static)
         self._unclean_default = unclean_default or (lambda: False)
         # (broker id, epoch) -> offset of the commit that moved its leaderships away
@@ -178,7 +186,8 @@ class Controller:
         if epoch < 0:
             raise ControllerError("NOT_CONTROLLER", "node is not the active controller")
         now = self._now_ms()
-        self.heartbeats.ensure_epoch(epoch, self.image, now)
+        if epoch != self.heartbeats.session_epoch:
+            self.heartbeats.ensure_epoch(epoch, self.image, now, self._silent_leader())
         return now
 
     async def register_broker(self, request: BrokerRegistration) -> int:
@@ -238,6 +247,14 @@ class Controller:
         for broker_id in sorted(unfenced):
             partitions.add_broker(broker_id, eligible, unclean)
         return partitions.records()
+
+    def session_check_delay_s(self, cap_s: float) -> float:
+        """How long the session timer may sleep (BrokerHeartbeatManager.check_delay_ms)."""
+        epoch = self.writer.active_epoch
+        if epoch < 0:
+            return cap_s
+        wait_ms = self.heartbeats.check_delay_ms(epoch, self.image.brokers, self._now_ms())
+        return max(MIN_SESSION_CHECK_S, min(cap_s, wait_ms / 1000))
 
     async def fence_stale_brokers(self) -> list[int]:
         """Fence the brokers whose session expired (the active controller's timer);

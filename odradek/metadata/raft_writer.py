@@ -208,6 +208,17 @@ class RaftMetadataWriter:
         driver = self.driver
         return driver.epoch if driver is not None and self.is_active else -1
 
+    def silent_predecessor(self) -> tuple[int, int] | None:
+        """While active: the previous leader whose fetches timed out before this node
+        was elected, and when this node last heard from it (monotonic ms, the
+        controller's clock) — broker_heartbeats.py dates its broker's session from
+        then. None after a resignation or when this node did not follow it."""
+        driver = self.driver
+        if driver is None or not self.is_active:
+            return None
+        silent = driver.predecessor
+        return None if silent is None else (silent.node_id, silent.last_heard_ms)
+
     def caught_up(self) -> bool:
         """The loader applied everything the quorum is known to have committed."""
         driver = self.driver

@@ -79,6 +79,7 @@ class PartitionResult:
     diverging_epoch: tuple[int, int] | None = None
     current_leader: tuple[int, int] | None = None
     snapshot_id: tuple[int, int] | None = None
+    preferred_read_replica: int = -1  # v11+ (KIP-392), -1: none
 
     @property
     def records_size(self) -> int:
@@ -179,7 +180,7 @@ def encode_fetch_response(
                     if flexible:
                         out += b"\x00"
             if version >= 11:
-                out += _I32.pack(-1)  # preferred read replica: none
+                out += _I32.pack(partition.preferred_read_replica)
             size = partition.records_size
             out += _uvarint(size + 1) if flexible else _I32.pack(size)
             if size:

@@ -30,6 +30,7 @@ from odradek.raft.roles import (
     CandidateState,
     FollowerState,
     ProspectiveState,
+    SilentLeader,
     UnattachedState,
     VotedState,
 )
@@ -78,6 +79,10 @@ class NodeCore:
         self._flush_requested = False
         self._next_correlation_id = 0
         self._failed_elections = 0
+        # The leader whose fetches timed out, until this node follows someone again;
+        # handed to ``predecessor`` if this node wins the election that follows.
+        self._silent_leader: SilentLeader | None = None
+        self.predecessor: SilentLeader | None = None
         # Delivery to the state machine: the next offset to hand over, and a snapshot to
         # load first (at start-up, or after installing one from the leader).
         self._applied_offset = 0
@@ -173,6 +178,8 @@ class NodeCore:
 
     def _become_follower(self, epoch: int, leader_id: int, now_ms: int) -> None:
         role = self.quorum.to_follower(epoch, leader_id, now_ms + self.config.fetch_timeout_ms)
+        self._silent_leader = None
+        self.predecessor = None
         # We just heard from (or about) the leader: count it as contact, so a pre-vote
         # arriving before our first fetch does not unseat a leader that was just elected.
         role.last_fetch_success_ms = now_ms

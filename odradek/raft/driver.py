@@ -78,6 +78,7 @@ from odradek.raft.messages import (
     VoteRequest,
 )
 from odradek.raft.node import CommitEvent, NotLeaderError, QuorumDescription, RaftNode
+from odradek.raft.roles import SilentLeader
 from odradek.raft.snapshots import SnapshotStore
 from odradek.records.batch import HEADER_SIZE, stamp, unpack_header
 from odradek.records.errors import CorruptRecordError
@@ -285,6 +286,12 @@ class RaftDriver:
     @property
     def epoch(self) -> int:
         return self.node.epoch
+
+    @property
+    def predecessor(self) -> SilentLeader | None:
+        """While leading: the leader this node replaced after its fetches to it timed
+        out, and when it last heard from it (``time.monotonic`` ms); else None."""
+        return self.node.predecessor if self.node.is_leader else None
 
     @property
     def high_watermark(self) -> int:

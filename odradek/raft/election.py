@@ -121,6 +121,7 @@ class ElectionHandlers(NodeCore):
         epoch_start_offset = self.log.end_offset
         leader = self.quorum.to_leader(epoch_start_offset, now_ms, self.high_watermark)
         self._failed_elections = 0
+        self.predecessor, self._silent_leader = self._silent_leader, None
         payload, count = self._control_entry(self.epoch, self.node_id, self.voters, granting)
         entry = LogEntry(epoch_start_offset, self.epoch, payload, control=True, count=count)
         self.log.append([entry], leader=True)

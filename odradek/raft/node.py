@@ -76,6 +76,7 @@ from odradek.raft.roles import (
     FollowerState,
     ProspectiveState,
     ResignedState,
+    SilentLeader,
     UnattachedState,
     VotedState,
 )
@@ -435,9 +436,13 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         resigned_at = role.leader_resigned_election_ms
         if self.is_voter:
             if resigned_at is not None and now_ms >= resigned_at:
+                self._silent_leader = None  # it said it goes: nothing to infer
                 self._start_prospective(now_ms)
                 return True
             if now_ms >= role.fetch_deadline_ms:
+                heard = role.last_fetch_success_ms
+                if resigned_at is None and heard is not None:
+                    self._silent_leader = SilentLeader(role.leader_id, self.epoch, heard)
                 self._start_prospective(now_ms)
                 return True
         if self.log.flushed_offset < self.log.end_offset:

@@ -103,6 +103,19 @@ class FollowerState:
         return self.election.leader_id
 
 
+@dataclass(frozen=True, slots=True)
+class SilentLeader:
+    """A leader this voter stopped hearing from: its fetches got no answer for
+    ``controller.quorum.fetch.timeout.ms`` (not a resignation). ``last_heard_ms`` is
+    this node's last successful fetch response from it (node clock). A node that wins
+    the next election keeps it as its ``predecessor``: the metadata layer may date the
+    silent leader's own broker session from then (broker_heartbeats.py)."""
+
+    node_id: int
+    epoch: int
+    last_heard_ms: int
+
+
 @dataclass(slots=True)
 class ResignedState:
     election: ElectionState

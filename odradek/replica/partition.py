@@ -28,6 +28,10 @@ shrinking), so no record counts as committed on a set that may not be the ISR. T
 controller's answer (``on_isr_outcome``) or a newer partition epoch in the metadata
 replaces the pending state.
 
+Consumers read from the leader, and (KIP-392, Fetch v11+) from a follower too, each
+below its own HW with the same epoch checks; ``follower_progress`` is what the leader
+offers replica/replica_selector.py to pick a follower in the consumer's rack.
+
 Sans-IO: time comes in as ``now_ms``; proposals wait in an outbox (``take_proposal``);
 waiters (purgatory.py) are completed in place. A follower is driven by the replica
 fetcher through the ``FollowerLog`` methods at the end.
@@ -70,6 +74,7 @@ from odradek.replica.reads import (
     diverging_epoch,
     lookup_offset,
 )
+from odradek.replica.replica_selector import FollowerProgress
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.log import AppendInfo, Log
 
@@ -107,6 +112,7 @@ class Partition:
         self.deletes = DelayedDeleteRecords()
         self.fetches = FetchWatchers()
         self.hw_waiters = HighWatermarkWaiters()
+        self._follower_reads_epoch = -1  # the leader epoch of the last logged follower read
         # Which brokers are alive (registered, unfenced): only their log start offsets
         # hold DeleteRecords back. Set by the owner from the metadata.
         self.is_alive: Callable[[int], bool] = lambda _: True
@@ -442,12 +448,25 @@ class Partition:
         *,
         max_bytes: int,
         min_one_batch: bool,
+        leader_only: bool = True,
     ) -> PartitionRead:
         """One partition of a Fetch. Followers (``replica_id`` >= 0) read to the log end
         and report their position; consumers read below the HW (read_committed too:
-        the LSO is the HW until transactions exist)."""
-        self.check_leader(position.current_leader_epoch)
+        the LSO is the HW until transactions exist). A consumer that may read from a
+        follower (``leader_only`` False: Fetch v11+, KIP-392) is served by a follower
+        too, below that follower's own HW, with the same epoch checks. An offset out
+        of range there is OFFSET_OUT_OF_RANGE for a client that sent its leader epoch
+        (KIP-320: it asks the leader next), and NOT_LEADER_OR_FOLLOWER for one that
+        did not, which may be here on stale metadata and would otherwise reset its
+        position (the KAFKA-14255 case): it refreshes its metadata and finds the leader."""
         follower = replica_id >= 0
+        out_of_range = "OFFSET_OUT_OF_RANGE"
+        if leader_only or follower:
+            self.check_leader(position.current_leader_epoch)
+        else:
+            self._check_readable(position.current_leader_epoch)
+            if self.state is FOLLOWER and position.current_leader_epoch < 0:
+                out_of_range = "NOT_LEADER_OR_FOLLOWER"
         if follower:
             self._follower(replica_id)  # a replica of this partition, or an error
         log = self.log
@@ -460,14 +479,14 @@ class Partition:
             try:
                 diverging = diverging_epoch(log, position)
             except ValueError:  # no end offset known for that epoch
-                result.error = "OFFSET_OUT_OF_RANGE"
+                result.error = out_of_range
                 return result
             if diverging is not None:
                 result.diverging_epoch = diverging
                 return result
         end = log.log_end_offset
         if not log.log_start_offset <= position.fetch_offset <= end:
-            result.error = "OFFSET_OUT_OF_RANGE"
+            result.error = out_of_range
             return result
         if follower:
             self.update_follower_fetch_state(
@@ -481,12 +500,51 @@ class Partition:
                 min_one_batch=min_one_batch,
             )
         except OffsetOutOfRangeError:
-            result.error = "OFFSET_OUT_OF_RANGE"
+            result.error = out_of_range
             return result
         result.ranges = info.ranges
         result.high_watermark = result.last_stable_offset = log.high_watermark
         result.log_start_offset = log.log_start_offset
         return result
+
+    def _check_readable(self, current_leader_epoch: int) -> None:
+        """A consumer read from any replica (KIP-392): epoch fencing as on the leader;
+        a replica that neither leads nor follows (NEW) sends the client back to the
+        leader with NOT_LEADER_OR_FOLLOWER. A follower logs its first such read in
+        each leader epoch (the evidence that follower fetching is in use)."""
+        if self.state is LEADER:
+            self.check_leader(current_leader_epoch)
+            return
+        if self.state is OFFLINE:
+            raise PartitionError("KAFKA_STORAGE_ERROR", f"{self.topic}-{self.index} is offline")
+        self.check_leader_epoch(current_leader_epoch)
+        if self.state is not FOLLOWER:
+            raise PartitionError(
+                "NOT_LEADER_OR_FOLLOWER", f"no replica of {self.topic}-{self.index} here yet"
+            )
+        if self._follower_reads_epoch != self._leader_epoch:
+            self._follower_reads_epoch = self._leader_epoch
+            logger.info(
+                "%s-%d: serving consumer fetches as a follower of %d (leader epoch %d, "
+                "high watermark %d)",
+                self.topic,
+                self.index,
+                self.leader,
+                self._leader_epoch,
+                self.log.high_watermark,
+            )
+
+    def follower_progress(self, now_ms: int) -> list[FollowerProgress]:
+        """What this leader knows of each follower, for the preferred read replica."""
+        return [
+            FollowerProgress(
+                replica,
+                state.log_start_offset,
+                state.log_end_offset,
+                now_ms - state.last_caught_up_ms,
+            )
+            for replica, state in self.followers.items()
+        ]
 
     def offset_for_timestamp(
         self, timestamp: int, current_leader_epoch: int, isolation_level: int | None

@@ -3,8 +3,9 @@
 How this works and why: the fetch handler decodes a request into ``FetchPosition``s
 (one per partition) and gets ``PartitionRead``s back from the replica layer — error,
 watermarks, the byte ranges to ``sendfile`` and, for a fetcher whose last fetched
-epoch does not match the leader's history, the diverging epoch — so the handler never
-touches a log (review step 3). The ListOffsets lookups (earliest, latest,
+epoch does not match the leader's history, the diverging epoch, or (KIP-392) the
+follower a consumer should read from instead — so the handler never touches a log
+(review step 3). The ListOffsets lookups (earliest, latest,
 max-timestamp, by timestamp) are plain functions over a ``Log`` and the partition's
 visible end, which ``Partition.offset_for_timestamp`` calls after its epoch and
 leadership checks.
@@ -53,6 +54,7 @@ class PartitionRead:
     log_start_offset: int = -1
     ranges: list[FileRange] = field(default_factory=list)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): truncate there
+    preferred_read_replica: int = -1  # v11+, KIP-392: read from this follower instead
 
     @property
     def size(self) -> int:
@@ -137,10 +139,19 @@ class FetchParams:
     topics: Sequence[tuple[str, Sequence[tuple[int, FetchPosition]]]]
     isolation_level: int = READ_UNCOMMITTED
     replica_epoch: int = -1  # the follower's broker epoch (v15+ replica_state), -1: unknown
+    # A consumer's rack (v11+ rack_id, KIP-392; "" when it names none). None: a Fetch
+    # older than v11, which only the leader may answer.
+    client_rack: str | None = None
 
     @property
     def from_follower(self) -> bool:
         return self.replica_id >= 0
+
+    @property
+    def leader_only(self) -> bool:
+        """Kafka's fetchOnlyLeader: a follower broker, or a consumer without client
+        metadata (Fetch < v11), is answered by the leader only."""
+        return self.from_follower or self.client_rack is None
 
 
 FetchResults = list[tuple[str, list[tuple[int, PartitionRead]]]]

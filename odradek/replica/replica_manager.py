@@ -27,6 +27,12 @@ DeleteRecords is two-phase the same way: it waits for the live replicas' log sta
 offsets. ``wait_for_high_watermark`` is the coordinators' wait (a load serves once
 the HW has passed what it replayed), woken by the HW advance like a produce.
 ListOffsets and OffsetForLeaderEpoch are the partition's lookups.
+
+Fetch from the closest replica (KIP-392): a consumer Fetch v11+ carries the client's
+rack; the leader asks ``replica.selector.class`` (replica/replica_selector.py) and,
+if it prefers an in-sync follower, answers that partition at once with
+``preferred_read_replica`` and no records. Such a consumer may then fetch from the
+follower, which serves it below its own HW. ListOffsets stays with the leader.
 """
 
 from __future__ import annotations
@@ -55,7 +61,8 @@ from odradek.replica.partition import (
     Partition,
     PartitionError,
 )
-from odradek.replica.reads import FetchParams, FetchResults, PartitionRead
+from odradek.replica.reads import FetchParams, FetchPosition, FetchResults, PartitionRead
+from odradek.replica.replica_selector import ReplicaSelector, preferred_read_replica
 from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo
 from odradek.storage.log_config import LogConfig
@@ -97,10 +104,12 @@ class ReplicaManager:
         isr_manager: AlterPartitionManager | None = None,
         lag_time_max_ms: int = DEFAULT_LAG_TIME_MAX_MS,
         clock: Callable[[], int] = monotonic_ms,
+        replica_selector: ReplicaSelector | None = None,
     ) -> None:
         """``isr_channel`` (with this broker's current ``broker_epoch``) makes the
         AlterPartitionManager, which ``isr_expiration`` runs; ``isr_manager`` gives one
-        ready-made instead (tests)."""
+        ready-made instead (tests). ``replica_selector`` (``replica.selector.class``)
+        picks the replica a consumer with a rack should read from; None: the leader."""
         self.node_id = node_id
         self.log_manager = log_manager
         self.fetching = fetching
@@ -109,6 +118,7 @@ class ReplicaManager:
         self.isr_manager = isr_manager
         self.lag_time_max_ms = lag_time_max_ms
         self.clock = clock
+        self.replica_selector = replica_selector
         self.partitions: dict[tuple[str, int], Partition] = {}
         # Partitions answered with KAFKA_STORAGE_ERROR: ``offline`` ones had an I/O
         # error in their log (disk full, EIO) with its state on disk unknown, until a
@@ -459,6 +469,11 @@ class ReplicaManager:
             for index, position in positions:
                 try:
                     partition = self.hosted(name, index)
+                    preferred = self._preferred_read_replica(partition, position, params, now)
+                    if preferred is not None:  # KIP-392: no records, go there instead
+                        partitions.append((index, preferred))
+                        final = True
+                        continue
                     read = partition.read(
                         position,
                         params.replica_id,
@@ -466,6 +481,7 @@ class ReplicaManager:
                         now,
                         max_bytes=min(position.max_bytes, budget),
                         min_one_batch=total == 0,
+                        leader_only=params.leader_only,
                     )
                     if params.from_follower:
                         self._send_proposal(partition)  # it may have rejoined the ISR
@@ -482,6 +498,41 @@ class ReplicaManager:
                 partitions.append((index, read))
             results.append((name, partitions))
         return results, watched, total, final
+
+    def _preferred_read_replica(
+        self, partition: Partition, position: FetchPosition, params: FetchParams, now: int
+    ) -> PartitionRead | None:
+        """KIP-392 on the leader: when the selector prefers a follower for this consumer
+        (its rack), the answer that sends it there — watermarks, no records, as Kafka —
+        else None (read here). Epochs are checked first, as for any read."""
+        if self.replica_selector is None or params.leader_only or not partition.is_leader:
+            return None
+        partition.check_leader(position.current_leader_epoch)
+        assert params.client_rack is not None  # leader_only otherwise
+        chosen = preferred_read_replica(
+            self.replica_selector,
+            params.client_rack,
+            position.fetch_offset,
+            self.node_id,
+            partition.log.log_end_offset,
+            partition.isr,
+            partition.follower_progress(now),
+            self._rack_of,
+            self.broker_alive,
+        )
+        if chosen is None:
+            return None
+        log = partition.log
+        return PartitionRead(
+            high_watermark=log.high_watermark,
+            last_stable_offset=log.high_watermark,
+            log_start_offset=log.log_start_offset,
+            preferred_read_replica=chosen,
+        )
+
+    def _rack_of(self, broker_id: int) -> str | None:
+        broker = self.image.brokers.get(broker_id)
+        return broker.rack if broker is not None else None
 
     async def _wait(self, partitions: list[Partition], follower: bool, timeout_s: float) -> None:
         """Return when a watched partition moves (its HW for consumers, its log end for

@@ -102,6 +102,7 @@ from odradek.replica.fetcher import ReplicaFetcherManager
 from odradek.replica.fetcher_state import FetcherSettings
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from odradek.replica.replica_manager import ReplicaManager
+from odradek.replica.replica_selector import selector_for
 from odradek.server.broker_lifecycle import (
     BrokerLifecycleManager,
     broker_registration,
@@ -259,6 +260,7 @@ class Broker:
             isr_channel=_ChannelIsr(lambda: self.isr_channel),
             broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
             lag_time_max_ms=config["replica.lag.time.max.ms"],
+            replica_selector=selector_for(config["replica.selector.class"]),
         )
         # process.roles: a controller-only node binds no client listener and runs no
         # partitions, coordinators or broker lifecycle; a broker-only node (not among
@@ -526,7 +528,8 @@ class Broker:
         timeout_ms = self.config["broker.session.timeout.ms"]
         tick_s = max(0.05, min(0.5, timeout_ms / 8000))  # well inside half a session
         while True:
-            await asyncio.sleep(tick_s)
+            # at the earliest session expiry, not a tick later
+            await asyncio.sleep(self.controller.session_check_delay_s(tick_s))
             try:
                 fenced = await self.controller.fence_stale_brokers()
             except ControllerError as error:  # lost leadership or a full disk: next tick
@@ -655,7 +658,9 @@ class Broker:
             self.node_id,
             self.dynamic_defaults,
             session_timeout_ms=self.config["broker.session.timeout.ms"],
+            heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
             unclean_default=self.unclean_election_default,
+            silent_leader=writer.silent_predecessor,
         )
         # This node's broker runs in this process: its older incarnation is dead.
         controller.heartbeats.local_incarnation_id = self.incarnation_id

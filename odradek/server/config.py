@@ -70,6 +70,19 @@ def _text(key: str, raw: str) -> str:
     return raw.strip()
 
 
+def _replica_selector(key: str, raw: str) -> str | None:
+    """replica.selector.class (KIP-392): Kafka's LeaderSelector or
+    RackAwareReplicaSelector, by full or short class name; empty: none."""
+    from odradek.replica.replica_selector import known_selector
+
+    if not raw.strip():
+        return None
+    try:
+        return known_selector(raw)
+    except ValueError as error:
+        raise ConfigError(key, str(error)) from None
+
+
 def _list(key: str, raw: str) -> tuple[str, ...]:
     return tuple(part.strip() for part in raw.split(",") if part.strip())
 
@@ -362,6 +375,7 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("replica.fetch.backoff.ms", _int(0, INT_MAX), "1000"),
     BrokerConfigDef("replica.socket.timeout.ms", _int(1, INT_MAX), "30000"),
     BrokerConfigDef("replica.lag.time.max.ms", _int(0, LONG_MAX), "30000"),
+    BrokerConfigDef("replica.selector.class", _replica_selector, None),
     BrokerConfigDef("unclean.leader.election.enable", _bool, "false", dynamic=True),
     BrokerConfigDef("auto.leader.rebalance.enable", _bool, "true"),
     BrokerConfigDef("leader.imbalance.check.interval.seconds", _int(1, LONG_MAX), "300"),

@@ -89,6 +89,8 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "replica.fetch.backoff.ms": "a follower's wait before refetching a partition after an error",
     "replica.socket.timeout.ms": "a follower's fetch timeout beyond its max wait",
     "replica.lag.time.max.ms": "a follower this far behind leaves the ISR",
+    "replica.selector.class": "which replica a consumer with client.rack reads from "
+    "(RackAwareReplicaSelector: one in its rack; unset: the leader)",
     "unclean.leader.election.enable": "allow an out-of-sync replica to become leader",
     "auto.leader.rebalance.enable": "move leaders back to preferred replicas periodically",
     "leader.imbalance.check.interval.seconds": "how often the controller checks leader balance",

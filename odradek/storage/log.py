@@ -450,6 +450,13 @@ class Log:
         if offset < 0:
             raise OffsetOutOfRangeError(f"{self.name}: cannot truncate to {offset}")
         if offset >= self.log_end_offset:
+            # No batch to remove, but an epoch may start at the log end with no record
+            # in it: this replica led that epoch and lost the lead before it appended.
+            # A leader that never had that epoch answers a fetch naming it as the
+            # last fetched epoch with a divergence at the end of the epoch before —
+            # this very offset — so the entry must go here, or the follower sends the
+            # same epoch again and truncates to the same offset for ever.
+            self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
         if offset <= self._segments[0].base_offset:
             self.truncate_fully_and_start_at(offset)

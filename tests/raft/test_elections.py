@@ -284,3 +284,52 @@ def test_a_vote_addressed_to_another_voter_is_an_invalid_voter_key() -> None:
     assert node.epoch == 3
     unnamed = answer(node, vote_request(epoch=4, candidate=2, voter=-1))
     assert unnamed.error_code == ErrorCode.none and unnamed.vote_granted
+
+
+def _silent_leader_cluster() -> Cluster:
+    """Node 1 leads; 2 and 3 follow with Kafka's default fetch timeout (2 s) and long
+    election timeouts, so which of them wins is decided by the timers alone."""
+    cluster = Cluster([1, 2, 3], first=1)
+    for node_id in (2, 3):
+        cluster.members[node_id].config = RaftConfig(
+            election_timeout_ms=1000 * node_id, fetch_timeout_ms=2000, request_timeout_ms=100
+        )
+    cluster.start()
+    cluster.advance(200)
+    assert cluster.node(1).is_leader
+    return cluster
+
+
+def test_a_leader_elected_after_its_predecessor_went_silent_knows_when_it_last_heard() -> None:
+    cluster = _silent_leader_cluster()
+    old_epoch = cluster.node(1).epoch
+    cluster.advance(1000)  # steady fetching
+    cluster.members[1].node = None  # kill -9: nothing more from node 1
+    killed_at = cluster.now
+    cluster.advance(10_000)
+    leader = cluster.leader()
+    assert leader is not None and leader.node_id in (2, 3)
+    silent = leader.predecessor
+    assert silent is not None and (silent.node_id, silent.epoch) == (1, old_epoch)
+    # its last fetch answer came before the kill, at most one long-poll wait earlier
+    fetch_wait = leader.config.fetch_max_wait_ms
+    assert killed_at - fetch_wait - 100 <= silent.last_heard_ms <= killed_at
+    assert cluster.node(5 - leader.node_id).predecessor is None  # the follower has none
+
+
+def test_no_predecessor_after_a_resignation_nor_for_a_leader_that_followed_again() -> None:
+    cluster = _silent_leader_cluster()
+    cluster.enqueue(1, cluster.node(1).resign(cluster.now))
+    cluster.advance(5000)
+    leader = cluster.leader()
+    assert leader is not None and leader.node_id != 1
+    assert leader.predecessor is None  # it said it goes: a controlled hand-over
+    # the next silent leader is this one; the winner remembers it, not node 1
+    second = leader.node_id
+    epoch = leader.epoch
+    cluster.members[second].node = None
+    cluster.advance(10_000)
+    winner = cluster.leader()
+    assert winner is not None and winner.node_id != second
+    assert winner.predecessor is not None
+    assert (winner.predecessor.node_id, winner.predecessor.epoch) == (second, epoch)

@@ -91,3 +91,24 @@ def test_a_follower_that_knows_an_epoch_the_leader_never_had_diverges(tmp_path: 
 def test_a_last_fetched_epoch_above_the_leader_s_is_out_of_range(tmp_path: Path) -> None:
     leader = _leader_with(tmp_path, [(b"a", 0)], epoch=1)
     assert follower_fetch(leader, F2, 1, 1, last_fetched_epoch=5).error == "OFFSET_OUT_OF_RANGE"
+
+
+def test_an_epoch_led_without_records_is_forgotten_at_the_log_end(tmp_path: Path) -> None:
+    # The chaos harness's loop (seed 7104): this replica became leader in epoch 2 at
+    # offset 2 (its cache got 2@2) and lost the lead before appending anything; the new
+    # leader never had epoch 2 and leads epoch 3 from offset 2. The follower's first
+    # fetch names epoch 2; the leader answers the divergence at the end of epoch 0,
+    # offset 2 — the follower's own log end. Truncating "to" its log end must still drop
+    # the empty epoch, else every later fetch names epoch 2 and loops on the same answer.
+    leader = _leader_with(tmp_path, [(b"m0", 0), (b"m1", 0)], epoch=3)
+    follower = _follower_with(tmp_path, [(b"m0", 0), (b"m1", 0)], epoch=3)
+    follower.log.epoch_cache.assign(2, 2)  # what become_leader(2) wrote at the log end
+    assert follower.latest_epoch() == 2
+    read = follower_fetch(leader, F2, 2, 1, last_fetched_epoch=2)
+    assert read.diverging_epoch == (0, 2)
+    epoch, end = read.diverging_epoch
+    follower.truncate_to(min(end, follower.end_offset_for_epoch(epoch)[1]))
+    assert follower.log_end_offset == 2  # nothing to remove ...
+    assert follower.latest_epoch() == 0  # ... but the empty epoch is gone
+    again = follower_fetch(leader, F2, 2, 2, last_fetched_epoch=follower.latest_epoch() or 0)
+    assert again.diverging_epoch is None and again.error == "NONE"

@@ -422,3 +422,17 @@ def test_protocol_map_errors(changes: dict[str, str | None], key: str, needle: s
 def test_non_plaintext_listener_is_refused_without_a_quorum_too() -> None:
     error = error_of({"listeners": "SSL://127.0.0.1:9093"})
     assert error.key == "listeners" and "not implemented yet" in str(error)
+
+
+# -- replica.selector.class (KIP-392) -----------------------------------------------------
+def test_replica_selector_class_names_kafka_s_selectors() -> None:
+    rack_aware = "org.apache.kafka.common.replica.RackAwareReplicaSelector"
+    assert BrokerConfig(kraft())["replica.selector.class"] is None  # Kafka's default: leader
+    assert (
+        BrokerConfig(kraft(replica__selector__class=rack_aware))["replica.selector.class"]
+        == rack_aware
+    )
+    short = BrokerConfig(kraft(replica__selector__class="RackAwareReplicaSelector"))
+    assert short["replica.selector.class"] == rack_aware
+    error = error_of(kraft(replica__selector__class="com.example.Nearest"))
+    assert error.key == "replica.selector.class" and "RackAwareReplicaSelector" in str(error)

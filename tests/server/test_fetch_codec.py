@@ -305,9 +305,7 @@ def test_decoded_batches_do_not_point_into_the_fetch_buffer(headers: bool) -> No
         {"diverging_epoch": (1, 10), "current_leader": (3, 5), "snapshot_id": (8, 1)},
     ],
 )
-def test_partition_tags_written_as_kio_reads_them(
-    tags: dict[str, tuple[int, int]], version: int
-) -> None:
+def test_partition_tags_written_as_kio_reads_them(tags: dict[str, Any], version: int) -> None:
     """The replication fields of v12+ (diverging epoch, current leader, snapshot id)."""
     partition = PartitionResult(0, 0, 5, 5, 0, [], None, **tags)
     topic = TopicResult("t", [partition], uuid.UUID(int=5))
@@ -328,3 +326,22 @@ def test_partition_tags_written_as_kio_reads_them(
         assert (theirs.snapshot_id.end_offset, theirs.snapshot_id.epoch) == (end, epoch)
     for name in ("diverging_epoch", "current_leader", "snapshot_id"):
         assert getattr(ours, name) == tags.get(name)
+
+
+@pytest.mark.parametrize("version", [10, 11, 12, 13, 16, 17])
+def test_preferred_read_replica_as_kio_reads_it(version: int) -> None:
+    """KIP-392: the leader's ``preferred_read_replica`` (v11+) reaches the client; an
+    older version has no such field and the frame is unchanged by it."""
+    partition = PartitionResult(0, 0, 7, 7, 0, preferred_read_replica=3)
+    out = bytearray()
+    for part in encode_fetch_response(version, 1, [TopicResult("t", [partition])]):
+        assert not isinstance(part, FileRange)
+        out += part
+    frame = bytes(out)
+    theirs = _kio(frame, version).responses[0].partitions[0]
+    raw = parse_fetch_response(memoryview(frame).toreadonly(), version).topics[0][1][0]
+    if version >= 11:
+        assert raw.preferred_read_replica == 3 == theirs.preferred_read_replica
+    else:
+        assert raw.preferred_read_replica == -1
+        assert frame == _encode(version, 1, [("t", [(0, 0, 7, 7, 0, None, b"")])])

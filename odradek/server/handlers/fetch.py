@@ -4,7 +4,9 @@ The semantics live in replica/ (review step 3): ``ReplicaManager.fetch`` reads e
 partition — consumers below the high watermark (read_committed: below the LSO, equal
 to the HW until transactions arrive), followers (``replica_id`` >= 0) to the log end,
 reporting their position to the leader — checks leader epochs, reports a diverging
-epoch (v12+), and long-polls until ``min_bytes`` or ``max_wait``. This handler only
+epoch (v12+), points a consumer with a rack (v11+ ``rack_id``) at a follower of its
+rack (``preferred_read_replica``, KIP-392) and serves such consumers as a follower
+too, and long-polls until ``min_bytes`` or ``max_wait``. This handler only
 turns the request into ``FetchParams`` and the answer into fetch_codec's structures,
 whose records go from segment files to the socket with sendfile. KIP-74: the first
 batch of the first partition with data is returned whole even if larger than
@@ -150,10 +152,10 @@ def current_leaders(
 
 def fetch_params(body: object, names: Sequence[str | None] | None = None) -> FetchParams:
     """The request as the replica layer takes it (fields by version: v3 max_bytes,
-    v4 isolation_level, v5 log_start_offset, v9 current_leader_epoch, v12
-    last_fetched_epoch; v15+ carries the follower in replica_state). ``names`` are the
-    request's topics' names (v13+: resolved from their ids), None for a topic to leave
-    out; without it, each topic's own ``topic``."""
+    v4 isolation_level, v5 log_start_offset, v9 current_leader_epoch, v11 rack_id,
+    v12 last_fetched_epoch; v15+ carries the follower in replica_state). ``names`` are
+    the request's topics' names (v13+: resolved from their ids), None for a topic to
+    leave out; without it, each topic's own ``topic``."""
     replica_id = getattr(body, "replica_id", -1)
     replica_epoch = -1
     replica_state = getattr(body, "replica_state", None)
@@ -191,6 +193,7 @@ def fetch_params(body: object, names: Sequence[str | None] | None = None) -> Fet
         topics=topics,
         isolation_level=getattr(body, "isolation_level", 0),
         replica_epoch=replica_epoch,
+        client_rack=getattr(body, "rack_id", None),  # v11+: may read from a follower
     )
 
 
@@ -203,4 +206,5 @@ def _encode(index: int, read: PartitionRead) -> PartitionResult:
         read.log_start_offset,
         read.ranges,
         diverging_epoch=read.diverging_epoch,
+        preferred_read_replica=read.preferred_read_replica,
     )

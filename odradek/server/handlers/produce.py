@@ -20,6 +20,7 @@ the loop. Every other batch goes straight to the append, as before.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -32,11 +33,13 @@ from odradek.records.batch import MAGIC_POSITION, MAGIC_V2, iter_batches
 from odradek.records.errors import CodedError
 from odradek.replica.replica_manager import PartitionError, ProduceStatus
 from odradek.server.handlers import handles
+from odradek.server.handlers.metadata import request_listener
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 PRODUCE_KEY = 0
+FIRST_VERSION_WITH_CURRENT_LEADER = 10  # KIP-951's current_leader and node_endpoints
 _EPOCH = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 _CONVERTERS = ThreadPoolExecutor(max_workers=2, thread_name_prefix="produce-convert")
 
@@ -105,9 +108,52 @@ async def produce(services: BrokerServices, request: Request) -> Any:
         if any(p.error_code != error_code("NONE") for t in topics for p in t.partition_responses):
             raise CloseConnection()
         return None
+    endpoints: tuple[Any, ...] = ()
+    if request.header.api_version >= FIRST_VERSION_WITH_CURRENT_LEADER:
+        topics, endpoints = _current_leaders(services, request, module, topics)
     return make(
-        module.ProduceResponse, responses=tuple(topics), throttle_time=datetime.timedelta(0)
+        module.ProduceResponse,
+        responses=tuple(topics),
+        throttle_time=datetime.timedelta(0),
+        node_endpoints=endpoints,
     )
+
+
+def _current_leaders(
+    services: BrokerServices, request: Request, module: Any, topics: list[Any]
+) -> tuple[list[Any], tuple[Any, ...]]:
+    """KIP-951: a NOT_LEADER_OR_FOLLOWER partition names the leader this node's image
+    knows (``current_leader``), and the response lists those leaders' endpoints on the
+    request's listener (``node_endpoints``), so the client re-routes without a Metadata
+    round trip. Leaders that are unknown, offline or this node itself are left out."""
+    image = services.metadata.image
+    wrong = error_code("NOT_LEADER_OR_FOLLOWER")
+    named: set[int] = set()
+    answered = []
+    for topic in topics:
+        state = image.topics.get(topic.name)
+        partitions = []
+        for answer in topic.partition_responses:
+            part = state.partitions.get(answer.index) if state is not None else None
+            if (
+                answer.error_code == wrong
+                and part is not None
+                and part.leader not in (-1, services.metadata.node_id)
+            ):
+                current = make(
+                    module.LeaderIdAndEpoch, leader_id=part.leader, leader_epoch=part.leader_epoch
+                )
+                answer = dataclasses.replace(answer, current_leader=current)
+                named.add(part.leader)
+            partitions.append(answer)
+        answered.append(dataclasses.replace(topic, partition_responses=tuple(partitions)))
+    listener = request_listener(services, request)
+    endpoints = tuple(
+        make(module.NodeEndpoint, node_id=e.node_id, host=e.host, port=e.port, rack=e.rack)
+        for e in services.metadata.endpoints(image, listener)
+        if e.node_id in named
+    )
+    return answered, endpoints
 
 
 def _check(module: Any, index: int, records: bytes | None) -> Any:
