@@ -40,11 +40,11 @@ from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.view import Endpoint, endpoints_for_listener
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.network.server import SocketServer
-from odradek.server.broker import METADATA_LOG_CONFIG
 from odradek.server.config import BrokerConfig
 from odradek.server.config_alter import BrokerConfigRules
 from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane
+from odradek.server.metadata_log import METADATA_LOG_CONFIG
 from odradek.server.services import ControllerPlaneServices
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
