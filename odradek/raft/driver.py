@@ -613,7 +613,7 @@ def _batch_span(payload: bytes) -> int:
 
 def _stamped(payload: bytes, offset: int, epoch: int) -> bytes:
     """A v2 batch with the offset and epoch it gets in the log (every replica then holds
-    the same bytes); anything else unchanged (wire.py wraps it for the network)."""
+    the same bytes); anything else unchanged (wire_records.py wraps it for the network)."""
     if _batch_header(payload) is None:
         return payload
     batch = bytearray(payload)
