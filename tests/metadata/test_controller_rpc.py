@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from odradek.metadata.controller import Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import (
     APPEND,
     DELETE,
@@ -37,6 +37,7 @@ from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteController
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import NewTopic
 from odradek.metadata.view import Endpoint, endpoints_for_listener
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.network.server import SocketServer
