@@ -24,6 +24,7 @@ from odradek.records.batch import (
     COMPRESSION_MASK,
     HEADER_SIZE,
     LOG_OVERHEAD,
+    BatchHeader,
     check_batch,
     stamp,
     unpack_header,
@@ -35,14 +36,16 @@ RAW_PAYLOAD_HEADER: Final = "odradek.raft.raw"
 LEADER_CHANGE_CONTROL_KEY: Final = b"\x00\x00\x00\x02"  # control record version 0, type 2
 
 
-def _is_batch(payload: bytes) -> bool:
+def batch_header(payload: bytes) -> BatchHeader | None:
+    """The v2 header of a payload that is exactly one batch, else None (the core's
+    non-batch payloads; the driver asks too, to stamp and count what it appends)."""
     if len(payload) < HEADER_SIZE:
-        return False
+        return None
     try:
         header = unpack_header(payload)
     except CorruptRecordError:
-        return False
-    return header.size == len(payload)
+        return None
+    return header if header.size == len(payload) else None
 
 
 def _wrap(entry: LogEntry) -> bytes:
@@ -58,7 +61,7 @@ def _wrap(entry: LogEntry) -> bytes:
 
 def encode_entry(entry: LogEntry) -> bytes:
     """One entry as the v2 batch that carries it (stamped with its offset and epoch)."""
-    if not _is_batch(entry.payload):
+    if batch_header(entry.payload) is None:
         return _wrap(entry)
     batch = bytearray(entry.payload)
     stamp(batch, 0, entry.offset, entry.epoch)
