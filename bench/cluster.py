@@ -50,7 +50,7 @@ from kio.schema.errors import ErrorCode
 from bench._support import finish, load_average, show_load, warn_if_busy
 from bench.metadata_restart import append_history, history
 from odradek.cli.metadata_quorum import QuorumToolError, describe
-from odradek.server.broker import METADATA_LOG_DIR
+from odradek.server.metadata_log import METADATA_LOG_DIR
 from tests.support.broker import BrokerProcess
 from tests.support.kraft import HOST, Quorum
 from tests.support.wire import WireClient, create_topic

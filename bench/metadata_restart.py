@@ -51,7 +51,7 @@ from odradek.metadata.snapshotter import write_snapshot
 from odradek.metadata.writer import replay_log
 from odradek.raft.snapshots import FileSnapshotStore
 from odradek.records.codec import Record, encode_batch
-from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
+from odradek.server.metadata_log import METADATA_LOG_CONFIG, METADATA_LOG_DIR
 from odradek.storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     read_offset_checkpoint,

@@ -13,7 +13,7 @@ some other broker created meanwhile (TOPIC_ALREADY_EXISTS) is fine.
 
 A single zero-config node gets a factor of 1 from its configuration, as Kafka's
 single-node example configs set ``offsets.topic.replication.factor=1``
-(server/broker.py decides that; this module only enforces the factor it is given).
+(server/broker_settings.py decides that; this module only enforces the factor it is given).
 """
 
 from __future__ import annotations

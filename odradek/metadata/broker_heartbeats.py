@@ -58,7 +58,7 @@ shutdown) is not silent and gets one too.
 
 This module is sans-IO: time comes from the ``now_ms`` arguments, and it returns the
 records to write; ``Controller`` commits them under its lock (controller.py) and
-the broker.py timer calls ``Controller.fence_stale_brokers``.
+the session timer (server/controller_timers.py) calls ``Controller.fence_stale_brokers``.
 """
 
 from __future__ import annotations

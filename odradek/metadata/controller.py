@@ -12,9 +12,12 @@ complete at the high watermark) instead of today's local one (fsync the single
 voter's ``__cluster_metadata``). A failed append raises ControllerError
 KAFKA_STORAGE_ERROR and nothing of the change is applied or announced.
 
-Which brokers get the replicas of new partitions is placement.py's decision; broker
-registration, heartbeats and fencing are broker_heartbeats.py's, whose sessions (in
-memory, from ``now_ms``) belong to the leader epoch ``writer.active_epoch`` names.
+The checks and records of new topics and partitions are topic_changes.py's, those of
+config changes config_changes.py's (this module holds the lock, hands them the current
+image and commits what they return). Which brokers get the replicas of new partitions
+is placement.py's decision; broker registration, heartbeats and fencing are
+broker_heartbeats.py's, whose sessions (in memory, from ``now_ms``) belong to the
+leader epoch ``writer.active_epoch`` names.
 
 Leaders and ISRs (elections.py, alter_partition.py, reassignment.py): a fence (session expiry) or a
 controlled shutdown is committed together with the PartitionChange records that move
@@ -31,15 +34,13 @@ from __future__ import annotations
 
 import asyncio
 import random
-import re
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Final
 
 from odradek.metadata import alter_partition as isr_changes
-from odradek.metadata import placement
 from odradek.metadata import reassignment as reassignments
 from odradek.metadata.broker_heartbeats import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
@@ -50,6 +51,7 @@ from odradek.metadata.broker_heartbeats import (
     HeartbeatReply,
     fence_records,
 )
+from odradek.metadata.config_changes import config_change_records
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.elections import (
     PREFERRED,
@@ -65,51 +67,24 @@ from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
-    TOPIC_RESOURCE,
     MetadataImage,
     MetadataRecord,
 )
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import (
+    MAX_PARTITIONS_PER_REQUEST,
+    NewTopic,
+    new_partition_records,
+    new_topic_records,
+    requested_partitions,
+)
 from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
-from odradek.storage.errors import LogConfigError
-from odradek.storage.log_config import LogConfig
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 MIN_SESSION_CHECK_S: Final = 0.05  # the session timer's shortest sleep
-MAX_TOPIC_NAME_LENGTH: Final = 249
-# Kafka's controller limit (KAFKA-17870): one request may not create more partitions
-# than this, which also keeps a hostile count from building billions of assignments.
-MAX_PARTITIONS_PER_REQUEST: Final = 10_000
-_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
-INTERNAL_TOPICS: Final = frozenset({"__consumer_offsets", "__transaction_state"})
 
 Listener = Callable[[MetadataImage, MetadataImage], None]
-
-
-@dataclass(frozen=True, slots=True)
-class NewTopic:
-    name: str
-    num_partitions: int = -1
-    replication_factor: int = -1
-    assignments: Mapping[int, Sequence[int]] | None = None
-    configs: Mapping[str, str | None] | None = None
-
-
-def validate_topic_name(name: str) -> None:
-    if not name or name in (".", ".."):
-        raise ControllerError("INVALID_TOPIC_EXCEPTION", f"topic name {name!r} is illegal")
-    if len(name) > MAX_TOPIC_NAME_LENGTH:
-        raise ControllerError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"topic name is {len(name)} characters, longer than {MAX_TOPIC_NAME_LENGTH}",
-        )
-    if not _LEGAL_TOPIC.match(name):
-        raise ControllerError(
-            "INVALID_TOPIC_EXCEPTION",
-            f"topic name {name!r} contains characters other than ASCII alphanumerics, "
-            "'.', '_' and '-'",
-        )
 
 
 class Controller:
@@ -341,69 +316,13 @@ class Controller:
             return len(records)
 
     # -- topics ----------------------------------------------------------------------
-    def _check_new_topic(self, topic: NewTopic, image: MetadataImage) -> list[MetadataRecord]:
-        validate_topic_name(topic.name)
-        if topic.name in image.topics:
-            raise ControllerError("TOPIC_ALREADY_EXISTS", f"topic {topic.name!r} already exists")
-        collision = topic.name.replace(".", "_")
-        for existing in image.topics:
-            if existing.replace(".", "_") == collision:
-                raise ControllerError(
-                    "INVALID_TOPIC_EXCEPTION",
-                    f"topic {topic.name!r} collides with existing topic {existing!r}",
-                )
-        assignments = self._assignments(topic, image)
-        configs = {k: v for k, v in (topic.configs or {}).items() if v is not None}
-        try:
-            LogConfig.from_properties(configs)
-        except LogConfigError as error:
-            raise ControllerError("INVALID_CONFIG", str(error)) from None
-        topic_id = uuid.uuid4()
-        records = [MetadataRecord("Topic", {"name": topic.name, "topic_id": str(topic_id)})]
-        for name, value in sorted(configs.items()):
-            records.append(_config_record(TOPIC_RESOURCE, topic.name, name, value))
-        for partition, replicas in sorted(assignments.items()):
-            records.append(
-                placement.partition_record(topic_id, partition, replicas, eligible_in(image))
-            )
-        return records
-
-    def _assignments(self, topic: NewTopic, image: MetadataImage) -> dict[int, tuple[int, ...]]:
-        if topic.assignments:
-            if topic.num_partitions != -1 or topic.replication_factor != -1:
-                raise ControllerError(
-                    "INVALID_REQUEST",
-                    "both partition assignments and partition count/replication factor given",
-                )
-            if sorted(topic.assignments) != list(range(len(topic.assignments))):
-                raise ControllerError(
-                    "INVALID_REPLICA_ASSIGNMENT", "partitions must be numbered 0..n-1"
-                )
-            ordered = [topic.assignments[p] for p in range(len(topic.assignments))]
-            return dict(enumerate(placement.check_assignments(ordered, image.brokers)))
-        defaults = self._defaults()
-        partitions = topic.num_partitions
-        if partitions == -1:
-            partitions = defaults["num.partitions"]
-        if partitions <= 0:
-            raise ControllerError(
-                "INVALID_PARTITIONS", f"number of partitions must be positive, got {partitions}"
-            )
-        factor = topic.replication_factor
-        if factor == -1:
-            factor = defaults["default.replication.factor"]
-        if factor <= 0:
-            raise ControllerError(
-                "INVALID_REPLICATION_FACTOR", f"replication factor must be positive, got {factor}"
-            )
-        return dict(enumerate(placement.place(image.brokers, partitions, factor, self._rng)))
-
     async def create_topics(
         self, topics: Sequence[NewTopic], validate_only: bool
     ) -> list[ControllerError | MetadataImage]:
         """Per topic: the image after creation (the current one if validate_only), or the error."""
         async with self._lock:
-            if self._requested_partitions(topics) > MAX_PARTITIONS_PER_REQUEST:
+            requested = requested_partitions(topics, self._defaults()["num.partitions"])
+            if requested > MAX_PARTITIONS_PER_REQUEST:
                 error = ControllerError(
                     "POLICY_VIOLATION", "Excessively large number of partitions per request."
                 )
@@ -417,7 +336,7 @@ class Controller:
                     )
                     continue
                 try:
-                    results.append(self._check_new_topic(topic, self.image))
+                    results.append(new_topic_records(topic, self.image, self._defaults, self._rng))
                 except ControllerError as error:
                     results.append(error)
             records = [r for item in results if isinstance(item, list) for r in item]
@@ -426,18 +345,6 @@ class Controller:
             except ControllerError as failure:  # storage: nothing of the request committed
                 return [item if isinstance(item, ControllerError) else failure for item in results]
             return [item if isinstance(item, ControllerError) else image for item in results]
-
-    def _requested_partitions(self, topics: Sequence[NewTopic]) -> int:
-        default = self._defaults()["num.partitions"]
-        total = 0
-        for topic in topics:
-            if topic.assignments:
-                total += len(topic.assignments)
-            elif topic.num_partitions > 0:
-                total += topic.num_partitions
-            elif topic.num_partitions == -1:
-                total += default
-        return total
 
     async def delete_topics(self, names: Sequence[str | uuid.UUID]) -> list[ControllerError | None]:
         """Delete topics given by name or by topic id (DeleteTopics v6)."""
@@ -471,46 +378,13 @@ class Controller:
         assignments: Sequence[Sequence[int]] | None,
         validate_only: bool,
     ) -> None:
+        """CreatePartitions: grow ``topic_name`` to ``count`` partitions (topic_changes.py).
+        Raises ControllerError."""
         async with self._lock:
-            topic = self.image.topics.get(topic_name)
-            if topic is None:
-                raise ControllerError(
-                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic {topic_name!r} not found"
-                )
-            current = len(topic.partitions)
-            if count - current > MAX_PARTITIONS_PER_REQUEST:
-                raise ControllerError(
-                    "POLICY_VIOLATION", "Excessively large number of partitions per request."
-                )
-            if count <= current:
-                raise ControllerError(
-                    "INVALID_PARTITIONS",
-                    f"topic {topic_name!r} has {current} partitions; {count} would not add any",
-                )
-            factor = len(next(iter(topic.partitions.values())).replicas) if topic.partitions else 1
-            new = list(range(current, count))
-            chosen: Sequence[Sequence[int]]
-            if assignments is not None:
-                if len(assignments) != len(new):
-                    raise ControllerError(
-                        "INVALID_REPLICA_ASSIGNMENT",
-                        f"{len(assignments)} assignments for {len(new)} new partitions",
-                    )
-                chosen = placement.check_assignments(
-                    assignments, self.image.brokers, first_partition=current, expected_factor=factor
-                )
-            else:
-                chosen = placement.place(
-                    self.image.brokers, len(new), factor, self._rng, first_partition=current
-                )
+            records = new_partition_records(self.image, topic_name, count, assignments, self._rng)
             if validate_only:
                 return
-            await self._commit(
-                [
-                    placement.partition_record(topic.topic_id, p, r, eligible_in(self.image))
-                    for p, r in zip(new, chosen, strict=True)
-                ]
-            )
+            await self._commit(records)
 
     # -- configs ---------------------------------------------------------------------
     async def alter_configs(
@@ -531,35 +405,17 @@ class Controller:
         set and raises ControllerError (broker properties: the broker's own table).
         """
         async with self._lock:
-            if resource_type == TOPIC_RESOURCE and resource_name not in self.image.topics:
-                raise ControllerError(
-                    "UNKNOWN_TOPIC_OR_PARTITION", f"topic {resource_name!r} not found"
-                )
-            current = dict(self.image.configs.get((resource_type, resource_name), {}))
-            if callable(changes):
-                changes = changes(current)
-            merged = {} if replace else dict(current)
-            for key, value in changes.items():
-                if value is None:
-                    merged.pop(key, None)
-                else:
-                    merged[key] = value
-            if resource_type == TOPIC_RESOURCE:
-                try:
-                    LogConfig.from_properties(merged)
-                except LogConfigError as error:
-                    raise ControllerError("INVALID_CONFIG", str(error)) from None
-            if validator is not None:
-                validator(merged)
+            records = config_change_records(
+                self.image,
+                resource_type,
+                resource_name,
+                changes,
+                replace=replace,
+                validator=validator,
+            )
             if validate_only:
                 return
-            await self._commit(
-                [
-                    _config_record(resource_type, resource_name, key, merged.get(key))
-                    for key in sorted(set(current) | set(merged))
-                    if current.get(key) != merged.get(key)
-                ]
-            )
+            await self._commit(records)
 
     # -- producer ids ------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:
@@ -585,24 +441,9 @@ def _monotonic_ms() -> int:
     return time.monotonic_ns() // 1_000_000
 
 
-def _config_record(
-    resource_type: str, resource_name: str, name: str, value: str | None
-) -> MetadataRecord:
-    return MetadataRecord(
-        "Config",
-        {
-            "resource_type": resource_type,
-            "resource_name": resource_name,
-            "name": name,
-            "value": value,
-        },
-    )
-
-
 __all__ = [
     "BROKER_RESOURCE",
     "CONTROLLER_EPOCH",
     "Controller",
     "ControllerError",
-    "NewTopic",
 ]

@@ -48,9 +48,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from odradek.metadata.controller import Controller, ControllerError, NewTopic
+from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.elections import ElectionResult
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
+from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 # IncrementalAlterConfigs config_operation values.

@@ -59,7 +59,6 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import request_entity
 from odradek.metadata import partition_rpc
-from odradek.metadata.controller import NewTopic
 from odradek.metadata.controller_channel import (
     APPEND,
     DELETE,
@@ -86,6 +85,7 @@ from odradek.metadata.partition_rpc import (
     ELECT_LEADERS_VERSIONS,
 )
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
+from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 logger = logging.getLogger(__name__)

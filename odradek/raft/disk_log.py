@@ -75,7 +75,7 @@ METADATA_PARTITION_DIR: Final = "__cluster_metadata-0"
 START_CHECKPOINT: Final = "raft-log-start-checkpoint"
 START_CHECKPOINT_VERSION: Final = 0
 # The metadata log is trimmed by snapshots only, never by retention; one batch may be
-# a large change (8 MiB, as KRaft bounds its controller batches and broker.py does).
+# a large change (8 MiB, as KRaft bounds its controller batches and server/metadata_log.py does).
 METADATA_RAFT_LOG_CONFIG: Final = LogConfig(
     retention_ms=-1, retention_bytes=-1, segment_bytes=8 * 2**20, max_message_bytes=8 * 2**20
 )

@@ -80,8 +80,8 @@ from odradek.raft.messages import (
 from odradek.raft.node import CommitEvent, NotLeaderError, QuorumDescription, RaftNode
 from odradek.raft.roles import SilentLeader
 from odradek.raft.snapshots import SnapshotStore
-from odradek.records.batch import HEADER_SIZE, stamp, unpack_header
-from odradek.records.errors import CorruptRecordError
+from odradek.raft.wire_records import batch_header
+from odradek.records.batch import stamp
 
 logger = logging.getLogger("odradek.raft.driver")
 
@@ -595,26 +595,15 @@ class RaftDriver:
         return connection
 
 
-def _batch_header(payload: bytes) -> Any:
-    """The v2 header of a payload that is exactly one batch, else None."""
-    if len(payload) < HEADER_SIZE:
-        return None
-    try:
-        header = unpack_header(payload)
-    except CorruptRecordError:
-        return None
-    return header if header.size == len(payload) else None
-
-
 def _batch_span(payload: bytes) -> int:
-    header = _batch_header(payload)
+    header = batch_header(payload)
     return 1 if header is None else int(header.last_offset_delta) + 1
 
 
 def _stamped(payload: bytes, offset: int, epoch: int) -> bytes:
     """A v2 batch with the offset and epoch it gets in the log (every replica then holds
-    the same bytes); anything else unchanged (wire.py wraps it for the network)."""
-    if _batch_header(payload) is None:
+    the same bytes); anything else unchanged (wire_records.py wraps it for the network)."""
+    if batch_header(payload) is None:
         return payload
     batch = bytearray(payload)
     stamp(batch, 0, offset, epoch)

@@ -1,4 +1,4 @@
-"""Raft messages ⇄ kio entities, field by field, and log entries ⇄ Fetch record bytes.
+"""Raft messages ⇄ kio entities, field by field.
 
 How this works and why: the consensus core speaks ``odradek.raft.messages`` (one frozen
 dataclass per message, the metadata partition implied); the network speaks Kafka's
@@ -27,22 +27,18 @@ Versions (what each adds, and which Kafka speaks it):
 Directory ids (KIP-853) and endpoints are sent empty: the quorum is static
 (``controller.quorum.voters``).
 
-Records: an entry's payload is one v2 record batch (the metadata writer's batch);
-``encode_entries`` concatenates them with baseOffset and partitionLeaderEpoch stamped
-to the entry's offset and epoch (outside the CRC). A payload that is not a batch (the
-core's LeaderChange marker, today a short text) travels wrapped in a one-record batch
-marked with the ``odradek.raft.raw`` header and comes out unwrapped, so every replica
-holds the same payload bytes. ``split_records`` walks batch headers: each batch is one
-entry (offset = base offset, epoch = partitionLeaderEpoch, control bit, count = offsets
-it spans); a trailing partial batch (a size-capped fetch) is left for the next fetch.
+Two neighbours hold what is not a message of the core: wire_records.py turns log
+entries into a Fetch response's record bytes and back (the batch layout), and
+wire_describe_quorum.py maps DescribeQuorum, an admin API the core answers with a
+description rather than a message. Both build on this module's shared pieces: the
+version table, ``WireError``, ``request_module``/``response_module``, and
+``single_partition``/``metadata_topic`` for the one-partition topic list.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import uuid
-from collections.abc import Iterable, Sequence
 from typing import Any, Final, Literal
 
 from kio.index import load_payload_module
@@ -51,7 +47,7 @@ from kio.static.constants import EntityType
 from kio.static.primitive import Records
 
 from odradek.protocol.build import has_field, make
-from odradek.raft.log import LogEntry, SnapshotId
+from odradek.raft.log import SnapshotId
 from odradek.raft.messages import (
     HIGH_WATERMARK_NOT_REPORTED,
     BeginQuorumEpochRequest,
@@ -70,21 +66,10 @@ from odradek.raft.messages import (
     VoteRequest,
     VoteResponse,
 )
-from odradek.records.batch import (
-    COMPRESSION_MASK,
-    HEADER_SIZE,
-    LOG_OVERHEAD,
-    check_batch,
-    stamp,
-    unpack_header,
-)
-from odradek.records.codec import Header, Record, encode_batch, iter_records
+from odradek.raft.wire_records import encode_entries, split_records
 from odradek.records.errors import CorruptRecordError
 
 METADATA_TOPIC: Final = "__cluster_metadata"
-# The listener name DescribeQuorum v2 gives voters' addresses under: the voters come from
-# controller.quorum.voters, which names no listener (Kafka's default controller listener).
-CONTROLLER_LISTENER: Final = "CONTROLLER"
 METADATA_TOPIC_ID: Final = uuid.UUID("00000000-0000-0000-0000-000000000001")
 METADATA_PARTITION: Final = 0
 
@@ -112,8 +97,6 @@ API_KEY_OF: Final[dict[type, int]] = {
     FetchSnapshotRequest: FETCH_SNAPSHOT_KEY,
 }
 
-RAW_PAYLOAD_HEADER: Final = "odradek.raft.raw"
-LEADER_CHANGE_CONTROL_KEY: Final = b"\x00\x00\x00\x02"  # control record version 0, type 2
 _NO_THROTTLE: Final = datetime.timedelta(0)
 # Errors Kafka answers at the top level of a quorum response (no partition data).
 TOP_LEVEL_ERRORS: Final = frozenset({ErrorCode.inconsistent_cluster_id})
@@ -137,110 +120,14 @@ def _module(
     return load_payload_module(api_key, version, kind)
 
 
-def _request_module(api_key: int, version: int) -> Any:
+def request_module(api_key: int, version: int) -> Any:
+    """kio's request module of ``api_key`` at ``version``; WireError outside VERSIONS."""
     return _module(api_key, version, EntityType.request)
 
 
-def _response_module(api_key: int, version: int) -> Any:
+def response_module(api_key: int, version: int) -> Any:
+    """kio's response module of ``api_key`` at ``version``; WireError outside VERSIONS."""
     return _module(api_key, version, EntityType.response)
-
-
-# --- records ------------------------------------------------------------------------
-
-
-def _is_batch(payload: bytes) -> bool:
-    if len(payload) < HEADER_SIZE:
-        return False
-    try:
-        header = unpack_header(payload)
-    except CorruptRecordError:
-        return False
-    return header.size == len(payload)
-
-
-def _wrap(entry: LogEntry) -> bytes:
-    key = LEADER_CHANGE_CONTROL_KEY if entry.control else None
-    record = Record(entry.offset, -1, key, entry.payload, (Header(RAW_PAYLOAD_HEADER, None),))
-    return encode_batch(
-        [record],
-        base_offset=entry.offset,
-        partition_leader_epoch=entry.epoch,
-        is_control=entry.control,
-    )
-
-
-def encode_entry(entry: LogEntry) -> bytes:
-    """One entry as the v2 batch that carries it (stamped with its offset and epoch)."""
-    if not _is_batch(entry.payload):
-        return _wrap(entry)
-    batch = bytearray(entry.payload)
-    stamp(batch, 0, entry.offset, entry.epoch)
-    return bytes(batch)
-
-
-def encode_entries(entries: Iterable[LogEntry]) -> bytes:
-    return b"".join(encode_entry(entry) for entry in entries)
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class WireBatch:
-    """One batch of a Fetch response: what becomes one LogEntry."""
-
-    offset: int
-    epoch: int
-    payload: bytes
-    control: bool
-    count: int  # offsets the batch spans (lastOffsetDelta + 1)
-
-    def entry(self) -> LogEntry:
-        return LogEntry(self.offset, self.epoch, self.payload, self.control, self.count)
-
-
-def split_batches(records: bytes | memoryview) -> list[WireBatch]:
-    """The whole batches of ``records`` (CRC-checked; CorruptRecordError otherwise)."""
-    view = memoryview(records)
-    batches: list[WireBatch] = []
-    position = 0
-    while len(view) - position >= HEADER_SIZE:
-        header = unpack_header(view, position)
-        if position + header.size > len(view):
-            break  # a partial batch at the end of a size-capped response
-        check_batch(view, position)
-        payload = bytes(view[position : position + header.size])
-        if (
-            header.record_count == 1
-            and header.attributes & COMPRESSION_MASK == 0
-            and header.size - HEADER_SIZE < 1 << 20
-        ):
-            payload = _unwrap(payload)
-        batches.append(
-            WireBatch(
-                header.base_offset,
-                header.partition_leader_epoch,
-                payload,
-                header.is_control,
-                header.last_offset_delta + 1,
-            )
-        )
-        position += header.batch_length + LOG_OVERHEAD
-    return batches
-
-
-def _unwrap(payload: bytes) -> bytes:
-    """The original bytes of a wrapped non-batch payload; other batches stay whole."""
-    records = list(iter_records(payload, unpack_header(payload)))
-    if len(records) != 1:
-        return payload
-    (record,) = records
-    if record.value is not None and any(h.key == RAW_PAYLOAD_HEADER for h in record.headers):
-        return record.value
-    return payload
-
-
-def split_records(records: bytes | memoryview | None) -> tuple[LogEntry, ...]:
-    if not records:
-        return ()
-    return tuple(batch.entry() for batch in split_batches(records))
 
 
 # --- shared pieces -------------------------------------------------------------------
@@ -254,7 +141,7 @@ def _topic_matches(topic: Any) -> bool:
     return getattr(topic, "topic_id", None) == METADATA_TOPIC_ID
 
 
-def _single_partition(entity: Any, topics_field: str = "topics") -> Any:
+def single_partition(entity: Any, topics_field: str = "topics") -> Any:
     """The one partition of ``__cluster_metadata`` a quorum message must carry."""
     topics = getattr(entity, topics_field)
     if len(topics) != 1 or not _topic_matches(topics[0]):
@@ -273,7 +160,9 @@ def _single_partition(entity: Any, topics_field: str = "topics") -> Any:
     return partition
 
 
-def _topic(module: Any, class_name: str, partitions: tuple[Any, ...]) -> Any:
+def metadata_topic(module: Any, class_name: str, partitions: tuple[Any, ...]) -> Any:
+    """``module.class_name`` naming ``__cluster_metadata`` (by whichever field the version
+    has: name or topic id), holding ``partitions``."""
     cls = getattr(module, class_name)
     return make(
         cls,
@@ -293,7 +182,7 @@ def request_to_kio(message: Request, version: int) -> Any:
     if isinstance(message, VoteRequest):
         return _vote_request(message, version)
     if isinstance(message, BeginQuorumEpochRequest):
-        module = _request_module(BEGIN_QUORUM_EPOCH_KEY, version)
+        module = request_module(BEGIN_QUORUM_EPOCH_KEY, version)
         partition = make(
             module.PartitionData,
             partition_index=METADATA_PARTITION,
@@ -305,11 +194,11 @@ def request_to_kio(message: Request, version: int) -> Any:
             module.BeginQuorumEpochRequest,
             cluster_id=message.cluster_id,
             voter_id=message.voter_id,
-            topics=(_topic(module, "TopicData", (partition,)),),
+            topics=(metadata_topic(module, "TopicData", (partition,)),),
             leader_endpoints=(),
         )
     if isinstance(message, EndQuorumEpochRequest):
-        module = _request_module(END_QUORUM_EPOCH_KEY, version)
+        module = request_module(END_QUORUM_EPOCH_KEY, version)
         candidates = (
             tuple(
                 make(module.ReplicaInfo, candidate_id=c, candidate_directory_id=None)
@@ -329,7 +218,7 @@ def request_to_kio(message: Request, version: int) -> Any:
         return make(
             module.EndQuorumEpochRequest,
             cluster_id=message.cluster_id,
-            topics=(_topic(module, "TopicData", (partition,)),),
+            topics=(metadata_topic(module, "TopicData", (partition,)),),
             leader_endpoints=(),
         )
     if isinstance(message, FetchRequest):
@@ -338,7 +227,7 @@ def request_to_kio(message: Request, version: int) -> Any:
 
 
 def _vote_request(message: VoteRequest, version: int) -> Any:
-    module = _request_module(VOTE_KEY, version)
+    module = request_module(VOTE_KEY, version)
     if message.pre_vote and not has_field(module.PartitionData, "pre_vote"):
         raise WireError(ErrorCode.unsupported_version, f"a pre-vote needs Vote v2, not v{version}")
     partition = make(
@@ -356,12 +245,12 @@ def _vote_request(message: VoteRequest, version: int) -> Any:
         module.VoteRequest,
         cluster_id=message.cluster_id,
         voter_id=message.voter_id,
-        topics=(_topic(module, "TopicData", (partition,)),),
+        topics=(metadata_topic(module, "TopicData", (partition,)),),
     )
 
 
 def _fetch_request(message: FetchRequest, version: int) -> Any:
-    module = _request_module(FETCH_KEY, version)
+    module = request_module(FETCH_KEY, version)
     partition = make(
         module.FetchPartition,
         partition=METADATA_PARTITION,
@@ -389,14 +278,14 @@ def _fetch_request(message: FetchRequest, version: int) -> Any:
         isolation_level=0,
         session_id=0,
         session_epoch=-1,  # no fetch session: every fetch is a full one
-        topics=(_topic(module, "FetchTopic", (partition,)),),
+        topics=(metadata_topic(module, "FetchTopic", (partition,)),),
         forgotten_topics_data=(),
         rack_id="",
     )
 
 
 def _fetch_snapshot_request(message: FetchSnapshotRequest, version: int) -> Any:
-    module = _request_module(FETCH_SNAPSHOT_KEY, version)
+    module = request_module(FETCH_SNAPSHOT_KEY, version)
     snapshot_id = module.SnapshotId(
         end_offset=message.snapshot_id.end_offset, epoch=message.snapshot_id.epoch
     )
@@ -413,7 +302,7 @@ def _fetch_snapshot_request(message: FetchSnapshotRequest, version: int) -> Any:
         cluster_id=message.cluster_id,
         replica_id=message.replica_id,
         max_bytes=message.max_bytes,
-        topics=(_topic(module, "TopicSnapshot", (partition,)),),
+        topics=(metadata_topic(module, "TopicSnapshot", (partition,)),),
     )
 
 
@@ -427,7 +316,7 @@ def request_from_kio(entity: Any) -> Request:
     """The raft request a kio entity carries; WireError when it is not for our partition."""
     api_key = int(entity.__api_key__)
     if api_key == VOTE_KEY:
-        p = _single_partition(entity)
+        p = single_partition(entity)
         return VoteRequest(
             cluster_id=entity.cluster_id,
             voter_id=getattr(entity, "voter_id", -1),
@@ -438,7 +327,7 @@ def request_from_kio(entity: Any) -> Request:
             pre_vote=getattr(p, "pre_vote", False),
         )
     if api_key == BEGIN_QUORUM_EPOCH_KEY:
-        p = _single_partition(entity)
+        p = single_partition(entity)
         return BeginQuorumEpochRequest(
             cluster_id=entity.cluster_id,
             voter_id=getattr(entity, "voter_id", -1),
@@ -446,7 +335,7 @@ def request_from_kio(entity: Any) -> Request:
             leader_epoch=p.leader_epoch,
         )
     if api_key == END_QUORUM_EPOCH_KEY:
-        p = _single_partition(entity)
+        p = single_partition(entity)
         if hasattr(p, "preferred_candidates"):
             preferred = tuple(int(c.candidate_id) for c in p.preferred_candidates)
         else:
@@ -458,7 +347,7 @@ def request_from_kio(entity: Any) -> Request:
             preferred_candidates=preferred,
         )
     if api_key == FETCH_KEY:
-        p = _single_partition(entity)
+        p = single_partition(entity)
         state = getattr(entity, "replica_state", None)
         if state is not None:
             replica_id, replica_epoch = state.replica_id, state.replica_epoch
@@ -477,7 +366,7 @@ def request_from_kio(entity: Any) -> Request:
             high_watermark=getattr(p, "high_watermark", HIGH_WATERMARK_NOT_REPORTED),
         )
     if api_key == FETCH_SNAPSHOT_KEY:
-        p = _single_partition(entity)
+        p = single_partition(entity)
         return FetchSnapshotRequest(
             cluster_id=entity.cluster_id,
             replica_id=entity.replica_id,
@@ -495,7 +384,7 @@ def request_from_kio(entity: Any) -> Request:
 def error_response(api_key: int, version: int, error: ErrorCode) -> Any:
     """A response with only a top-level error (Kafka's answer to a foreign cluster id or a
     request for another topic)."""
-    module = _response_module(api_key, version)
+    module = response_module(api_key, version)
     cls = {
         VOTE_KEY: "VoteResponse",
         BEGIN_QUORUM_EPOCH_KEY: "BeginQuorumEpochResponse",
@@ -520,7 +409,7 @@ def response_to_kio(message: Response, api_key: int, version: int) -> Any:
     """The kio response entity of ``message`` for a request of ``api_key`` at ``version``."""
     if message.error_code in TOP_LEVEL_ERRORS:
         return error_response(api_key, version, message.error_code)
-    module = _response_module(api_key, version)
+    module = response_module(api_key, version)
     if isinstance(message, VoteResponse):
         partition = module.PartitionData(
             partition_index=METADATA_PARTITION,
@@ -530,7 +419,7 @@ def response_to_kio(message: Response, api_key: int, version: int) -> Any:
             vote_granted=message.vote_granted,
         )
         return module.VoteResponse(
-            error_code=ErrorCode.none, topics=(_topic(module, "TopicData", (partition,)),)
+            error_code=ErrorCode.none, topics=(metadata_topic(module, "TopicData", (partition,)),)
         )
     if isinstance(message, BeginQuorumEpochResponse | EndQuorumEpochResponse):
         partition = module.PartitionData(
@@ -541,7 +430,7 @@ def response_to_kio(message: Response, api_key: int, version: int) -> Any:
         )
         name = type(message).__name__
         return getattr(module, name)(
-            error_code=ErrorCode.none, topics=(_topic(module, "TopicData", (partition,)),)
+            error_code=ErrorCode.none, topics=(metadata_topic(module, "TopicData", (partition,)),)
         )
     if isinstance(message, FetchResponse):
         return _fetch_response(message, module)
@@ -576,7 +465,7 @@ def _fetch_response(message: FetchResponse, module: Any) -> Any:
         throttle_time=_NO_THROTTLE,
         error_code=ErrorCode.none,
         session_id=0,
-        responses=(_topic(module, "FetchableTopicResponse", (partition,)),),
+        responses=(metadata_topic(module, "FetchableTopicResponse", (partition,)),),
         node_endpoints=(),
     )
 
@@ -599,7 +488,7 @@ def _fetch_snapshot_response(message: FetchSnapshotResponse, module: Any) -> Any
         module.FetchSnapshotResponse,
         throttle_time=_NO_THROTTLE,
         error_code=ErrorCode.none,
-        topics=(_topic(module, "TopicSnapshot", (partition,)),),
+        topics=(metadata_topic(module, "TopicSnapshot", (partition,)),),
     )
 
 
@@ -610,7 +499,7 @@ def response_from_kio(entity: Any) -> Response:
     if api_key == VOTE_KEY:
         if top != ErrorCode.none:
             return VoteResponse(error_code=top, leader_id=-1, leader_epoch=-1, vote_granted=False)
-        p = _single_partition(entity)
+        p = single_partition(entity)
         return VoteResponse(
             error_code=p.error_code,
             leader_id=p.leader_id,
@@ -625,7 +514,7 @@ def response_from_kio(entity: Any) -> Response:
         )
         if top != ErrorCode.none:
             return cls(error_code=top, leader_id=-1, leader_epoch=-1)
-        p = _single_partition(entity)
+        p = single_partition(entity)
         return cls(error_code=p.error_code, leader_id=p.leader_id, leader_epoch=p.leader_epoch)
     if api_key == FETCH_KEY:
         return _fetch_response_from_kio(entity)
@@ -639,7 +528,7 @@ def response_from_kio(entity: Any) -> Response:
                 position=-1,
                 unaligned_records=b"",
             )
-        p = _single_partition(entity)
+        p = single_partition(entity)
         return FetchSnapshotResponse(
             error_code=p.error_code,
             snapshot_id=SnapshotId(end_offset=p.snapshot_id.end_offset, epoch=p.snapshot_id.epoch),
@@ -664,7 +553,7 @@ def _fetch_response_from_kio(entity: Any) -> FetchResponse:
             snapshot_id=SnapshotId(),
             records=(),
         )
-    p = _single_partition(entity, "responses")
+    p = single_partition(entity, "responses")
     try:
         entries = split_records(p.records)
     except CorruptRecordError as error:
@@ -682,74 +571,6 @@ def _fetch_response_from_kio(entity: Any) -> FetchResponse:
         snapshot_id=SnapshotId(end_offset=p.snapshot_id.end_offset, epoch=p.snapshot_id.epoch),
         records=entries,
     )
-
-
-# --- DescribeQuorum ------------------------------------------------------------------
-
-
-def check_describe_quorum_request(entity: Any) -> None:
-    """WireError unless the request asks about the metadata partition (only)."""
-    _single_partition(entity)
-
-
-def describe_quorum_to_kio(
-    description: Any,
-    version: int,
-    wall_offset_ms: int = 0,
-    nodes: Sequence[tuple[int, str, int]] = (),
-) -> Any:
-    """DescribeQuorumResponse from a ``QuorumDescription``; ``wall_offset_ms`` turns the
-    node's clock (monotonic) into wall-clock timestamps, as Kafka reports them. ``nodes``
-    (v2): each voter's ``(node id, host, port)`` on the controller listener, so a tool
-    that asked a follower can find the leader."""
-    module = _response_module(DESCRIBE_QUORUM_KEY, version)
-
-    def replica(r: Any) -> Any:
-        def wall(ms: int) -> int:
-            return ms + wall_offset_ms if ms >= 0 else -1
-
-        return make(
-            module.ReplicaState,
-            replica_id=r.replica_id,
-            replica_directory_id=None,
-            log_end_offset=r.log_end_offset,
-            last_fetch_timestamp=wall(r.last_fetch_timestamp),
-            last_caught_up_timestamp=wall(r.last_caught_up_timestamp),
-        )
-
-    partition = make(
-        module.PartitionData,
-        partition_index=METADATA_PARTITION,
-        error_code=description.error_code,
-        error_message=None,
-        leader_id=description.leader_id,
-        leader_epoch=description.leader_epoch,
-        high_watermark=description.high_watermark,
-        current_voters=tuple(replica(r) for r in description.current_voters),
-        observers=tuple(replica(r) for r in description.observers),
-    )
-    return make(
-        module.DescribeQuorumResponse,
-        error_code=ErrorCode.none,
-        error_message=None,
-        topics=(_topic(module, "TopicData", (partition,)),),
-        nodes=tuple(
-            make(
-                module.Node,
-                node_id=node_id,
-                listeners=(make(module.Listener, name=CONTROLLER_LISTENER, host=host, port=port),),
-            )
-            for node_id, host, port in nodes
-        )
-        if version >= 2
-        else (),
-    )
-
-
-def describe_quorum_request(version: int) -> Any:
-    module = _request_module(DESCRIBE_QUORUM_KEY, version)
-    partition = module.PartitionData(partition_index=METADATA_PARTITION)
-    return module.DescribeQuorumRequest(topics=(_topic(module, "TopicData", (partition,)),))
 
 
 def api_key_of(message: Message) -> int:

@@ -15,8 +15,9 @@ endpoints, then BrokerHeartbeats, to the active controller over the controller
 listeners, or in-process on the zero-config node), create the partitions the image
 assigns here (ReplicaManager.catch_up), subscribe to the loader's deltas, wait until
 the controller has unfenced this broker, and only then accept client connections and
-print the ready line. The active controller's session timer (``_session_ticks``)
-fences brokers that stopped heartbeating.
+print the ready line. The metadata log and quorum steps are broker_quorum.py's; the
+controller's timers (controller_timers.py) fence brokers that stopped heartbeating,
+move leaderships back to preferred replicas and take time-bound snapshots.
 
 process.roles decides which of those parts run. A combined node runs all of them. A
 controller-only node stops after the quorum: it binds only its controller listeners,
@@ -33,7 +34,9 @@ Shutdown runs the other way: a controlled shutdown (want_shut_down, a brief wait
 the controller's answer — which is this node's own controller when it is the active
 one: the broker half goes first, as in Kafka, and the controller half resigns only
 after), stop accepting, let in-flight requests finish, resign and stop the Raft
-driver, flush and checkpoint every log, write the clean-shutdown marker.
+driver, flush and checkpoint every log, write the clean-shutdown marker
+(broker_shutdown.py). The settings the coordinator and the fetchers are built with
+come from broker_settings.py.
 
 This module is the composition root: it builds the parts and hands each only the
 narrow interfaces it needs — handlers get ``Services`` (services.py), the controller
@@ -48,58 +51,31 @@ this node's own controller behind ``GatedControllerChannel`` (NOT_CONTROLLER unl
 it is the active one), and BrokerRegistration/BrokerHeartbeat with the controller
 itself. Both controller clients (forwarding, lifecycle) reach this node's own
 controller where its listener bound (``own_controller``). Nothing imports this
-module but the ``serve`` command and tests.
+module but the ``serve`` command and tests (and, for its type only, the modules that
+take a ``Broker``: broker_views.py, broker_quorum.py, broker_shutdown.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
-from typing import Any, Final
+from typing import Any
 
-from odradek.aio import cancel_and_wait
-from odradek.coordinator.group.classic import GroupSettings
-from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
-from odradek.coordinator.group.coordinator import (
-    OFFSETS_TOPIC,
-    CoordinatorSettings,
-    GroupCoordinator,
-)
+from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from odradek.coordinator.runtime import leadership_changes
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.metadata.controller import Controller
-from odradek.metadata.controller_channel import (
-    ControllerChannel,
-    GatedControllerChannel,
-    LocalControllerChannel,
-)
-from odradek.metadata.controller_client import ControllerClient, connector
-from odradek.metadata.controller_rpc import (
-    DESCRIBE_QUORUM_KEY,
-    DESCRIBE_QUORUM_VERSIONS,
-    FORWARDED_VERSIONS,
-    RemoteControllerChannel,
-)
+from odradek.metadata.controller_channel import ControllerChannel, LocalControllerChannel
+from odradek.metadata.controller_rpc import RemoteControllerChannel
 from odradek.metadata.delta import MetadataDelta, between
-from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.raft_writer import RaftMetadataWriter
-from odradek.metadata.snapshotter import SnapshotPolicy
-from odradek.metadata.writer import MetadataSnapshotsUnusableError
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
-from odradek.protocol.messages import warm_codecs
-from odradek.raft.config import RaftConfig
-from odradek.raft.control_records import leader_change_entry
 from odradek.raft.disk_log import DiskRaftLog
 from odradek.raft.driver import RaftDriver
-from odradek.raft.election_store import FileElectionStore
-from odradek.raft.snapshots import SNAPSHOT_SUFFIX, FileSnapshotStore
 from odradek.replica.fetcher import ReplicaFetcherManager
-from odradek.replica.fetcher_state import FetcherSettings
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.replica.replica_selector import selector_for
@@ -109,6 +85,14 @@ from odradek.server.broker_lifecycle import (
     lifecycle_manager,
     new_incarnation_id,
 )
+from odradek.server.broker_quorum import (
+    CATCH_UP_POLL_S,
+    forwarding_channel,
+    load_metadata,
+    start_quorum,
+)
+from odradek.server.broker_settings import coordinator_settings, fetcher_settings
+from odradek.server.broker_shutdown import stop_broker
 from odradek.server.broker_views import BrokerConfigs, BrokerMetadata
 from odradek.server.config import (
     BROKER_CONFIGS,
@@ -119,21 +103,13 @@ from odradek.server.config import (
     QuorumVoter,
 )
 from odradek.server.config_alter import BrokerConfigRules
+from odradek.server.controller_timers import leader_balance_ticks, session_ticks, snapshot_ticks
 from odradek.server.coordinator_io import ChannelTopicCreator, ReplicaPartitionWriter
 from odradek.server.dispatcher import Dispatcher
-from odradek.server.handlers import Plane, supported_versions
-from odradek.server.metadata_log import (
-    METADATA_LOG_CONFIG,
-    METADATA_LOG_DIR,
-    MetadataLogDamagedError,
-    damaged_message,
-    missing_message,
-    open_metadata_log,
-    seed_election_epoch,
-)
+from odradek.server.handlers import Plane
+from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
-from odradek.server.services import ControllerPlaneServices, Services
-from odradek.storage.errors import CommittedDataCorruptError, StorageError
+from odradek.server.services import Services
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
@@ -142,61 +118,6 @@ from odradek.storage.meta_properties import (
     random_uuid,
     require_formatted,
 )
-
-logger = logging.getLogger(__name__)
-
-# How often the time bound of metadata snapshots is checked (commits check the bytes).
-SNAPSHOT_CHECK_INTERVAL_S: Final = 1.0
-# Start-up polls the loader's progress towards the quorum's high watermark this often
-# (a single voter is there within one append linger), and logs the wait every 5 s.
-CATCH_UP_POLL_S: Final = 0.01
-CATCH_UP_LOG_EVERY_S: Final = 5.0
-# How long a SIGTERM'd broker waits for the controller's should_shut_down.
-CONTROLLED_SHUTDOWN_WAIT_S: Final = 1.0
-
-
-def internal_replication_factor(config: BrokerConfig, name: str) -> int:
-    """An internal topic's replication factor config (offsets.topic.replication.factor,
-    transaction.state.log.replication.factor): 1 on the zero-config single node unless
-    set, as Kafka's single-node example configs set it (one broker never meets 3)."""
-    if not config.quorum_configured and not config.is_set(name):
-        return 1
-    return int(config[name])
-
-
-def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
-    return CoordinatorSettings(
-        partitions=config["offsets.topic.num.partitions"],
-        replication_factor=internal_replication_factor(config, "offsets.topic.replication.factor"),
-        segment_bytes=config["offsets.topic.segment.bytes"],
-        metadata_max_bytes=config["offset.metadata.max.bytes"],
-        retention_ms=config["offsets.retention.minutes"] * 60_000,
-        retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
-        group=GroupSettings(
-            min_session_timeout_ms=config["group.min.session.timeout.ms"],
-            max_session_timeout_ms=config["group.max.session.timeout.ms"],
-            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
-            max_size=config["group.max.size"],
-        ),
-        consumer=ConsumerGroupSettings(
-            session_timeout_ms=config["group.consumer.session.timeout.ms"],
-            heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
-            assignors=config["group.consumer.assignors"],
-            max_size=config["group.consumer.max.size"],
-        ),
-    )
-
-
-def fetcher_settings(config: BrokerConfig) -> FetcherSettings:
-    """The replica.* configs a follower's fetchers obey (Kafka's names)."""
-    return FetcherSettings(
-        replica_id=config.node_id,
-        max_wait_ms=config["replica.fetch.wait.max.ms"],
-        min_bytes=config["replica.fetch.min.bytes"],
-        max_bytes=config["replica.fetch.response.max.bytes"],
-        partition_max_bytes=config["replica.fetch.max.bytes"],
-        backoff_ms=config["replica.fetch.backoff.ms"],
-    )
 
 
 class Broker:
@@ -238,7 +159,7 @@ class Broker:
         self._session_timer: asyncio.Task[None] | None = None
         self._balance_timer: asyncio.Task[None] | None = None
         self._snapshot_timer: asyncio.Task[None] | None = None
-        self._codec_warmup: asyncio.Task[None] | None = None
+        self.codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
         # Replica fetchers: this node's followers copy from their leaders' inter-broker
@@ -281,7 +202,7 @@ class Broker:
         if config.quorum_voters and self.is_broker:
             # A quorum's broker sends every change to the active controller, itself
             # included (one code path whichever node leads).
-            self.controller_channel = self.remote_channel = self._remote_channel()
+            self.controller_channel = self.remote_channel = forwarding_channel(self)
             self.isr_channel = self.remote_channel
         self.group_coordinator = GroupCoordinator(
             metadata,
@@ -327,23 +248,6 @@ class Broker:
                 return host, port
         return None
 
-    def _remote_channel(self) -> RemoteControllerChannel:
-        try:
-            raft_config = RaftConfig.from_properties(self.config.original)
-        except ValueError:
-            raft_config = RaftConfig()  # start() refuses the properties with one line
-        client = ControllerClient(
-            self.config.quorum_voters,
-            lambda: None if self.raft_driver is None else self.raft_driver.leader_id,
-            connector(
-                client_id=f"broker-{self.node_id}-forwarding",
-                versions={**FORWARDED_VERSIONS, DESCRIBE_QUORUM_KEY: DESCRIBE_QUORUM_VERSIONS},
-            ),
-            retry_backoff_s=raft_config.retry_backoff_ms / 1000,
-            connect_timeout_s=raft_config.request_timeout_ms / 1000,
-        )
-        return RemoteControllerChannel(client, lambda: self.image)
-
     # -- lifecycle -----------------------------------------------------------------
     async def start(self) -> list[str]:
         """Bring the broker up; returns the listener URLs with their real ports."""
@@ -363,20 +267,25 @@ class Broker:
             format_empty=format_empty,
         )
         await loop.run_in_executor(None, self.log_manager.load_logs)
-        await loop.run_in_executor(None, self._load_metadata)
+        await loop.run_in_executor(None, load_metadata, self)
         # Partition dirs against the image of the whole local log, before the quorum
         # writes anything (quorum-state, a LeaderChange): a refusal changes nothing.
         assert self.metadata_writer is not None
         self.replica_manager.check_loaded_logs(self.metadata_writer.local_image)
-        controller_bound = await self._start_quorum()
+        controller_bound = await start_quorum(self)
         # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
-        self._session_timer = asyncio.create_task(self._session_ticks())
+        self._session_timer = asyncio.create_task(
+            session_ticks(self.controller, self.config["broker.session.timeout.ms"])
+        )
         if self.config["auto.leader.rebalance.enable"]:
-            self._balance_timer = asyncio.create_task(self._leader_balance_ticks())
+            interval_s = self.config["leader.imbalance.check.interval.seconds"]
+            self._balance_timer = asyncio.create_task(
+                leader_balance_ticks(self.controller, interval_s)
+            )
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self._isr_expiration = asyncio.create_task(self.replica_manager.isr_expiration())
-        self._snapshot_timer = asyncio.create_task(self._snapshot_ticks())
+        self._snapshot_timer = asyncio.create_task(snapshot_ticks(self.metadata_writer))
         if not self.is_broker:
             # A controller-only node: it votes, leads, runs the controller and writes
             # snapshots; nothing of a broker (no client listener, partitions, groups or
@@ -393,7 +302,7 @@ class Broker:
             host = listener.host or "localhost"
             endpoints.append((listener.name, host, port))
         self._start_lifecycle(endpoints)
-        # The loader caught up with the quorum's high watermark (_start_quorum): the
+        # The loader caught up with the quorum's high watermark (start_quorum): the
         # image is everything committed, so the partitions it assigns here are created.
         self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
@@ -408,96 +317,6 @@ class Broker:
             await asyncio.sleep(CATCH_UP_POLL_S)
         self.server.start()
         return [b.url() for b in bound] + [b.url() for b in controller_bound]
-
-    async def _start_quorum(self) -> list[Any]:
-        """Start the Raft driver over the opened metadata log (and the controller
-        listeners when a quorum is configured); return once the loader has applied
-        everything the quorum has committed (a single voter: once its LeaderChange
-        commits). Returns the bound controller listeners."""
-        raft_log, writer = self.raft_log, self.metadata_writer
-        assert raft_log is not None and writer is not None
-        voters: tuple[QuorumVoter, ...] = self.config.quorum_voters or (
-            QuorumVoter(self.node_id, "localhost", 0),  # alone: elects itself, no network
-        )
-        store = FileElectionStore(
-            raft_log.storage_log.directory, frozenset(v.node_id for v in voters), self.cluster_id
-        )
-        seed_election_epoch(store, raft_log, writer.snapshots)
-        try:
-            raft_config = RaftConfig.from_properties(self.config.original)
-        except ValueError as error:
-            raise ConfigError("controller.quorum", str(error)) from None
-        driver = self.raft_driver = RaftDriver(
-            self.node_id,
-            voters,
-            raft_log,
-            store,
-            writer.snapshots,
-            raft_config,
-            cluster_id=self.cluster_id,
-            node_options={"control_entry": leader_change_entry},
-        )
-        writer.attach(driver)
-        bound = []
-        if self.config.quorum_voters and self.config.controller_listeners:
-            gate = GatedControllerChannel(
-                self.local_channel, lambda: writer.is_active, lambda: driver.leader_id
-            )
-            services = ControllerPlaneServices(
-                raft=driver,
-                metadata=self.metadata_view,
-                config=self.config_view,
-                controller=gate,
-                brokers=self.controller,
-            )
-            self.controller_server = SocketServer(
-                Dispatcher(services, Plane.CONTROLLER),
-                max_frame_bytes=self.config["socket.request.max.bytes"],
-                idle_timeout_ms=self.config["connections.max.idle.ms"],
-            )
-            bound = [
-                self.controller_server.bind(li.name, li.host, li.port)
-                for li in self.config.controller_listeners
-            ]
-            self.controller_server.start()
-            # The quorum APIs' codecs are built now, on a worker thread, not lazily
-            # in the middle of this node's first election (a failover).
-            self._codec_warmup = asyncio.create_task(
-                asyncio.to_thread(warm_codecs, supported_versions(Plane.CONTROLLER))
-            )
-            if bound:
-                # This node's controller clients (forwarding, the broker lifecycle) reach
-                # it at the listener it bound, whatever the voters entry says (port 0, a
-                # name only the other nodes resolve).
-                own = bound[0]
-                host = "127.0.0.1" if own.host in ("", "0.0.0.0") else own.host
-                host = "::1" if host == "::" else host
-                self.own_controller = QuorumVoter(self.node_id, host, own.port)
-                if self.remote_channel is not None:
-                    await self.remote_channel.client.set_address(self.own_controller)
-        driver.start()
-        await self._wait_caught_up(writer, driver)
-        return bound
-
-    async def _wait_caught_up(self, writer: RaftMetadataWriter, driver: RaftDriver) -> None:
-        waited_s = 0.0
-        while not writer.caught_up():
-            if driver.listener_fault is not None:
-                raise MetadataLogDamagedError(
-                    f"the metadata log could not be applied: {driver.listener_fault}"
-                )
-            await asyncio.sleep(CATCH_UP_POLL_S)
-            waited_s += CATCH_UP_POLL_S
-            if waited_s >= CATCH_UP_LOG_EVERY_S:
-                waited_s = 0.0
-                logger.info(
-                    "waiting for the metadata quorum: leader %s, epoch %d, high watermark %d, "
-                    "applied up to %d",
-                    driver.leader_id,
-                    driver.epoch,
-                    driver.high_watermark,
-                    writer.applied_end,
-                )
 
     def _start_lifecycle(self, endpoints: list[tuple[str, str, int]]) -> None:
         """Register this broker and keep heartbeating (broker_lifecycle.py): over the
@@ -522,50 +341,6 @@ class Broker:
             for v in self.config.quorum_voters
         ]
 
-    async def _session_ticks(self) -> None:
-        """The active controller fences brokers whose heartbeats stopped (elsewhere
-        this does nothing)."""
-        timeout_ms = self.config["broker.session.timeout.ms"]
-        tick_s = max(0.05, min(0.5, timeout_ms / 8000))  # well inside half a session
-        while True:
-            # at the earliest session expiry, not a tick later
-            await asyncio.sleep(self.controller.session_check_delay_s(tick_s))
-            try:
-                fenced = await self.controller.fence_stale_brokers()
-            except ControllerError as error:  # lost leadership or a full disk: next tick
-                logger.debug("fencing stale brokers: %s", error)
-                continue
-            if fenced:
-                logger.info(
-                    "fenced broker(s) %s: no heartbeat for broker.session.timeout.ms=%d",
-                    ", ".join(map(str, fenced)),
-                    timeout_ms,
-                )
-
-    async def _controlled_shutdown(self) -> None:
-        """want_shut_down until the controller has moved this broker's leaderships
-        away and lets it go (or CONTROLLED_SHUTDOWN_WAIT_S passed); logged either way."""
-        assert self.lifecycle is not None
-        if await self.lifecycle.controlled_shutdown(CONTROLLED_SHUTDOWN_WAIT_S):
-            logger.info("controlled shutdown done: the controller let this broker go")
-        else:
-            logger.warning(
-                "controlled shutdown: no answer from the controller within %.1f s; "
-                "stopping anyway (leaderships move when the session expires)",
-                CONTROLLED_SHUTDOWN_WAIT_S,
-            )
-
-    async def _leader_balance_ticks(self) -> None:
-        """auto.leader.rebalance.enable: every leader.imbalance.check.interval.seconds
-        the active controller moves leaderships back to preferred replicas
-        (``Controller.rebalance_leaders``; elsewhere this does nothing)."""
-        interval_s = self.config["leader.imbalance.check.interval.seconds"]
-        while True:
-            await asyncio.sleep(interval_s)
-            moved = await self.controller.rebalance_leaders()
-            if moved:
-                logger.info("moved %d partition leadership(s) back to preferred replicas", moved)
-
     def unclean_election_default(self) -> bool:
         """The broker default of unclean.leader.election.enable, dynamic over static."""
         raw = self.dynamic_broker_configs().get("unclean.leader.election.enable")
@@ -573,163 +348,20 @@ class Broker:
             return bool(self.config["unclean.leader.election.enable"])
         return raw.strip().lower() == "true"
 
-    def _open_metadata_log(self, recovery_point: int, clean: bool) -> DiskRaftLog:
-        return open_metadata_log(
-            self.config.metadata_log_dir / METADATA_LOG_DIR,
-            recovery_point,
-            clean,
-            strict=not self.truncate_damaged_metadata,
-        )
-
-    def _load_metadata(self) -> None:
-        """Open ``__cluster_metadata-0`` from its recovery point and replay it: the
-        newest valid snapshot beside it, then the batches after that snapshot.
-
-        A clean restart trusts its flushed segments (replay still checks every CRC);
-        after a crash only what follows the recovery point is re-read, and a torn tail
-        there is cut. Damage to flushed metadata, or a missing metadata log beside
-        partition data, stops the broker with one line and changes nothing, unless
-        the operator chose ``truncate_damaged_metadata``.
-        """
-        first_dir = self.config.metadata_log_dir
-        state = self.log_manager.reserved.get(METADATA_LOG_DIR)
-        if state is not None and not first_dir.samefile(state.log_dir):
-            raise MetadataLogDamagedError(
-                f"{METADATA_LOG_DIR} is in {state.log_dir}, not in metadata.log.dir "
-                f"{first_dir}: set metadata.log.dir={state.log_dir} (or move the directory)"
-            )
-        recovery_point, clean = (state.recovery_point, state.clean) if state else (0, True)
-        partitions = sorted(f"{t}-{p}" for t, p in self.log_manager.logs)
-        directory = first_dir / METADATA_LOG_DIR
-        # A snapshot is metadata too: the log below it may have been deleted.
-        has_snapshot = any(directory.glob("*" + SNAPSHOT_SUFFIX))
-        has_data = has_snapshot or any(p.stat().st_size for p in directory.glob("*.log"))
-        if partitions and not has_data and not self.truncate_damaged_metadata:
-            # Checked before opening the log, which would create an empty one.
-            raise MetadataLogDamagedError(missing_message(directory, partitions))
-        opened: DiskRaftLog | None = None
-        try:
-            raft_log = opened = self._open_metadata_log(recovery_point, clean)
-            self.controller = self._raft_controller(raft_log)
-            self.controller.replay()
-        except MetadataSnapshotsUnusableError as error:  # truncating cannot help
-            raise MetadataLogDamagedError(str(error)) from None
-        except CommittedDataCorruptError as error:
-            if not self.truncate_damaged_metadata:
-                raise MetadataLogDamagedError(damaged_message(error, first_dir)) from None
-            logger.warning(
-                "metadata log damaged (%s); keeping only the metadata before the damage", error
-            )
-            if opened is not None:
-                opened.storage_log.close()
-            # full recovery: cut at the first bad batch
-            raft_log = self._open_metadata_log(0, False)
-            self.controller = self._raft_controller(raft_log)
-            self.controller.replay()
-        log = raft_log.storage_log
-        if log.log_end_offset == 0 and partitions and self.image.offset < 0:
-            if not self.truncate_damaged_metadata:  # e.g. the first batch is torn
-                raise MetadataLogDamagedError(missing_message(directory, partitions))
-            logger.warning(
-                "metadata log is empty; %d partition(s) it does not know will be set aside",
-                len(partitions),
-            )
-        self.metadata_log = log
-        self.raft_log = raft_log
-        self.log_manager.attach_reserved_log(METADATA_LOG_DIR, first_dir, log)
-
-    def _raft_controller(self, raft_log: DiskRaftLog) -> Controller:
-        """The controller over the Raft writer of ``raft_log``, feeding a fresh loader
-        (the driver starts later, on the loop: ``_start_quorum``)."""
-        self.metadata_loader = MetadataLoader()
-        policy = SnapshotPolicy(
-            self.config["metadata.log.max.record.bytes.between.snapshots"],
-            self.config["metadata.log.max.snapshot.interval.ms"],
-        )
-        writer = self.metadata_writer = RaftMetadataWriter(
-            raft_log,
-            self.metadata_loader,
-            FileSnapshotStore(raft_log.storage_log.directory),
-            policy,
-        )
-        controller = Controller(
-            writer,
-            self.metadata_loader,
-            self.node_id,
-            self.dynamic_defaults,
-            session_timeout_ms=self.config["broker.session.timeout.ms"],
-            heartbeat_interval_ms=self.config["broker.heartbeat.interval.ms"],
-            unclean_default=self.unclean_election_default,
-            silent_leader=writer.silent_predecessor,
-        )
-        # This node's broker runs in this process: its older incarnation is dead.
-        controller.heartbeats.local_incarnation_id = self.incarnation_id
-        return controller
-
     async def stop(self) -> None:
-        # Kafka's order on a combined node: the broker half's controlled shutdown first
-        # (want_shut_down until the controller has fenced this broker and moved its
-        # leaderships to in-sync replicas), while this node's own controller may still
-        # be the active one — it then handles its own broker's request and commits the
-        # moves — and only then the controller half resigns (below), so another voter
-        # takes over at once. Resigning first would leave the request to a controller
-        # this node no longer follows: its loader stops with the driver, so it could
-        # never show the moves applied and be let go.
-        if self.lifecycle is not None:
-            await self._controlled_shutdown()
-        self.replica_manager.stop_waiting()
-        await self.replica_fetchers.close()  # no waiting for a leader's long poll
-        await self.group_coordinator.stop()  # parked joins/syncs answer at once
-        await self.server.stop()
-        for dispatcher in self.dispatchers.values():
-            dispatcher.malformed.close()  # the counts the last interval suppressed
-            dispatcher.unsupported.close()
-        for task in (
+        """Controlled shutdown, then every part stopped in turn (broker_shutdown.py)."""
+        await stop_broker(self)
+
+    def background_tasks(self) -> tuple[asyncio.Task[Any] | None, ...]:
+        """The tasks ``stop`` cancels, in the order it cancels them."""
+        return (
             self._housekeeping,
             self._isr_expiration,
             self._snapshot_timer,
             self._session_timer,
             self._balance_timer,
-            self._codec_warmup,
-        ):
-            await cancel_and_wait(task)
-        if self.remote_channel is not None:
-            await self.remote_channel.close()
-        if self.metadata_writer is not None:
-            await self.metadata_writer.wait_snapshot()  # before its log is closed
-        if self.raft_driver is not None:
-            # A leader hands over first (EndQuorumEpoch) so the others elect at once.
-            await self.raft_driver.shutdown(resign=True)
-            if self.metadata_writer is not None:
-                self.metadata_writer.fail_waiters("the controller is shutting down")
-        if self.lifecycle is not None:
-            await self.lifecycle.stop()
-        if self.controller_server is not None:
-            await self.controller_server.stop(grace_s=0.5)
-        loop = asyncio.get_running_loop()
-        failure: Exception | None = None
-        try:
-            await loop.run_in_executor(None, self.log_manager.shutdown)
-        except (StorageError, OSError) as error:  # a full disk: close the rest anyway
-            failure = error
-        if self.metadata_log is not None and not self.metadata_log.closed:
-            try:
-                self.metadata_log.flush()
-                self.metadata_log.close()
-            except OSError as error:
-                failure = failure or StorageError(
-                    f"the metadata log {self.metadata_log.directory}: {error.strerror or error}"
-                )
-        self.stopped.set()
-        if failure is not None:
-            raise failure
-
-    async def _snapshot_ticks(self) -> None:
-        """The time bound of metadata snapshots: commits check the byte bound."""
-        while True:
-            await asyncio.sleep(SNAPSHOT_CHECK_INTERVAL_S)
-            if self.metadata_writer is not None:
-                self.metadata_writer.maybe_snapshot()
+            self.codec_warmup,
+        )
 
     # -- metadata --------------------------------------------------------------------
     @property
@@ -840,11 +472,4 @@ def broker_config_names() -> list[str]:
     return [d.name for d in BROKER_CONFIGS]
 
 
-__all__ = [
-    "METADATA_LOG_CONFIG",
-    "METADATA_LOG_DIR",
-    "Broker",
-    "MetadataLogDamagedError",
-    "Path",
-    "seed_election_epoch",
-]
+__all__ = ["Broker"]

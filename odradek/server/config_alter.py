@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Final
 
-from odradek.metadata.controller import ControllerError, validate_topic_name
+from odradek.metadata.controller import ControllerError
 from odradek.metadata.controller_channel import (
     APPEND,
     DELETE,
@@ -35,6 +35,7 @@ from odradek.metadata.controller_channel import (
     Validator,
 )
 from odradek.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOURCE
+from odradek.metadata.topic_changes import validate_topic_name
 from odradek.server import config_catalogue as catalogue
 from odradek.server import config_groups
 from odradek.server.config import BrokerConfig, ConfigError

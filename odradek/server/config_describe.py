@@ -21,8 +21,9 @@ from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from odradek.metadata.controller import ControllerError, validate_topic_name
+from odradek.metadata.controller import ControllerError
 from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
+from odradek.metadata.topic_changes import validate_topic_name
 from odradek.server import config as broker_config
 from odradek.server import config_catalogue as catalogue
 from odradek.server.config import BROKER_CONFIGS, BrokerConfig, BrokerConfigDef

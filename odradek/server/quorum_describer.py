@@ -4,7 +4,7 @@ How this works and why: a broker listener serves DescribeQuorum by forwarding it
 the active controller (``metadata/controller_rpc.py``). The zero-config node has no
 controller listener to forward to — its quorum is this process, a single voter — so
 its broker listener answers from its own ``RaftDriver`` with the same encoding the
-controller listener uses (``raft/wire.py``): the answer is the one a controller
+controller listener uses (``raft/wire_describe_quorum.py``): the answer is the one a controller
 listener would give.
 """
 
@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from odradek.metadata.errors import ControllerError
-from odradek.raft import wire
+from odradek.raft import wire_describe_quorum
 from odradek.raft.driver import RaftDriver
 
 
@@ -28,7 +28,9 @@ class LocalQuorumDescriber:
             raise ControllerError("COORDINATOR_NOT_AVAILABLE", "the quorum has not started")
         description, wall_offset_ms = driver.describe_quorum()
         nodes = [(v.node_id, v.host, v.port) for v in driver.voters if v.port > 0]
-        return wire.describe_quorum_to_kio(description, request.__version__, wall_offset_ms, nodes)
+        return wire_describe_quorum.describe_quorum_to_kio(
+            description, request.__version__, wall_offset_ms, nodes
+        )
 
 
 __all__ = ["LocalQuorumDescriber"]

@@ -31,7 +31,7 @@ from pathlib import Path
 
 from odradek.cli.metadata_quorum import Quorum as QuorumState
 from odradek.cli.metadata_quorum import QuorumToolError, describe
-from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
+from odradek.server.metadata_log import METADATA_LOG_CONFIG, METADATA_LOG_DIR
 from odradek.storage.log_loader import open_log
 from tests.chaos import faults
 from tests.chaos.checks import (

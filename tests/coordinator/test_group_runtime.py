@@ -22,7 +22,7 @@ from odradek.coordinator.group.coordinator import (
 )
 from odradek.coordinator.group.offset_store import OffsetCommit
 from odradek.metadata.image import BrokerImage, MetadataImage, PartitionImage, TopicImage
-from odradek.server.broker import internal_replication_factor
+from odradek.server.broker_settings import internal_replication_factor
 from odradek.server.config import BrokerConfig
 from tests.coordinator.runtime_support import FakeWriter
 

@@ -14,10 +14,11 @@ from odradek.metadata.broker_heartbeats import (
     BrokerHeartbeatManager,
     BrokerRegistration,
 )
-from odradek.metadata.controller import Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import ImageReplay, MetadataImage, MetadataRecord
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import NewTopic
 
 T = TypeVar("T")
 TIMEOUT = 9000

@@ -32,7 +32,7 @@ from odradek.metadata.controller_channel import (
 from odradek.metadata.image import BROKER_RESOURCE, PRODUCER_ID_BLOCK_SIZE, TOPIC_RESOURCE
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.writer import LocalMetadataWriter
-from odradek.server.broker import METADATA_LOG_CONFIG
+from odradek.server.metadata_log import METADATA_LOG_CONFIG
 from odradek.storage.log_loader import open_log
 from tests.support.brokers import register_unfenced
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from odradek.metadata.controller import Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import (
     APPEND,
     DELETE,
@@ -37,14 +37,15 @@ from odradek.metadata.controller_rpc import FORWARDED_VERSIONS, RemoteController
 from odradek.metadata.delta import MetadataDelta
 from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import NewTopic
 from odradek.metadata.view import Endpoint, endpoints_for_listener
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.network.server import SocketServer
-from odradek.server.broker import METADATA_LOG_CONFIG
 from odradek.server.config import BrokerConfig
 from odradek.server.config_alter import BrokerConfigRules
 from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane
+from odradek.server.metadata_log import METADATA_LOG_CONFIG
 from odradek.server.services import ControllerPlaneServices
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log

@@ -24,7 +24,7 @@ from odradek.metadata.controller_client import ControllerClient, VoterAddress
 from odradek.metadata.controller_rpc import RemoteControllerChannel
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import MetadataImage
-from odradek.raft import wire
+from odradek.raft import wire, wire_describe_quorum
 from odradek.raft.node import QuorumDescription, ReplicaDescription
 from odradek.server.handlers import Plane, plane_handlers
 from tests.metadata.test_controller_client import Voter
@@ -51,9 +51,11 @@ class Controller:
     ) -> Any:
         self.received.append(request)
         if self.leads:
-            return wire.describe_quorum_to_kio(description(self.node_id), request.__version__)
+            return wire_describe_quorum.describe_quorum_to_kio(
+                description(self.node_id), request.__version__
+            )
         refused = description(-1, ErrorCode.not_leader_or_follower)
-        return wire.describe_quorum_to_kio(refused, request.__version__)
+        return wire_describe_quorum.describe_quorum_to_kio(refused, request.__version__)
 
     async def close(self) -> None:
         pass
@@ -71,7 +73,7 @@ def channel(controllers: dict[int, Controller], leader: int | None) -> RemoteCon
 
 def test_the_request_goes_to_the_leader_as_it_is_past_a_follower() -> None:
     controllers = {1: Controller(1, leads=False), 2: Controller(2, leads=True)}
-    request = wire.describe_quorum_request(1)
+    request = wire_describe_quorum.describe_quorum_request(1)
     response = asyncio.run(channel(controllers, leader=1).describe_quorum(request))
     partition = response.topics[0].partitions[0]
     assert partition.error_code == ErrorCode.none and partition.leader_id == 2
@@ -83,7 +85,11 @@ def test_the_request_goes_to_the_leader_as_it_is_past_a_follower() -> None:
 def test_a_controller_serving_a_lower_version_is_refused() -> None:
     controllers = {1: Controller(1, leads=True, version=1)}
     with pytest.raises(ControllerError) as raised:
-        asyncio.run(channel(controllers, leader=1).describe_quorum(wire.describe_quorum_request(2)))
+        asyncio.run(
+            channel(controllers, leader=1).describe_quorum(
+                wire_describe_quorum.describe_quorum_request(2)
+            )
+        )
     assert raised.value.code == "UNSUPPORTED_VERSION"
     assert controllers[1].received == []
 
@@ -106,11 +112,11 @@ class Quorum:
         self.asked.append(request)
         if self.error is not None:
             raise self.error
-        return wire.describe_quorum_to_kio(description(1), request.__version__)
+        return wire_describe_quorum.describe_quorum_to_kio(description(1), request.__version__)
 
 
 def test_the_broker_handler_refuses_another_topic_without_forwarding() -> None:
-    body = wire.describe_quorum_request(2)
+    body = wire_describe_quorum.describe_quorum_request(2)
     other = type(body.topics[0])(topic_name="orders", partitions=body.topics[0].partitions)
     body = type(body)(topics=(other,))
     quorum = Quorum()
@@ -121,7 +127,7 @@ def test_the_broker_handler_refuses_another_topic_without_forwarding() -> None:
 
 def test_no_controller_in_time_is_request_timed_out() -> None:
     quorum = Quorum(ControllerError("REQUEST_TIMED_OUT", "no active controller answered"))
-    body = wire.describe_quorum_request(2)
+    body = wire_describe_quorum.describe_quorum_request(2)
     response = asyncio.run(broker_handler()(SimpleNamespace(quorum=quorum), request_of(body)))
     assert response.error_code == ErrorCode.request_timed_out
     assert quorum.asked == [body]
@@ -129,6 +135,6 @@ def test_no_controller_in_time_is_request_timed_out() -> None:
 
 def test_the_broker_handler_answers_with_the_controllers_response() -> None:
     quorum = Quorum()
-    body = wire.describe_quorum_request(2)
+    body = wire_describe_quorum.describe_quorum_request(2)
     response = asyncio.run(broker_handler()(SimpleNamespace(quorum=quorum), request_of(body)))
     assert response.topics[0].partitions[0].leader_id == 1

@@ -14,7 +14,7 @@ import pytest
 
 from odradek.cli.metadata_decoder import describe
 from odradek.metadata.broker_heartbeats import BrokerHeartbeat, BrokerRegistration
-from odradek.metadata.controller import Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.delta import between
 from odradek.metadata.elections import PREFERRED, UNCLEAN, ElectionResult
 from odradek.metadata.errors import ControllerError
@@ -26,6 +26,7 @@ from odradek.metadata.image import (
     TopicImage,
 )
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
 T = TypeVar("T")

@@ -15,10 +15,10 @@ import pytest
 
 from odradek.metadata import partition_rpc
 from odradek.metadata.broker_heartbeats import BrokerHeartbeat
-from odradek.metadata.controller import NewTopic
 from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.elections import PREFERRED, UNCLEAN, ElectionResult
 from odradek.metadata.errors import ControllerError
+from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from tests.metadata.test_controller_rpc import Setup, run
 from tests.support.brokers import register_unfenced

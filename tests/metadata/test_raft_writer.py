@@ -36,8 +36,8 @@ from odradek.raft.election_store import FileElectionStore
 from odradek.raft.log import SnapshotId
 from odradek.raft.node import SnapshotLoaded
 from odradek.raft.snapshots import FileSnapshotStore
-from odradek.server.broker import seed_election_epoch
 from odradek.server.config import QuorumVoter
+from odradek.server.metadata_log import seed_election_epoch
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
 from tests.storage.test_disk_full import DiskFull

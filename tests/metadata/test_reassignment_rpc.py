@@ -16,10 +16,10 @@ import pytest
 
 from odradek.cli.reassign_partitions import CLIENT_VERSIONS, _connected, _ongoing
 from odradek.metadata import partition_rpc
-from odradek.metadata.controller import NewTopic
 from odradek.metadata.controller_client import ControllerClient, connector
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
+from odradek.metadata.topic_changes import NewTopic
 from tests.metadata.test_controller_rpc import Setup, run
 from tests.support.brokers import register_unfenced
 

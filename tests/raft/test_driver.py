@@ -34,6 +34,7 @@ from odradek.raft import (
     RaftConfig,
     SnapshotLoaded,
     wire,
+    wire_describe_quorum,
 )
 from odradek.raft.driver import NotControllerError, RaftDriver
 from odradek.raft.messages import FetchRequest
@@ -330,7 +331,7 @@ def test_bad_quorum_requests_get_kafkas_errors_not_a_traceback(tmp_path: Path) -
             # a top-level INVALID_REQUEST; the connection stays up.
             assert response.error_code == ErrorCode.invalid_request
             assert response.responses == ()
-            describe = wire.describe_quorum_request(2)
+            describe = wire_describe_quorum.describe_quorum_request(2)
             response = await connection.send(describe)
             (partition,) = response.topics[0].partitions
             assert partition.error_code in (ErrorCode.none, ErrorCode.not_leader_or_follower)
@@ -355,7 +356,7 @@ def test_describe_quorum_on_the_leader_lists_the_voters(tmp_path: Path) -> None:
         )
         await connection.connect()
         try:
-            response = await connection.send(wire.describe_quorum_request(2))
+            response = await connection.send(wire_describe_quorum.describe_quorum_request(2))
         finally:
             await connection.close()
         (partition,) = response.topics[0].partitions

@@ -1,5 +1,6 @@
 """raft/wire.py: raft message → kio entity → bytes → kio entity → raft message, at every
-version served; log entries ⇄ Fetch record bytes."""
+version served; wire_records.py: log entries ⇄ Fetch record bytes; and
+wire_describe_quorum.py's DescribeQuorum response."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 from kio.serial import entity_reader, entity_writer
 
-from odradek.raft import wire
+from odradek.raft import wire, wire_describe_quorum, wire_records
 from odradek.raft.log import LogEntry, SnapshotId
 from odradek.raft.messages import (
     BeginQuorumEpochRequest,
@@ -31,6 +32,7 @@ from odradek.raft.messages import (
     VoteResponse,
 )
 from odradek.raft.node import QuorumDescription, ReplicaDescription
+from odradek.records.batch import HEADER_SIZE
 from odradek.records.codec import encode_batch, new_records
 
 ids = st.integers(-1, 1_000)
@@ -384,7 +386,9 @@ def test_describe_quorum_response_at_every_version() -> None:
     voters = tuple(ReplicaDescription(i, 10 * i, 1_000 + i, 900 + i) for i in (1, 2, 3))
     description = QuorumDescription(ErrorCode.none, 1, 4, 30, voters, ())
     for version in range(3):
-        entity = through_bytes(wire.describe_quorum_to_kio(description, version, 10**12))
+        entity = through_bytes(
+            wire_describe_quorum.describe_quorum_to_kio(description, version, 10**12)
+        )
         (partition,) = entity.topics[0].partitions
         assert (partition.leader_id, partition.leader_epoch, partition.high_watermark) == (
             1,
@@ -401,7 +405,7 @@ def test_describe_quorum_response_at_every_version() -> None:
 
 def test_a_batch_of_three_records_is_one_entry_spanning_three_offsets() -> None:
     payload = encode_batch(new_records([b"a", b"b", b"c"], timestamp=1))
-    (batch,) = wire.split_batches(wire.encode_entries([LogEntry(7, 2, payload)]))
+    (batch,) = wire_records.split_batches(wire_records.encode_entries([LogEntry(7, 2, payload)]))
     assert (batch.offset, batch.epoch, batch.count, batch.control) == (7, 2, 3, False)
     entry = batch.entry()
     assert (entry.offset, entry.epoch, entry.control) == (7, 2, False)
@@ -411,16 +415,16 @@ def test_a_batch_of_three_records_is_one_entry_spanning_three_offsets() -> None:
 
 def test_a_non_batch_payload_is_wrapped_and_comes_back_whole() -> None:
     entry = LogEntry(5, 3, b"LeaderChange leaderId=1 voters=1,2,3", control=True)
-    records = wire.encode_entries([entry])
-    assert len(records) > wire.HEADER_SIZE  # a real v2 control batch on the wire
-    assert wire.split_records(records) == (entry,)
+    records = wire_records.encode_entries([entry])
+    assert len(records) > HEADER_SIZE  # a real v2 control batch on the wire
+    assert wire_records.split_records(records) == (entry,)
 
 
 def test_a_trailing_partial_batch_is_left_for_the_next_fetch() -> None:
     entries = [LogEntry(0, 1, b"one"), LogEntry(1, 1, b"two")]
-    records = wire.encode_entries(entries)
-    assert wire.split_records(records[:-3]) == (entries[0],)
-    assert wire.split_records(b"") == ()
+    records = wire_records.encode_entries(entries)
+    assert wire_records.split_records(records[:-3]) == (entries[0],)
+    assert wire_records.split_records(b"") == ()
 
 
 def test_a_corrupt_batch_in_a_fetch_response_is_the_peer_s_fault() -> None:

@@ -43,7 +43,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.raft import wire
+from odradek.raft import wire, wire_describe_quorum
 from odradek.raft.disk_log import metadata_log_directory
 from odradek.raft.log import SnapshotId
 from odradek.raft.messages import (
@@ -134,7 +134,7 @@ def voter(tmp_path: Path) -> Iterator[Voter]:
 def describe(voter: Voter) -> Any:
     """DescribeQuorum's one partition, asked of the controller listener."""
     with WireClient(voter.controller) as client:
-        response = client.request(wire.describe_quorum_request(2))
+        response = client.request(wire_describe_quorum.describe_quorum_request(2))
     assert response.error_code == ErrorCode.none, response
     (topic,) = response.topics
     (partition,) = topic.partitions

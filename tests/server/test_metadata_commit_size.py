@@ -11,11 +11,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from odradek.metadata.controller import MAX_PARTITIONS_PER_REQUEST, Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import MAX_PARTITIONS_PER_REQUEST, NewTopic
 from odradek.metadata.writer import LocalMetadataWriter
-from odradek.server.broker import METADATA_LOG_CONFIG
+from odradek.server.metadata_log import METADATA_LOG_CONFIG
 from odradek.storage.log_loader import open_log
 from tests.support.brokers import register_unfenced
 

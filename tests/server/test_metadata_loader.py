@@ -20,10 +20,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.metadata.controller import Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.delta import MetadataDelta, between
 from odradek.metadata.image import MetadataImage, MetadataRecord
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import NewTopic
 from odradek.metadata.writer import LocalMetadataWriter, replay_log
 from odradek.records.codec import Record, encode_batch
 from odradek.storage.errors import CommittedDataCorruptError

@@ -34,7 +34,7 @@ from kio.schema.errors import ErrorCode
 from odradek.metadata.image import MetadataRecord
 from odradek.records.batch import iter_batches
 from odradek.records.codec import Record, decode_batch, encode_batch
-from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
+from odradek.server.metadata_log import METADATA_LOG_CONFIG, METADATA_LOG_DIR
 from odradek.storage.checkpoint import (
     RECOVERY_POINT_CHECKPOINT,
     read_offset_checkpoint,

@@ -36,7 +36,7 @@ from odradek.metadata.snapshotter import SnapshotPolicy, write_snapshot
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.raft.snapshots import FileSnapshotStore
 from odradek.records.codec import Record, encode_batch
-from odradek.server.broker import METADATA_LOG_CONFIG, METADATA_LOG_DIR
+from odradek.server.metadata_log import METADATA_LOG_CONFIG, METADATA_LOG_DIR
 from odradek.storage.checkpoint import (
     LOG_START_OFFSET_CHECKPOINT,
     RECOVERY_POINT_CHECKPOINT,

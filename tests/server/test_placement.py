@@ -18,11 +18,12 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from odradek.metadata.controller import Controller, NewTopic
+from odradek.metadata.controller import Controller
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import BrokerImage, MetadataImage, MetadataRecord
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.placement import check_assignment, check_assignments, place, usable_brokers
+from odradek.metadata.topic_changes import NewTopic
 
 
 def cluster(count: int, fenced: frozenset[int] = frozenset(), racks: int = 0) -> dict:

@@ -26,10 +26,11 @@ from typing import Any
 
 import pytest
 
-from odradek.metadata.controller import Controller, ControllerError, NewTopic
+from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.delta import between
 from odradek.metadata.image import MetadataImage
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.topic_changes import NewTopic
 from odradek.metadata.writer import LocalMetadataWriter
 from odradek.replica.replica_manager import PartitionError, ReplicaManager
 from odradek.storage.errors import StorageError

@@ -22,9 +22,9 @@ from __future__ import annotations
 import datetime
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import INTERNAL_TOPICS, validate_topic_name
 from odradek.metadata.controller_channel import ControllerError, NewTopic
 from odradek.metadata.image import MetadataImage, TopicImage
+from odradek.metadata.topic_changes import INTERNAL_TOPICS, validate_topic_name
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested

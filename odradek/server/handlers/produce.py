@@ -25,7 +25,7 @@ import datetime
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.controller import INTERNAL_TOPICS
+from odradek.metadata.topic_changes import INTERNAL_TOPICS
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request

@@ -31,7 +31,7 @@ from odradek.metadata.errors import ControllerError
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import make
 from odradek.protocol.messages import Request
-from odradek.raft import wire
+from odradek.raft import wire, wire_describe_quorum
 from odradek.raft.driver import QuorumStoppedError, source_id_of
 from odradek.server.handlers import Plane, handles
 
@@ -78,19 +78,19 @@ for _api_key in (
 async def describe_quorum(services: ControllerServices, request: Request) -> Any:
     version = request.header.api_version
     try:
-        wire.check_describe_quorum_request(request.body)
+        wire_describe_quorum.check_describe_quorum_request(request.body)
     except wire.WireError as error:
         return wire.error_response(wire.DESCRIBE_QUORUM_KEY, version, error.code)
     description, wall_offset_ms = services.raft.describe_quorum()
     nodes = [(v.node_id, v.host, v.port) for v in services.raft.voters]
-    return wire.describe_quorum_to_kio(description, version, wall_offset_ms, nodes)
+    return wire_describe_quorum.describe_quorum_to_kio(description, version, wall_offset_ms, nodes)
 
 
 @handles(wire.DESCRIBE_QUORUM_KEY, *wire.VERSIONS[wire.DESCRIBE_QUORUM_KEY], plane=Plane.BROKER)
 async def describe_quorum_on_broker(services: BrokerServices, request: Request) -> Any:
     version = request.header.api_version
     try:
-        wire.check_describe_quorum_request(request.body)
+        wire_describe_quorum.check_describe_quorum_request(request.body)
     except wire.WireError as error:
         return wire.error_response(wire.DESCRIBE_QUORUM_KEY, version, error.code)
     if services.quorum is None:

@@ -1,0 +1,60 @@
+"""The settings objects the broker's parts are built with, read from its configs.
+
+How this works and why: the group coordinator and the replica fetchers take plain
+settings dataclasses (CoordinatorSettings, FetcherSettings) rather than the broker's
+config table, so they can be built in tests without one; these functions are the one
+place that maps Kafka's config names onto those fields. Split from broker.py, the
+composition root, which calls them when it builds the parts.
+"""
+
+from __future__ import annotations
+
+from odradek.coordinator.group.classic import GroupSettings
+from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
+from odradek.coordinator.group.coordinator import CoordinatorSettings
+from odradek.replica.fetcher_state import FetcherSettings
+from odradek.server.config import BrokerConfig
+
+
+def internal_replication_factor(config: BrokerConfig, name: str) -> int:
+    """An internal topic's replication factor config (offsets.topic.replication.factor,
+    transaction.state.log.replication.factor): 1 on the zero-config single node unless
+    set, as Kafka's single-node example configs set it (one broker never meets 3)."""
+    if not config.quorum_configured and not config.is_set(name):
+        return 1
+    return int(config[name])
+
+
+def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
+    return CoordinatorSettings(
+        partitions=config["offsets.topic.num.partitions"],
+        replication_factor=internal_replication_factor(config, "offsets.topic.replication.factor"),
+        segment_bytes=config["offsets.topic.segment.bytes"],
+        metadata_max_bytes=config["offset.metadata.max.bytes"],
+        retention_ms=config["offsets.retention.minutes"] * 60_000,
+        retention_check_interval_ms=config["offsets.retention.check.interval.ms"],
+        group=GroupSettings(
+            min_session_timeout_ms=config["group.min.session.timeout.ms"],
+            max_session_timeout_ms=config["group.max.session.timeout.ms"],
+            initial_rebalance_delay_ms=config["group.initial.rebalance.delay.ms"],
+            max_size=config["group.max.size"],
+        ),
+        consumer=ConsumerGroupSettings(
+            session_timeout_ms=config["group.consumer.session.timeout.ms"],
+            heartbeat_interval_ms=config["group.consumer.heartbeat.interval.ms"],
+            assignors=config["group.consumer.assignors"],
+            max_size=config["group.consumer.max.size"],
+        ),
+    )
+
+
+def fetcher_settings(config: BrokerConfig) -> FetcherSettings:
+    """The replica.* configs a follower's fetchers obey (Kafka's names)."""
+    return FetcherSettings(
+        replica_id=config.node_id,
+        max_wait_ms=config["replica.fetch.wait.max.ms"],
+        min_bytes=config["replica.fetch.min.bytes"],
+        max_bytes=config["replica.fetch.response.max.bytes"],
+        partition_max_bytes=config["replica.fetch.max.bytes"],
+        backoff_ms=config["replica.fetch.backoff.ms"],
+    )
