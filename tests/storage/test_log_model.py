@@ -416,6 +416,9 @@ class LogModel(RuleBasedStateMachine):
         )
         if offset >= self.leo:
             assert not changed
+            # nothing removed, but an epoch starting at the log end (one led without a
+            # record, or the first epoch after the log start moved to the end) goes
+            self.epochs = [e for e in self.epochs if e[1] < self.leo]
             return
         assert changed
         if offset <= self.first_segment_base():
