@@ -44,8 +44,8 @@ class Waiter(Protocol[T_contra]):
     def set_result(self, result: T_contra, /) -> None: ...
 
 
-class DelayedProduces:
-    """acks=all produces of one partition, completed in order of required offset."""
+class _OffsetWaiters:
+    """Waiters of one partition, each for the HW to reach an offset, in offset order."""
 
     def __init__(self) -> None:
         self._heap: list[tuple[int, int, Waiter[str]]] = []
@@ -54,17 +54,16 @@ class DelayedProduces:
     def __len__(self) -> int:
         return sum(1 for _, _, waiter in self._heap if not waiter.done())
 
-    def add(self, required_offset: int, waiter: Waiter[str]) -> None:
-        heapq.heappush(self._heap, (required_offset, next(self._order), waiter))
+    def add(self, offset: int, waiter: Waiter[str]) -> None:
+        heapq.heappush(self._heap, (offset, next(self._order), waiter))
 
-    def complete_up_to(self, high_watermark: int, isr_size: int, min_insync: int) -> int:
-        """Answer every produce whose required offset is <= ``high_watermark``."""
-        error = "NONE" if isr_size >= min_insync else "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+    def _complete(self, high_watermark: int, result: str) -> int:
+        """Answer ``result`` to every waiter whose offset is <= ``high_watermark``."""
         completed = 0
         while self._heap and self._heap[0][0] <= high_watermark:
             _, _, waiter = heapq.heappop(self._heap)
             if not waiter.done():
-                waiter.set_result(error)
+                waiter.set_result(result)
                 completed += 1
         return completed
 
@@ -75,9 +74,29 @@ class DelayedProduces:
                 waiter.set_result(error)
 
     def discard(self, waiter: Waiter[str]) -> None:
-        """A produce that timed out: forget its waiter."""
-        self._heap = [entry for entry in self._heap if entry[2] is not waiter]
-        heapq.heapify(self._heap)
+        """A waiter whose owner went away (a produce timed out, a load was cancelled)."""
+        kept = [entry for entry in self._heap if entry[2] is not waiter]
+        if len(kept) != len(self._heap):
+            heapq.heapify(kept)
+            self._heap = kept
+
+
+class DelayedProduces(_OffsetWaiters):
+    """acks=all produces of one partition, completed in order of required offset."""
+
+    def complete_up_to(self, high_watermark: int, isr_size: int, min_insync: int) -> int:
+        """Answer every produce whose required offset is <= ``high_watermark``."""
+        error = "NONE" if isr_size >= min_insync else "NOT_ENOUGH_REPLICAS_AFTER_APPEND"
+        return self._complete(high_watermark, error)
+
+
+class HighWatermarkWaiters(_OffsetWaiters):
+    """Waiters for "the HW is at least this offset" on one partition (a coordinator's
+    load): the ISR's size does not matter, the records are committed either way."""
+
+    def complete_up_to(self, high_watermark: int) -> int:
+        """Answer "NONE" to every waiter whose offset is <= ``high_watermark``."""
+        return self._complete(high_watermark, "NONE")
 
 
 class DelayedDeleteRecords:
@@ -111,43 +130,6 @@ class DelayedDeleteRecords:
 
     def discard(self, waiter: Waiter[int | str]) -> None:
         self._waiting = [entry for entry in self._waiting if entry[1] is not waiter]
-
-
-class HighWatermarkWaiters:
-    """Waiters for "the HW is at least this offset" on one partition, in offset order."""
-
-    def __init__(self) -> None:
-        self._heap: list[tuple[int, int, Waiter[str]]] = []
-        self._order = itertools.count()
-
-    def __len__(self) -> int:
-        return sum(1 for _, _, waiter in self._heap if not waiter.done())
-
-    def add(self, offset: int, waiter: Waiter[str]) -> None:
-        heapq.heappush(self._heap, (offset, next(self._order), waiter))
-
-    def complete_up_to(self, high_watermark: int) -> int:
-        """Answer "NONE" to every waiter whose offset is <= ``high_watermark``."""
-        completed = 0
-        while self._heap and self._heap[0][0] <= high_watermark:
-            _, _, waiter = heapq.heappop(self._heap)
-            if not waiter.done():
-                waiter.set_result("NONE")
-                completed += 1
-        return completed
-
-    def fail_all(self, error: str) -> None:
-        heap, self._heap = self._heap, []
-        for _, _, waiter in heap:
-            if not waiter.done():
-                waiter.set_result(error)
-
-    def discard(self, waiter: Waiter[str]) -> None:
-        """A waiter whose owner went away (its load was cancelled): forget it."""
-        kept = [entry for entry in self._heap if entry[2] is not waiter]
-        if len(kept) != len(self._heap):
-            heapq.heapify(kept)
-            self._heap = kept
 
 
 class FetchWatchers:
