@@ -189,6 +189,8 @@ def run(config: Config, workdir: Path, progress: Callable[[str], None] | None = 
             result.client_errors.update(producer.errors)
         for member in members:
             result.client_errors.update(member.errors)
+        if observer is not None:
+            result.client_errors.update(observer.errors)
         result.runner_crashes = [
             runner.crash for runner in (producer, *members, observer) if runner and runner.crash
         ]

@@ -267,6 +267,11 @@ class GroupMember(Runner):
         return ok
 
 
+def _error_name(exc: KafkaException) -> str:
+    error = exc.args[0] if exc.args else None
+    return error.name() if isinstance(error, KafkaError) else type(exc).__name__
+
+
 def _seq_of(message: Any, value_bytes: int) -> int:
     """The seq a record carries, or SEQ_UNREADABLE if its key or value is not one sent."""
     seq = decode_key(message.key())
@@ -276,27 +281,42 @@ def _seq_of(message: Any, value_bytes: int) -> int:
 
 
 class Observer(Runner):
-    """Samples committed offsets and high watermarks every ``interval_s``."""
+    """Samples committed offsets and high watermarks every ``interval_s``.
+
+    Every failed sample is counted in ``errors`` (``observe:<error>``), so the run's
+    table shows it. A consumer whose ``committed()`` has failed for ``renew_after_s``
+    is replaced by a new one (``observe:renewed``): librdkafka's group handle can stay
+    stuck after its coordinator went away (confluentinc/librdkafka#5586 and its
+    kin) while the group's own members commit fine; a broker that really stopped
+    answering OffsetFetch fails the new consumer too, and the drain with it."""
 
     def __init__(
-        self, bootstrap: str, topic: str, group: str, partitions: int, interval_s: float = 0.5
+        self,
+        bootstrap: str,
+        topic: str,
+        group: str,
+        partitions: int,
+        interval_s: float = 0.5,
+        renew_after_s: float = 15.0,
     ) -> None:
         super().__init__("chaos-observer")
         self.topic = topic
         self.partitions = partitions
         self.interval_s = interval_s
+        self.renew_after_s = renew_after_s
         self.committed: list[Sample] = []
         self.high_watermarks: list[Sample] = []
+        self.errors: Counter[str] = Counter()
         self.began = time.monotonic()
-        self.consumer = Consumer(
-            {
-                "bootstrap.servers": bootstrap,
-                "group.id": group,
-                "enable.auto.commit": False,
-                "reconnect.backoff.max.ms": 1000,
-                **QUIET,
-            }
-        )
+        self.config = {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "enable.auto.commit": False,
+            "reconnect.backoff.max.ms": 1000,
+            **QUIET,
+        }
+        self.consumer = Consumer(self.config)
+        self.answered_at = time.monotonic()  # the last committed() that answered
 
     def latest_committed(self) -> dict[int, int]:
         latest: dict[int, int] = {}
@@ -309,11 +329,21 @@ class Observer(Runner):
         partitions = [TP(self.topic, p) for p in range(self.partitions)]
         try:
             committed = self.consumer.committed(partitions, timeout=5)
-        except KafkaException:
+        except KafkaException as exc:
+            self.errors[f"observe:{_error_name(exc)}"] += 1
             committed = []
         for tp in committed:
-            if tp.error is None and tp.offset >= 0:
+            if tp.error is not None:
+                self.errors[f"observe:{tp.error.name()}"] += 1
+            elif tp.offset >= 0:
                 self.committed.append(Sample(now, tp.partition, tp.offset))
+        if committed and all(tp.error is None for tp in committed):
+            self.answered_at = time.monotonic()
+        elif time.monotonic() - self.answered_at > self.renew_after_s:
+            self.errors["observe:renewed"] += 1
+            self.consumer.close()
+            self.consumer = Consumer(self.config)
+            self.answered_at = time.monotonic()
         for tp in partitions:
             try:
                 _, high = self.consumer.get_watermark_offsets(tp, timeout=5, cached=False)
@@ -395,6 +425,9 @@ RETRIABLE_ADMIN = frozenset(
         "_TIMED_OUT",
         "_TRANSPORT",
         "_ALL_BROKERS_DOWN",
+        # librdkafka drops a broker Metadata stops listing (a node killed is fenced,
+        # and fenced brokers are not listed, as Kafka's): its in-flight request fails so.
+        "_DESTROY_BROKER",
         "NETWORK_EXCEPTION",
         "BROKER_NOT_AVAILABLE",
         "COORDINATOR_NOT_AVAILABLE",
