@@ -63,6 +63,11 @@ from odradek.replica.partition import (
 )
 from odradek.replica.reads import FetchParams, FetchPosition, FetchResults, PartitionRead
 from odradek.replica.replica_selector import ReplicaSelector, preferred_read_replica
+from odradek.replica.replication_quota import (
+    ReplicationQuota,
+    leader_throttled,
+    record_sent,
+)
 from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo
 from odradek.storage.log_config import LogConfig
@@ -105,11 +110,13 @@ class ReplicaManager:
         lag_time_max_ms: int = DEFAULT_LAG_TIME_MAX_MS,
         clock: Callable[[], int] = monotonic_ms,
         replica_selector: ReplicaSelector | None = None,
+        leader_quota: ReplicationQuota | None = None,
     ) -> None:
         """``isr_channel`` (with this broker's current ``broker_epoch``) makes the
         AlterPartitionManager, which ``isr_expiration`` runs; ``isr_manager`` gives one
         ready-made instead (tests). ``replica_selector`` (``replica.selector.class``)
-        picks the replica a consumer with a rack should read from; None: the leader."""
+        picks the replica a consumer with a rack should read from; None: the leader.
+        ``leader_quota`` is leader.replication.throttled.rate (replication_quota.py)."""
         self.node_id = node_id
         self.log_manager = log_manager
         self.fetching = fetching
@@ -119,6 +126,7 @@ class ReplicaManager:
         self.lag_time_max_ms = lag_time_max_ms
         self.clock = clock
         self.replica_selector = replica_selector
+        self.leader_quota = leader_quota  # KIP-73 (replication_quota.py)
         self.partitions: dict[tuple[str, int], Partition] = {}
         # Partitions answered with KAFKA_STORAGE_ERROR: ``offline`` ones had an I/O
         # error in their log (disk full, EIO) with its state on disk unknown, until a
@@ -453,10 +461,13 @@ class ReplicaManager:
             results, watched, total, final = self._read_all(params)
             remaining = deadline - self.clock()
             if final or total >= params.min_bytes or remaining <= 0 or not watched:
-                return results
+                break
             if self.closing:  # shutting down: answer with what there is
-                return results
+                break
             await self._wait(watched, params.from_follower, remaining / 1000)
+        if params.from_follower:  # KIP-73 hook: the bytes sent count against the quota
+            record_sent(self.leader_quota, results)
+        return results
 
     def _read_all(self, params: FetchParams) -> tuple[FetchResults, list[Partition], int, bool]:
         budget = params.max_bytes
@@ -483,6 +494,10 @@ class ReplicaManager:
                         min_one_batch=total == 0,
                         leader_only=params.leader_only,
                     )
+                    if params.from_follower:  # KIP-73 hook: no records while over quota
+                        read = leader_throttled(
+                            self.leader_quota, name, index, partition.isr, params.replica_id, read
+                        )
                     if params.from_follower:
                         self._send_proposal(partition)  # it may have rejoined the ISR
                 except PartitionError as error:
