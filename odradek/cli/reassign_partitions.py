@@ -293,17 +293,23 @@ async def _execute(
         missing = [_name(tp) for tp in plan if tp not in current]
         if missing:
             raise ReassignToolError(f"unknown partition(s): {', '.join(missing)}")
-        if not args.additional and await _ongoing(connection, None):
+        ongoing = await _ongoing(connection, None)
+        if not args.additional and ongoing:
             raise ReassignToolError(
                 "cannot execute because there is an existing partition reassignment; use "
                 "--additional to start this one in addition to it"
             )
-        # The throttles first, so the copy never runs unbounded (KIP-73).
+        # The throttles first, so the copy never runs unbounded (KIP-73). A partition
+        # already moving is throttled from where it started: its replicas without the
+        # ones being added (Metadata shows the union while it moves).
+        started = {
+            tp: tuple(r for r in reps if r not in adding) for tp, (reps, adding) in ongoing.items()
+        }
         throttled = await set_throttles(
             _connected,
             connection,
             brokers,
-            current,
+            {**current, **started},
             plan,
             args.throttle,
             args.replica_alter_log_dirs_throttle,
@@ -449,8 +455,9 @@ async def _assignment(connection: BrokerConnection) -> tuple[Assignment, Address
 
 async def _ongoing(
     connection: BrokerConnection, partitions: Sequence[tuple[str, int]] | None
-) -> dict[tuple[str, int], tuple[int, ...]]:
-    """The ongoing reassignments (ListPartitionReassignments): partition → replicas."""
+) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The ongoing reassignments (ListPartitionReassignments): partition → (replicas,
+    adding replicas)."""
     version = _version(connection, LIST_KEY, "ListPartitionReassignments")
     topics: Any = None
     if partitions is not None:
@@ -476,7 +483,10 @@ async def _ongoing(
     if response.error_code != ErrorCode.none:
         raise ReassignToolError(f"listing reassignments failed: {response.error_code.name.upper()}")
     return {
-        (topic.name, int(p.partition_index)): tuple(int(r) for r in p.replicas)
+        (topic.name, int(p.partition_index)): (
+            tuple(int(r) for r in p.replicas),
+            tuple(int(r) for r in p.adding_replicas),
+        )
         for topic in response.topics
         for p in topic.partitions
     }
