@@ -244,7 +244,11 @@ def test_a_move_to_a_dead_broker_stays_in_progress_until_cancelled(tmp_path: Pat
         assert refused.returncode == 1 and "--additional" in refused.stderr
 
         out = reassign(quorum, "--cancel", plan)
-        assert out.splitlines() == [f"Successfully cancelled partition reassignment for {TOPIC}-0"]
+        assert out.splitlines() == [
+            f"Successfully cancelled partition reassignment for {TOPIC}-0",
+            "Clearing broker-level throttles on brokers 1,2",  # the brokers Metadata lists
+            f"Clearing topic-level throttles on topic {TOPIC}",
+        ]
         assert reassign(quorum, "--verify", plan).splitlines() == [
             "Status of partition reassignment:",
             f"There is no active reassignment of partition {TOPIC}-0, but replica set is 2,1 "
