@@ -245,6 +245,31 @@ def test_the_leader_counts_only_throttled_partitions(
     assert quota.rate() > 0
 
 
+def test_a_throttled_partition_does_not_end_a_followers_long_poll(
+    leader: tuple[ReplicaManager, Partition, ReplicationQuota, FakeClock],
+) -> None:
+    """Held back, the partition's bytes do not count toward min_bytes: the fetch waits
+    its max_wait (as Kafka's DelayedFetch leaves throttled partitions out of its sum)
+    and then answers with no records; a record appended meanwhile does not end it."""
+    manager, _, quota, _ = leader
+    quota.mark_throttled("t", ALL_REPLICAS)
+    quota.record(10_000)
+    params = FetchParams(F3, 300, 1, 1 << 20, [("t", [(0, FetchPosition(0, 1 << 20))])])
+
+    async def run() -> tuple[float, PartitionRead]:
+        loop = asyncio.get_running_loop()
+        began = loop.time()
+        fetching = asyncio.create_task(manager.fetch(params))
+        await asyncio.sleep(0.05)
+        manager.append("t", 0, batch(b"y"), 1)  # wakes the poll; still throttled
+        ((_, [(_, read)]),) = await asyncio.wait_for(fetching, 30)
+        return loop.time() - began, read
+
+    waited, read = asyncio.run(run())
+    assert read.error == "NONE" and read.size == 0
+    assert waited >= 0.25  # the whole max_wait (300 ms, less the loop's timer slack)
+
+
 # -- the follower's rule on a FetcherCore ------------------------------------------------
 def test_the_follower_leaves_a_throttled_partition_out_until_the_windows_age(
     tmp_path: Path,
