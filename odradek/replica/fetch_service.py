@@ -36,6 +36,8 @@ from odradek.storage.errors import StorageError
 
 
 class FetchService:
+    """A broker's Fetch over its hosted partitions; mixed into ``ReplicaManager``."""
+
     # The ReplicaManager's, read here (replica/replica_manager.py sets them).
     node_id: int
     clock: Callable[[], int]

@@ -57,6 +57,8 @@ logger = logging.getLogger("odradek.replica.partition")
 
 
 class IsrTracking:
+    """Who is in sync with a led partition; mixed into ``Partition``."""
+
     # The partition's own state, read here (replica/partition.py sets it).
     topic: str
     index: int
