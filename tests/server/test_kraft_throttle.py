@@ -56,17 +56,12 @@ PROPERTIES = {
 RATES = ("leader.replication.throttled.rate", "follower.replication.throttled.rate")
 LISTS = ("leader.replication.throttled.replicas", "follower.replication.throttled.replicas")
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.quorum(properties=PROPERTIES)]
 
 
 def log_bytes(quorum: Quorum, node_id: int) -> int:
     directory = quorum.data_dir(node_id) / f"{TOPIC}-0"
     return sum(p.stat().st_size for p in directory.glob("*.log")) if directory.is_dir() else 0
-
-
-def segments(quorum: Quorum, node_id: int) -> dict[str, bytes]:
-    directory = quorum.data_dir(node_id) / f"{TOPIC}-0"
-    return {p.name: p.read_bytes() for p in sorted(directory.glob("*.log"))}
 
 
 def configs(admin: AdminClient, kind: ResourceType, name: str) -> dict[str, ConfigEntry]:
@@ -98,64 +93,67 @@ def produce(bootstrap: str) -> None:
     assert producer.flush(60) == 0 and failures == []
 
 
-def test_a_throttled_reassignment_moves_at_the_rate_until_raised(tmp_path: Path) -> None:
-    with Quorum(tmp_path / "q", properties=PROPERTIES) as quorum:
-        admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
-        created = admin.create_topics([NewTopic(TOPIC, 1, -1, replica_assignment=[[1]])])
-        created[TOPIC].result(timeout=30)
-        produce(quorum.bootstrap)
-        total = log_bytes(quorum, 1)
-        assert total > 5_000_000
+def test_a_throttled_reassignment_moves_at_the_rate_until_raised(
+    tmp_path: Path, quorum: Quorum
+) -> None:
+    admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
+    created = admin.create_topics([NewTopic(TOPIC, 1, -1, replica_assignment=[[1]])])
+    created[TOPIC].result(timeout=30)
+    produce(quorum.bootstrap)
+    total = log_bytes(quorum, 1)
+    assert total > 5_000_000
 
-        plan = write_plan(tmp_path / "plan.json", [1, 2])
-        began = time.monotonic()
-        out = throttled_execute(quorum, plan, 100_000)
-        assert "The inter-broker throttle limit was set to 100000 B/s" in out
-        assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
-        for broker in ("1", "2"):
-            assert dynamic(admin, ResourceType.BROKER, broker, RATES) == dict.fromkeys(
-                RATES, "100000"
-            )
-        assert dynamic(admin, ResourceType.TOPIC, TOPIC, LISTS) == {
-            "leader.replication.throttled.replicas": "0:1",
-            "follower.replication.throttled.replicas": "0:2",
-        }
-        assert dynamic(admin, ResourceType.BROKER, "3", RATES) == {}  # not involved
+    plan = write_plan(tmp_path / "plan.json", [1, 2])
+    began = time.monotonic()
+    out = throttled_execute(quorum, plan, 100_000)
+    assert "The inter-broker throttle limit was set to 100000 B/s" in out
+    assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
+    for broker in ("1", "2"):
+        assert dynamic(admin, ResourceType.BROKER, broker, RATES) == dict.fromkeys(RATES, "100000")
+    assert dynamic(admin, ResourceType.TOPIC, TOPIC, LISTS) == {
+        "leader.replication.throttled.replicas": "0:1",
+        "follower.replication.throttled.replicas": "0:2",
+    }
+    assert dynamic(admin, ResourceType.BROKER, "3", RATES) == {}  # not involved
 
-        # Three seconds in: the first burst at most (two fetches of up to 1 MiB; one
-        # more burst per 10 s if this loaded machine took that long to get here).
-        time.sleep(max(0.0, began + 3 - time.monotonic()))
-        moved, elapsed = log_bytes(quorum, 2), time.monotonic() - began
-        bursts = 1 + int(elapsed // 10)
-        assert moved <= bursts * 2 * 1_048_576 + 100_000 and moved < total, (
-            f"{moved} of {total} bytes moved in {elapsed:.1f} s at 100 KB/s"
+    # Three seconds in: the first burst at most (two fetches of up to 1 MiB; one
+    # more burst per 10 s if this loaded machine took that long to get here).
+    time.sleep(max(0.0, began + 3 - time.monotonic()))
+    moved, elapsed = log_bytes(quorum, 2), time.monotonic() - began
+    bursts = 1 + int(elapsed // 10)
+    assert moved <= bursts * 2 * 1_048_576 + 100_000 and moved < total, (
+        f"{moved} of {total} bytes moved in {elapsed:.1f} s at 100 KB/s"
+    )
+    status = reassign(quorum, "--verify", plan)
+    assert f"Reassignment of partition {TOPIC}-0 is still in progress." in status
+    assert "Clearing" not in status  # not done: the throttles stay
+    assert dynamic(admin, ResourceType.TOPIC, TOPIC, LISTS) != {}
+
+    out = throttled_execute(quorum, plan, 50_000_000, "--additional")
+    assert "The inter-broker throttle limit was set to 50000000 B/s" in out
+    assert dynamic(admin, ResourceType.BROKER, "1", RATES) == dict.fromkeys(RATES, "50000000")
+
+    def completed() -> bool:
+        return f"Reassignment of partition {TOPIC}-0 is completed." in reassign(
+            quorum, "--verify", plan
         )
-        status = reassign(quorum, "--verify", plan)
-        assert f"Reassignment of partition {TOPIC}-0 is still in progress." in status
-        assert "Clearing" not in status  # not done: the throttles stay
-        assert dynamic(admin, ResourceType.TOPIC, TOPIC, LISTS) != {}
 
-        out = throttled_execute(quorum, plan, 50_000_000, "--additional")
-        assert "The inter-broker throttle limit was set to 50000000 B/s" in out
-        assert dynamic(admin, ResourceType.BROKER, "1", RATES) == dict.fromkeys(RATES, "50000000")
-
-        def completed() -> bool:
-            return f"Reassignment of partition {TOPIC}-0 is completed." in reassign(
-                quorum, "--verify", plan
-            )
-
-        wait_until(completed, 90, "the reassignment completed once the rate was raised")
-        # --verify cleared everything it had set (the last call saw the move done).
-        for broker in ("1", "2", "3"):
-            assert dynamic(admin, ResourceType.BROKER, broker, RATES) == {}
-        assert dynamic(admin, ResourceType.TOPIC, TOPIC, LISTS) == {}
-        described = configs(admin, ResourceType.TOPIC, TOPIC)
-        assert described["leader.replication.throttled.replicas"].value == ""
-        metadata = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
-        assert sorted(metadata.replicas) == [1, 2] and sorted(metadata.isrs) == [1, 2]
-        wait_until(lambda: segments(quorum, 2) == segments(quorum, 1), 30, "identical replicas")
-        for node in (1, 2, 3):
-            assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
+    wait_until(completed, 90, "the reassignment completed once the rate was raised")
+    # --verify cleared everything it had set (the last call saw the move done).
+    for broker in ("1", "2", "3"):
+        assert dynamic(admin, ResourceType.BROKER, broker, RATES) == {}
+    assert dynamic(admin, ResourceType.TOPIC, TOPIC, LISTS) == {}
+    described = configs(admin, ResourceType.TOPIC, TOPIC)
+    assert described["leader.replication.throttled.replicas"].value == ""
+    metadata = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+    assert sorted(metadata.replicas) == [1, 2] and sorted(metadata.isrs) == [1, 2]
+    wait_until(
+        lambda: quorum.segment_files(2, f"{TOPIC}-0") == quorum.segment_files(1, f"{TOPIC}-0"),
+        30,
+        "identical replicas",
+    )
+    for node in (1, 2, 3):
+        assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
 
 
 def throttled_execute(quorum: Quorum, plan: Path, rate: int, *extra: str) -> str:
@@ -175,43 +173,42 @@ def throttled_execute(quorum: Quorum, plan: Path, rate: int, *extra: str) -> str
     return done.stdout
 
 
-def test_a_client_sets_and_deletes_the_broker_rate(tmp_path: Path) -> None:
-    with Quorum(tmp_path / "q", properties=PROPERTIES) as quorum:
-        admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
+def test_a_client_sets_and_deletes_the_broker_rate(quorum: Quorum) -> None:
+    admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
 
-        def alter(
-            kind: ResourceType, name: str, key: str, op: AlterConfigOpType, value: str | None
-        ) -> None:
-            entry = ConfigEntry(key, value, incremental_operation=op)
-            resource = ConfigResource(kind, name, incremental_configs=[entry])
-            admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    def alter(
+        kind: ResourceType, name: str, key: str, op: AlterConfigOpType, value: str | None
+    ) -> None:
+        entry = ConfigEntry(key, value, incremental_operation=op)
+        resource = ConfigResource(kind, name, incremental_configs=[entry])
+        admin.incremental_alter_configs([resource])[resource].result(timeout=30)
 
-        rate = "leader.replication.throttled.rate"
-        alter(ResourceType.BROKER, "3", rate, AlterConfigOpType.SET, "1048576")
-        entry = configs(admin, ResourceType.BROKER, "3")[rate]
-        assert entry.value == "1048576"
-        assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
-        assert configs(admin, ResourceType.BROKER, "1")[rate].value == str(2**63 - 1)
+    rate = "leader.replication.throttled.rate"
+    alter(ResourceType.BROKER, "3", rate, AlterConfigOpType.SET, "1048576")
+    entry = configs(admin, ResourceType.BROKER, "3")[rate]
+    assert entry.value == "1048576"
+    assert entry.source == ConfigSource.DYNAMIC_BROKER_CONFIG.value
+    assert configs(admin, ResourceType.BROKER, "1")[rate].value == str(2**63 - 1)
 
-        with pytest.raises(KafkaException) as refused:
-            alter(ResourceType.BROKER, "3", rate, AlterConfigOpType.SET, "-5")
-        assert refused.value.args[0].name() == "INVALID_REQUEST"
+    with pytest.raises(KafkaException) as refused:
+        alter(ResourceType.BROKER, "3", rate, AlterConfigOpType.SET, "-5")
+    assert refused.value.args[0].name() == "INVALID_REQUEST"
 
-        created = admin.create_topics([NewTopic("t", 2, 1)])
-        created["t"].result(timeout=30)
-        with pytest.raises(KafkaException) as bad:
-            alter(ResourceType.TOPIC, "t", LISTS[0], AlterConfigOpType.SET, "0-1")
-        assert bad.value.args[0].name() == "INVALID_CONFIG"
-        alter(ResourceType.TOPIC, "t", LISTS[0], AlterConfigOpType.SET, "*")
-        alter(ResourceType.TOPIC, "t", LISTS[1], AlterConfigOpType.APPEND, "0:2")
-        alter(ResourceType.TOPIC, "t", LISTS[1], AlterConfigOpType.APPEND, "1:3")
-        assert dynamic(admin, ResourceType.TOPIC, "t", LISTS) == {
-            LISTS[0]: "*",
-            LISTS[1]: "0:2,1:3",
-        }
+    created = admin.create_topics([NewTopic("t", 2, 1)])
+    created["t"].result(timeout=30)
+    with pytest.raises(KafkaException) as bad:
+        alter(ResourceType.TOPIC, "t", LISTS[0], AlterConfigOpType.SET, "0-1")
+    assert bad.value.args[0].name() == "INVALID_CONFIG"
+    alter(ResourceType.TOPIC, "t", LISTS[0], AlterConfigOpType.SET, "*")
+    alter(ResourceType.TOPIC, "t", LISTS[1], AlterConfigOpType.APPEND, "0:2")
+    alter(ResourceType.TOPIC, "t", LISTS[1], AlterConfigOpType.APPEND, "1:3")
+    assert dynamic(admin, ResourceType.TOPIC, "t", LISTS) == {
+        LISTS[0]: "*",
+        LISTS[1]: "0:2,1:3",
+    }
 
-        alter(ResourceType.BROKER, "3", rate, AlterConfigOpType.DELETE, None)
-        entry = configs(admin, ResourceType.BROKER, "3")[rate]
-        assert entry.value == str(2**63 - 1) and entry.source == ConfigSource.DEFAULT_CONFIG.value
-        for node in (1, 2, 3):
-            assert "Traceback" not in quorum.nodes[node].log()
+    alter(ResourceType.BROKER, "3", rate, AlterConfigOpType.DELETE, None)
+    entry = configs(admin, ResourceType.BROKER, "3")[rate]
+    assert entry.value == str(2**63 - 1) and entry.source == ConfigSource.DEFAULT_CONFIG.value
+    for node in (1, 2, 3):
+        assert "Traceback" not in quorum.nodes[node].log()
