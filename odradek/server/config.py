@@ -373,6 +373,10 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("replica.fetch.response.max.bytes", _int(0, INT_MAX), "10485760"),
     BrokerConfigDef("replica.fetch.min.bytes", _int(0, INT_MAX), "1"),
     BrokerConfigDef("replica.fetch.backoff.ms", _int(0, INT_MAX), "1000"),
+    # Moving replicas between this broker's log dirs (replica/log_dir_mover.py).
+    BrokerConfigDef(
+        "replica.alter.log.dirs.io.max.bytes.per.second", _int(1, LONG_MAX), str(LONG_MAX)
+    ),
     BrokerConfigDef("replica.socket.timeout.ms", _int(1, INT_MAX), "30000"),
     BrokerConfigDef("replica.lag.time.max.ms", _int(0, LONG_MAX), "30000"),
     BrokerConfigDef("replica.selector.class", _replica_selector, None),

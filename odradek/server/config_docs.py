@@ -86,6 +86,8 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "replica.fetch.max.bytes": "bytes a follower's fetch asks of each partition",
     "replica.fetch.response.max.bytes": "bytes a follower's fetch asks in all",
     "replica.fetch.min.bytes": "bytes a leader gathers before answering a follower's fetch",
+    "replica.alter.log.dirs.io.max.bytes.per.second": "bytes per second a replica moving "
+    "between this broker's log dirs is copied at (default: unlimited)",
     "replica.fetch.backoff.ms": "a follower's wait before refetching a partition after an error",
     "replica.socket.timeout.ms": "a follower's fetch timeout beyond its max wait",
     "replica.lag.time.max.ms": "a follower this far behind leaves the ISR",

@@ -20,6 +20,13 @@ removed in the background, so a crash mid-delete never resurrects half a log. A 
 metadata does not know (a "stray" log) is never deleted on that evidence alone: it is
 renamed ``<topic>-<partition>.<id>-stray`` (as Kafka 3.7+ does), kept, and not loaded
 again; an operator removes it, or renames it back once the metadata is repaired.
+
+A partition being moved to another log dir (AlterReplicaLogDirs) also has a *future*
+log there, ``<topic>-<partition>.<id>-future`` (``future_logs``; storage/future_logs.py
+has the swap): it is checkpointed with the other logs of its dir, loaded again at
+start-up (and resumed by the replica layer) if its partition's current log is here,
+discarded otherwise; ``recover_swaps`` first finishes any swap a crash interrupted.
+``preferred_dirs`` remembers the dir asked for a partition not hosted yet.
 """
 
 from __future__ import annotations
@@ -46,6 +53,15 @@ from odradek.storage.checkpoint import (
     write_offset_checkpoint,
 )
 from odradek.storage.errors import StorageError
+from odradek.storage.future_logs import (
+    LogSwap,
+    create_future_log,
+    discard_future_log,
+    parse_future_dir_name,
+    parse_swap_dir_name,
+    recover_swaps,
+    release_files,
+)
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import open_log
@@ -126,6 +142,12 @@ class LogManager:
         self._reserved_logs: dict[str, Log] = {}
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        # AlterReplicaLogDirs: future logs being filled, and the dirs wanted for
+        # partitions not created yet; old logs whose files close after a delay.
+        self.future_logs: dict[TopicPartition, Log] = {}
+        self.preferred_dirs: dict[TopicPartition, Path] = {}
+        self._retired: list[tuple[int, Log]] = []
+        self._found_futures: list[tuple[TopicPartition, Path, int, int, int, bool]] = []
         self._topic_configs: dict[str, LogConfig] = {}
         self._lock_fds: list[int] = []
         self._last_run: dict[str, int] = {}
@@ -147,8 +169,10 @@ class LogManager:
     def load_logs(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         self._topic_configs.update(topic_configs or {})
         self._started_ms = self.clock()
+        recover_swaps(self.log_dirs)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
+        self._load_futures()
         self.started = True
 
     def _lock(self, log_dir: Path) -> None:
@@ -193,6 +217,22 @@ class LogManager:
                     child,
                 )
                 continue
+            future_tp = parse_future_dir_name(child.name)
+            if future_tp is not None:
+                self._found_futures.append(
+                    (
+                        future_tp,
+                        child,
+                        recovery_points.get(future_tp, 0),
+                        start_offsets.get(future_tp, 0),
+                        high_watermarks.get(future_tp, 0),
+                        clean,
+                    )
+                )
+                continue
+            if parse_swap_dir_name(child.name) is not None:  # recover_swaps left it
+                logger.warning("not loading %s: a log dir swap it could not finish", child)
+                continue
             tp = parse_log_dir_name(child.name)
             if tp is None:
                 logger.warning("ignoring %s: not a <topic>-<partition> directory", child)
@@ -235,6 +275,37 @@ class LogManager:
         # From here on a crash must be noticed: the marker only returns on clean shutdown.
         self._write_checkpoints_for(log_dir)
 
+    def _load_futures(self) -> None:
+        """Open the future logs found at start-up whose current log is here; rename the
+        others ``-delete`` (a move of a partition deleted meanwhile)."""
+        found, self._found_futures = self._found_futures, []
+        for tp, directory, recovery_point, start, high_watermark, clean in found:
+            current_dir = self._log_dir_of.get(tp)
+            if current_dir is None or tp in self.future_logs or current_dir == directory.parent:
+                target = directory.with_name(directory.name[: -len("-future")] + DELETE_DIR_SUFFIX)
+                os.rename(directory, target)
+                logger.warning("discarding the future log %s: no current log to move", directory)
+                continue
+            log, _ = open_log(
+                directory,
+                self.config_for(tp[0]),
+                recovery_point=recovery_point,
+                log_start_offset=start,
+                clean_shutdown=clean,
+                clock=self.clock,
+                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            )
+            log.high_watermark = high_watermark
+            self.future_logs[tp] = log
+            logger.info(
+                "resuming the move of %s-%d to %s at offset %d",
+                *tp,
+                directory.parent,
+                log.log_end_offset,
+            )
+        if found:
+            self.write_checkpoints()
+
     # -- logs ------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
         return self._topic_configs.get(topic, self.default_config)
@@ -259,7 +330,8 @@ class LogManager:
         counts = {d: 0 for d in self.log_dirs}
         for log_dir in self._log_dir_of.values():
             counts[log_dir] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        preferred = self.preferred_dirs.pop(tp, None)  # AlterReplicaLogDirs asked first
+        log_dir = preferred or min(self.log_dirs, key=lambda d: counts[d])
         directory = log_dir / f"{topic}-{partition}"
         log, _ = open_log(
             directory,
@@ -278,8 +350,68 @@ class LogManager:
         return log
 
     def delete_log(self, topic: str, partition: int) -> Path | None:
-        """Close a log and rename its directory ``...-delete``; removal is asynchronous."""
+        """Close a log and rename its directory ``...-delete``; removal is asynchronous.
+        A future log of the partition goes first (never a future without its log)."""
+        self.discard_future_log(topic, partition)
         return self._rename_away(topic, partition, DELETE_DIR_SUFFIX)
+
+    # -- future logs (AlterReplicaLogDirs) -------------------------------------------
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dir_of.get((topic, partition))
+
+    def future_log_dir_of(self, topic: str, partition: int) -> Path | None:
+        future = self.future_logs.get((topic, partition))
+        return None if future is None else future.directory.parent
+
+    def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log:
+        """An empty future log of a hosted partition in ``log_dir`` (another of its dirs)."""
+        tp = (topic, partition)
+        current = self.logs[tp]
+        assert tp not in self.future_logs and self._log_dir_of[tp] != log_dir
+        future = create_future_log(
+            log_dir,
+            current,
+            self.config_for(topic),
+            clock=self.clock,
+            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+        )
+        self.future_logs[tp] = future
+        return future
+
+    def discard_future_log(self, topic: str, partition: int) -> Path | None:
+        future = self.future_logs.pop((topic, partition), None)
+        if future is None:
+            return None
+        target = discard_future_log(future)
+        self._write_checkpoints_for(target.parent)
+        return target
+
+    def replace_current_with_future(self, topic: str, partition: int) -> Log:
+        """Swap a caught-up future log in for the current one (future_logs.LogSwap);
+        the old log's files close after ``file.delete.delay.ms``. OSError or
+        StorageError leave the disk in a state start-up finishes (see LogSwap)."""
+        tp = (topic, partition)
+        current, future = self.logs[tp], self.future_logs[tp]
+        old_dir, new_dir = self._log_dir_of[tp], future.directory.parent
+        swap = LogSwap(
+            current, future, producer_id_expiration_ms=self.settings.producer_id_expiration_ms
+        )
+        del self.future_logs[tp]
+        log = swap.run()
+        self.logs[tp] = log
+        self._log_dir_of[tp] = new_dir
+        self._retired.append((self.clock() + current.config.file_delete_delay_ms, current))
+        self._write_checkpoints_for(old_dir)
+        self._write_checkpoints_for(new_dir)
+        return log
+
+    def _release_retired(self, now_ms: int, force: bool = False) -> None:
+        due = [log for when, log in self._retired if force or when <= now_ms]
+        self._retired = [
+            (when, log) for when, log in self._retired if not (force or when <= now_ms)
+        ]
+        for log in due:
+            release_files(log)
 
     def set_aside_stray_log(self, topic: str, partition: int) -> Path | None:
         """Close a log the metadata does not know and rename it ``...-stray``; keep its data."""
@@ -301,7 +433,13 @@ class LogManager:
 
     # -- checkpoints -----------------------------------------------------------------
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
-        return {tp: log for tp, log in self.logs.items() if self._log_dir_of.get(tp) == log_dir}
+        """The logs of ``log_dir``'s checkpoints: its current logs and future logs
+        (a partition has at most one of the two in any one dir)."""
+        logs = {tp: log for tp, log in self.logs.items() if self._log_dir_of.get(tp) == log_dir}
+        for tp, future in self.future_logs.items():
+            if future.directory.parent == log_dir:
+                logs[tp] = future
+        return logs
 
     def attach_reserved_log(self, name: str, log_dir: Path, log: Log) -> None:
         """Checkpoint a reserved log's recovery point from now on, and close it on shutdown."""
@@ -410,6 +548,7 @@ class LogManager:
             settings.flush_start_offset_checkpoint_interval_ms,
             settings.high_watermark_checkpoint_interval_ms,
         )
+        self._release_retired(now_ms)
         if self._due("checkpoint", checkpoint_interval, now_ms):
             # fsyncs the checkpoint files: on a worker thread (offsets are plain ints)
             await loop.run_in_executor(None, self.write_checkpoints)
@@ -443,7 +582,12 @@ class LogManager:
         """
         loaded = self.started
         failures: list[str] = []
-        for log in [*self.logs.values(), *self._reserved_logs.values()]:
+        self._release_retired(0, force=True)
+        for log in [
+            *self.logs.values(),
+            *self.future_logs.values(),
+            *self._reserved_logs.values(),
+        ]:
             if log.closed:
                 continue
             try:
