@@ -146,7 +146,8 @@ Action = Restart | Truncate | AdvanceStart | Copy | CaughtUp
 def plan(current: Positions, future: Positions, epoch_end: tuple[int, int] | None = None) -> Action:
     """The next thing to do for a future log. ``epoch_end`` is the current log's answer
     to OffsetForLeaderEpoch for ``future.latest_epoch`` (None when it has none)."""
-    if future.end < current.first_base or current.start < future.start:
+    empty_past_base = future.end == future.start > current.first_base
+    if future.end < current.first_base or current.start < future.start or empty_past_base:
         return Restart(current.start)  # no offset in common with the current log
     if future.latest_epoch is not None and epoch_end is not None:
         epoch, end = epoch_end
@@ -228,7 +229,8 @@ class LogDirMove:
 def copy_batches(current: Log, future: Log, offset: int, max_bytes: int) -> int:
     """Append to ``future`` the batches ``current`` holds from ``offset`` (its end),
     one segment's read of at most ``max_bytes`` (at least one batch); returns bytes."""
-    info = current.read(offset, max_bytes)
+    # The log start may lie inside the batch at ``offset``: the read names the start.
+    info = current.read(max(offset, current.log_start_offset), max_bytes)
     copied = 0
     for file_range in info.ranges:
         data = os.pread(file_range.fd, file_range.length, file_range.position)

@@ -12,7 +12,8 @@ parent directory), chosen so that every state a crash can leave on disk names ex
 one authoritative log:
 
 1. ``prepared``: the future log gets the current log's high watermark, log start
-   offset, producer state and leader-epoch history, is fsynced and closed.
+   offset, producer state and leader-epoch history, is fsynced and closed, and the
+   target dir's checkpoints are written with it (log start offset, high watermark).
    On disk: ``A/t-p`` + ``B/t-p.X-future`` — the current log rules; the future is
    loaded again at start-up and the copy resumes.
 2. ``marked``: ``B/t-p.X-future`` → ``B/t-p.X-swap``. A ``-swap`` directory is a
@@ -111,14 +112,19 @@ def create_future_log(
     clock: Callable[[], int] = wall_clock_ms,
     producer_id_expiration_ms: int = 86_400_000,
 ) -> Log:
-    """An empty future log in ``log_dir`` for ``current``'s partition, starting at its
-    log start offset, carrying its topic id (``partition.metadata``)."""
+    """An empty future log in ``log_dir`` for ``current``'s partition, starting at the
+    batch holding its log start offset (which may lie inside a batch: the copy moves
+    the start up after), carrying its topic id (``partition.metadata``)."""
     topic, _, partition = current.directory.name.rpartition("-")
     directory = log_dir / future_dir_name(topic, int(partition))
+    start = current.log_start_offset
+    for header in current.iter_headers(start, start + 1):
+        start = min(header.base_offset, start)
+        break
     log, _ = open_log(
         directory,
         config,
-        log_start_offset=current.log_start_offset,
+        log_start_offset=start,
         clock=clock,
         producer_id_expiration_ms=producer_id_expiration_ms,
     )
@@ -159,7 +165,16 @@ class LogSwap:
     of them as a crash would; ``run()`` does them all and returns the new log.
     """
 
-    def __init__(self, current: Log, future: Log, *, producer_id_expiration_ms: int) -> None:
+    def __init__(
+        self,
+        current: Log,
+        future: Log,
+        *,
+        producer_id_expiration_ms: int,
+        checkpoint: Callable[[], None] = lambda: None,
+    ) -> None:
+        """``checkpoint`` writes the target dir's checkpoints with the prepared future
+        in them (its log start offset and high watermark survive a crash after it)."""
         if future.log_end_offset != current.log_end_offset:
             raise StorageError(
                 f"{future.name}: ends at {future.log_end_offset}, the current log at "
@@ -173,6 +188,7 @@ class LogSwap:
         )
         self.retired_dir = _retire_name(current.directory)
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.checkpoint = checkpoint
         self.result: Log | None = None
 
     def run(self) -> Log:
@@ -202,6 +218,7 @@ class LogSwap:
         )
         _fsync_file(snapshot_path(future.directory, end))
         fsync_dir(future.directory)
+        self.checkpoint()
         yield "prepared"
         # 2. marked: from here on the copy rules.
         os.rename(future.directory, self.swap_dir)
@@ -226,6 +243,10 @@ class LogSwap:
             producer_id_expiration_ms=self.producer_id_expiration_ms,
         )
         log.high_watermark = high_watermark
+        # Loading drops an epoch that starts at the log end (a leader that has not
+        # appended in it yet); the partition leads in it, so it is put back.
+        for entry in current.epoch_cache.entries:
+            log.epoch_cache.assign(entry.epoch, entry.start_offset)
         self.result = log
         yield "reopened"
 

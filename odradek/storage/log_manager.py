@@ -393,17 +393,29 @@ class LogManager:
         tp = (topic, partition)
         current, future = self.logs[tp], self.future_logs[tp]
         old_dir, new_dir = self._log_dir_of[tp], future.directory.parent
-        swap = LogSwap(
-            current, future, producer_id_expiration_ms=self.settings.producer_id_expiration_ms
-        )
-        del self.future_logs[tp]
-        log = swap.run()
+        swap = self.log_swap(topic, partition)
+        try:
+            log = swap.run()
+        finally:
+            del self.future_logs[tp]
         self.logs[tp] = log
         self._log_dir_of[tp] = new_dir
         self._retired.append((self.clock() + current.config.file_delete_delay_ms, current))
         self._write_checkpoints_for(old_dir)
         self._write_checkpoints_for(new_dir)
         return log
+
+    def log_swap(self, topic: str, partition: int) -> LogSwap:
+        """The swap of a partition's future log for its current one (tests run its
+        steps one by one; ``replace_current_with_future`` runs them all)."""
+        tp = (topic, partition)
+        new_dir = self.future_logs[tp].directory.parent
+        return LogSwap(
+            self.logs[tp],
+            self.future_logs[tp],
+            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            checkpoint=lambda: self._write_checkpoints_for(new_dir),
+        )
 
     def _release_retired(self, now_ms: int, force: bool = False) -> None:
         due = [log for when, log in self._retired if force or when <= now_ms]
