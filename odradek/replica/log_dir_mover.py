@@ -371,26 +371,30 @@ class LogDirMover:
             return False
         if partition is None or current is None or tp in self.replicas.offline:
             return False  # not hosted (yet, or offline): the move waits
-        if move.state is COPYING:
+        if move.state is not COPYING:
+            return False
+        # Up to one chunk (and the throttle's budget) per step; a copy that catches up
+        # within it goes on to finish, so appends between steps cannot hold it off.
+        budget = min(self.chunk_bytes, self.throttle.budget(self.clock()))
+        copied = 0
+        while True:
             action = self._next(current, future)
             if isinstance(action, CaughtUp):
-                move._transition(FINISHING)
-                # fsync what is there off the loop; appends go on meanwhile
-                await self.log_manager.flush_log(future)
-                if (
-                    self.moves.get(tp) is not move
-                    or self.log_manager.future_logs.get(tp) is not future
-                ):
-                    return True  # cancelled meanwhile
-                return self._finish(move)
-            budget = min(self.chunk_bytes, self.throttle.budget(self.clock()))
-            if budget <= 0:
-                return False
-            copied = self._apply(current, future, action, budget)
-            move.copied_bytes += copied
-            self.throttle.record(copied, self.clock())
-            return True
-        return False
+                break
+            if copied >= budget:
+                return True
+            done = self._apply(current, future, action, budget - copied)
+            copied += done
+            move.copied_bytes += done
+            self.throttle.record(done, self.clock())
+            if isinstance(action, Copy) and not done:
+                return False  # nothing readable: try again later
+        move._transition(FINISHING)
+        # fsync what is there off the loop; appends go on meanwhile
+        await self.log_manager.flush_log(future)
+        if self.moves.get(tp) is not move or self.log_manager.future_logs.get(tp) is not future:
+            return True  # cancelled meanwhile
+        return self._finish(move)
 
     def _next(self, current: Log, future: Log) -> Action:
         mine = positions(future)

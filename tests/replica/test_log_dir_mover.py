@@ -1,0 +1,267 @@
+"""The log dir mover (AlterReplicaLogDirs): ``plan`` and ``Throttle`` sans-IO, the
+request's answers, and moves that race with appends, truncation, DeleteRecords and
+cancellation on real logs in two dirs."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from odradek.replica.log_dir_mover import (
+    CANCELLED,
+    COPYING,
+    DONE,
+    FINISHING,
+    LEGAL_TRANSITIONS,
+    AdvanceStart,
+    CaughtUp,
+    Copy,
+    LogDirMove,
+    LogDirMover,
+    Positions,
+    Restart,
+    Throttle,
+    Truncate,
+    plan,
+)
+from odradek.replica.partition import Partition
+from odradek.replica.replica_manager import ReplicaManager
+from odradek.storage.epoch_cache import UNDEFINED_EPOCH
+from odradek.storage.log import Log
+from odradek.storage.log_config import LogConfig
+from odradek.storage.log_manager import LogManager, LogManagerSettings
+from tests.storage.conftest import FakeClock, make_batch
+
+TP = ("t", 0)
+
+
+def pos(start: int, end: int, epoch: int | None = 1, first_base: int | None = None) -> Positions:
+    return Positions(start, end, end, epoch, start if first_base is None else first_base)
+
+
+# -- plan ---------------------------------------------------------------------------
+def test_plan_copies_then_reports_caught_up() -> None:
+    assert plan(pos(0, 100), pos(0, 40), (1, 100)) == Copy(40)
+    assert plan(pos(0, 100), pos(0, 100), (1, 100)) == CaughtUp()
+    assert plan(pos(0, 100), pos(0, 0, None)) == Copy(0)
+
+
+def test_plan_follows_the_log_start() -> None:
+    assert plan(pos(50, 100), pos(0, 60), (1, 100)) == AdvanceStart(50)
+    # the future has not reached the new start yet: copy first
+    assert plan(pos(50, 100, first_base=45), pos(0, 48), (1, 100)) == Copy(48)
+    # nothing in common: start again at the current log start
+    assert plan(pos(50, 100), pos(0, 30), (1, 100)) == Restart(50)
+    # an empty future waiting inside a batch is where it should be
+    assert plan(pos(50, 100, first_base=45), pos(45, 45, None)) == Copy(45)
+    assert plan(pos(50, 100, first_base=45), pos(50, 50, None)) == Restart(50)
+    # the current log restarted below the future's start (a follower's full truncation)
+    assert plan(pos(10, 10, None), pos(40, 60), (UNDEFINED_EPOCH, -1)) == Restart(10)
+
+
+def test_plan_truncates_what_the_current_log_no_longer_has() -> None:
+    # the current log was cut back below the future's end
+    assert plan(pos(0, 30), pos(0, 40), (1, 30)) == Truncate(30)
+    # same length, but the current log has a new epoch from 25 (the future's 1 ends there)
+    assert plan(pos(0, 40, 2), pos(0, 40, 1), (1, 25)) == Truncate(25)
+    # the current log never had the future's epoch: back to the largest one it had
+    assert plan(pos(0, 40, 4), pos(0, 40, 3), (2, 20)) == Truncate(20)
+    assert plan(pos(0, 40, 4), pos(0, 40, 3), (UNDEFINED_EPOCH, -1)) == Restart(0)
+
+
+@given(
+    current_start=st.integers(0, 50),
+    current_len=st.integers(0, 50),
+    future_start=st.integers(0, 60),
+    future_len=st.integers(0, 60),
+)
+def test_plan_never_copies_past_the_current_log(
+    current_start: int, current_len: int, future_start: int, future_len: int
+) -> None:
+    current = pos(current_start, current_start + current_len)
+    future = pos(future_start, future_start + future_len)
+    action = plan(current, future, (1, current.end))
+    if isinstance(action, Copy):
+        assert current.start <= action.offset < current.end or action.offset == future.end
+        assert future.start <= current.start
+    if isinstance(action, CaughtUp):
+        assert future.end == current.end and future.start == current.start
+    if isinstance(action, Truncate):
+        assert future.start <= action.offset < future.end
+
+
+def test_the_move_state_machine_has_one_table() -> None:
+    move = LogDirMove(TP, Path("/d"))
+    assert move.state is COPYING
+    move._transition(FINISHING)
+    move._transition(COPYING)  # fell behind during the flush
+    move._transition(FINISHING)
+    move._transition(DONE)
+    assert LEGAL_TRANSITIONS[DONE] == frozenset()
+    with pytest.raises(AssertionError):
+        move._transition(CANCELLED)
+
+
+# -- throttle -----------------------------------------------------------------------
+def test_the_throttle_holds_the_rate() -> None:
+    throttle = Throttle(1000, now_ms=0)
+    assert throttle.budget(0) == 1000
+    throttle.record(1500, 0)  # one batch may overdraw
+    assert throttle.budget(0) == 0 and throttle.delay_ms(0) > 500
+    assert throttle.delay_ms(600) == 0  # 600 ms give 600 bytes: the debt is paid
+    copied, now = 0, 600
+    for _ in range(200):
+        now += max(throttle.delay_ms(now), 1)
+        size = min(throttle.budget(now), 100)
+        throttle.record(size, now)
+        copied += size
+    assert copied <= (now + 1000) * 1000 / 1000  # never above rate x time + the burst
+    unlimited = Throttle(2**63 - 1, now_ms=0)
+    assert unlimited.delay_ms(0) == 0 and unlimited.budget(0) > 10**12
+
+
+# -- on real logs ---------------------------------------------------------------------
+@pytest.fixture
+def setup(tmp_path: Path) -> tuple[LogManager, ReplicaManager, LogDirMover, FakeClock]:
+    clock = FakeClock()
+    a, b = tmp_path / "a", tmp_path / "b"
+    lm = LogManager(
+        [a, b], LogConfig(segment_bytes=3_000), settings=LogManagerSettings(), clock=clock
+    )
+    lm.startup()
+    lm.preferred_dirs[TP] = a
+    log = lm.get_or_create_log(*TP)
+    replicas = ReplicaManager(1, lm)
+    replicas.partitions[TP] = Partition("t", 0, "x", log, 1)
+    mover = LogDirMover(lm, replicas, clock=clock, chunk_bytes=600)
+    yield lm, replicas, mover, clock
+    lm.shutdown()
+
+
+def step(mover: LogDirMover, times: int = 1) -> None:
+    async def go() -> None:
+        for _ in range(times):
+            await mover.run_once()
+
+    asyncio.run(go())
+
+
+def append(log: Log, batches: int, epoch: int = 1) -> None:
+    for _ in range(batches):
+        log.append_as_leader(make_batch(3), leader_epoch=epoch)
+    log.high_watermark = log.log_end_offset
+
+
+def test_request_answers(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+    lm, replicas, mover, _ = setup
+    b = str(tmp_path / "b")
+    assert mover.alter("t", 0, str(tmp_path / "elsewhere")) == "LOG_DIR_NOT_FOUND"
+    assert mover.alter("t", 0, "b") == "LOG_DIR_NOT_FOUND"  # not absolute
+    assert mover.alter("t", 0, str(tmp_path / "a")) == "NONE"  # already there
+    assert not lm.future_logs
+    assert mover.alter("t" * 250, 0, b) == "INVALID_TOPIC_EXCEPTION"
+    # not hosted yet: remembered, and the log is created there later
+    assert mover.alter("later", 3, b) == "REPLICA_NOT_AVAILABLE"
+    assert lm.get_or_create_log("later", 3).directory == tmp_path / "b" / "later-3"
+    replicas.offline[("t", 1)] = "disk"
+    assert mover.alter("t", 1, b) == "KAFKA_STORAGE_ERROR"
+    assert mover.alter("t", 0, b) == "NONE"
+    assert lm.future_log_dir_of("t", 0) == tmp_path / "b"
+    # asking for the current dir again cancels the move
+    assert mover.alter("t", 0, str(tmp_path / "a")) == "NONE"
+    assert not lm.future_logs and mover.finished[TP].state is CANCELLED
+    assert not [p for p in (tmp_path / "b").iterdir() if p.name.endswith("-future")]
+
+
+def test_a_move_finishes_while_appends_continue(setup) -> None:  # type: ignore[no-untyped-def]
+    lm, replicas, mover, _ = setup
+    log = lm.logs[TP]
+    append(log, 40)
+    assert mover.alter("t", 0, str(lm.log_dirs[1])) == "NONE"
+    rounds = 0
+    while TP in mover.moves:
+        append(log if lm.logs[TP] is log else lm.logs[TP], 1, epoch=2 + rounds // 10)
+        step(mover)
+        rounds += 1
+        assert rounds < 500
+    assert mover.finished[TP].state is DONE
+    new = lm.logs[TP]
+    assert new is not log and replicas.partitions[TP].log is new
+    assert list(new.read_batches(0)) == list(log.read_batches(0))
+    assert new.epoch_cache.entries == log.epoch_cache.entries
+    append(new, 1, epoch=99)  # the partition writes to the new log
+    assert new.log_end_offset == log.log_end_offset + 3
+
+
+def test_a_current_log_truncated_and_rewritten_during_the_copy(setup) -> None:  # type: ignore[no-untyped-def]
+    lm, _, mover, _ = setup
+    log = lm.logs[TP]
+    append(log, 30, epoch=1)
+    mover.alter("t", 0, str(lm.log_dirs[1]))
+    step(mover, 6)  # 600 bytes a step: the future holds more than 30 offsets now
+    assert lm.future_logs[TP].log_end_offset > 30 and TP in mover.moves
+    # a follower's reconciliation: cut back, then the new leader's epoch
+    log.truncate_to(30)
+    append(log, 5, epoch=4)
+    step(mover, 200)
+    assert TP not in mover.moves
+    new = lm.logs[TP]
+    assert list(new.read_batches(0)) == list(log.read_batches(0))
+    assert [(e.epoch, e.start_offset) for e in new.epoch_cache.entries] == [(1, 0), (4, 30)]
+
+
+def test_delete_records_during_the_copy(setup) -> None:  # type: ignore[no-untyped-def]
+    lm, _, mover, _ = setup
+    log = lm.logs[TP]
+    append(log, 30)
+    mover.alter("t", 0, str(lm.log_dirs[1]))
+    step(mover, 2)
+    log.increment_log_start_offset(50)  # past what the future has: it starts again
+    step(mover, 200)
+    assert TP not in mover.moves
+    new = lm.logs[TP]
+    assert new.log_start_offset == 50
+    assert list(new.read_batches(50)) == list(log.read_batches(50))
+
+
+def test_a_deleted_partition_ends_its_move(setup) -> None:  # type: ignore[no-untyped-def]
+    lm, replicas, mover, _ = setup
+    append(lm.logs[TP], 30)
+    mover.alter("t", 0, str(lm.log_dirs[1]))
+    step(mover, 2)
+    replicas._remove(TP)
+    step(mover, 2)
+    assert not mover.moves and not lm.future_logs and not lm.logs
+
+
+def test_a_throttled_move_waits(setup) -> None:  # type: ignore[no-untyped-def]
+    lm, _, mover, clock = setup
+    mover.throttle = Throttle(1000, clock())
+    append(lm.logs[TP], 30)
+    mover.alter("t", 0, str(lm.log_dirs[1]))
+
+    async def once() -> int:
+        return await mover.run_once()
+
+    copied = []
+    for _ in range(5):
+        delay = asyncio.run(once())
+        copied.append(mover.moves[TP].copied_bytes)
+        assert delay >= 0
+    # one second's budget (1000 bytes) and at most one batch beyond it, then waits
+    assert copied[-1] <= 1000 + 600
+    assert asyncio.run(once()) > 0
+    elapsed_ms = 0
+    while TP in mover.moves:
+        clock.advance(250)
+        elapsed_ms += 250
+        step(mover)
+        if TP in mover.moves:  # the rate holds: a second's burst + one batch at most
+            assert mover.moves[TP].copied_bytes <= elapsed_ms + 1000 + 600
+        assert elapsed_ms < 60_000
+    assert mover.finished[TP].state is DONE
+    assert elapsed_ms >= 3_000  # ~5.7 kB at 1 kB/s, less the first second's burst
