@@ -5,6 +5,7 @@ cancellation on real logs in two dirs."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,7 @@ from odradek.storage.log_manager import LogManager, LogManagerSettings
 from tests.storage.conftest import FakeClock, make_batch
 
 TP = ("t", 0)
+Setup = tuple[LogManager, ReplicaManager, LogDirMover, FakeClock]
 
 
 def pos(start: int, end: int, epoch: int | None = 1, first_base: int | None = None) -> Positions:
@@ -126,7 +128,7 @@ def test_the_throttle_holds_the_rate() -> None:
 
 # -- on real logs ---------------------------------------------------------------------
 @pytest.fixture
-def setup(tmp_path: Path) -> tuple[LogManager, ReplicaManager, LogDirMover, FakeClock]:
+def setup(tmp_path: Path) -> Iterator[Setup]:
     clock = FakeClock()
     a, b = tmp_path / "a", tmp_path / "b"
     lm = LogManager(
@@ -156,7 +158,7 @@ def append(log: Log, batches: int, epoch: int = 1) -> None:
     log.high_watermark = log.log_end_offset
 
 
-def test_request_answers(setup, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
+def test_request_answers(setup: Setup, tmp_path: Path) -> None:
     lm, replicas, mover, _ = setup
     b = str(tmp_path / "b")
     assert mover.alter("t", 0, str(tmp_path / "elsewhere")) == "LOG_DIR_NOT_FOUND"
@@ -177,7 +179,7 @@ def test_request_answers(setup, tmp_path: Path) -> None:  # type: ignore[no-unty
     assert not [p for p in (tmp_path / "b").iterdir() if p.name.endswith("-future")]
 
 
-def test_a_move_finishes_while_appends_continue(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_move_finishes_while_appends_continue(setup: Setup) -> None:
     lm, replicas, mover, _ = setup
     log = lm.logs[TP]
     append(log, 40)
@@ -197,7 +199,7 @@ def test_a_move_finishes_while_appends_continue(setup) -> None:  # type: ignore[
     assert new.log_end_offset == log.log_end_offset + 3
 
 
-def test_a_current_log_truncated_and_rewritten_during_the_copy(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_current_log_truncated_and_rewritten_during_the_copy(setup: Setup) -> None:
     lm, _, mover, _ = setup
     log = lm.logs[TP]
     append(log, 30, epoch=1)
@@ -214,7 +216,7 @@ def test_a_current_log_truncated_and_rewritten_during_the_copy(setup) -> None:  
     assert [(e.epoch, e.start_offset) for e in new.epoch_cache.entries] == [(1, 0), (4, 30)]
 
 
-def test_delete_records_during_the_copy(setup) -> None:  # type: ignore[no-untyped-def]
+def test_delete_records_during_the_copy(setup: Setup) -> None:
     lm, _, mover, _ = setup
     log = lm.logs[TP]
     append(log, 30)
@@ -228,7 +230,7 @@ def test_delete_records_during_the_copy(setup) -> None:  # type: ignore[no-untyp
     assert list(new.read_batches(50)) == list(log.read_batches(50))
 
 
-def test_a_deleted_partition_ends_its_move(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_deleted_partition_ends_its_move(setup: Setup) -> None:
     lm, replicas, mover, _ = setup
     append(lm.logs[TP], 30)
     mover.alter("t", 0, str(lm.log_dirs[1]))
@@ -238,7 +240,7 @@ def test_a_deleted_partition_ends_its_move(setup) -> None:  # type: ignore[no-un
     assert not mover.moves and not lm.future_logs and not lm.logs
 
 
-def test_a_throttled_move_waits(setup) -> None:  # type: ignore[no-untyped-def]
+def test_a_throttled_move_waits(setup: Setup) -> None:
     lm, _, mover, clock = setup
     mover.throttle = Throttle(1000, clock())
     append(lm.logs[TP], 30)
