@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.broker import BrokerProcess
+from tests.support.broker import BrokerProcess, two_dir_broker
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 confluent_admin = pytest.importorskip("confluent_kafka.admin")
@@ -29,13 +29,6 @@ kafka = pytest.importorskip("kafka")
 TOPIC = "moving"
 VALUE_PAD = b"x" * 1000
 DEADLINE_S = 90.0
-
-
-def two_dir_broker(root: Path, *overrides: str) -> BrokerProcess:
-    d1, d2 = root / "d1", root / "d2"
-    broker = BrokerProcess(d1, [f"--override={o}" for o in overrides])
-    broker.data_dir = Path(f"{d1},{d2}")  # --data-dir is log.dirs: both dirs
-    return broker
 
 
 @contextmanager
