@@ -20,7 +20,12 @@ from typing import Any
 
 import pytest
 
+from odradek.client.connection import request_module
+from odradek.protocol.build import make
+from odradek.server.handlers.replica_log_dirs import ALTER_REPLICA_LOG_DIRS_KEY
 from tests.support.broker import BrokerProcess, two_dir_broker
+from tests.support.wire import WireClient
+from tests.support.wire import create_topic as create_topic_wire
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 confluent_admin = pytest.importorskip("confluent_kafka.admin")
@@ -223,3 +228,40 @@ def test_a_broker_killed_in_the_middle_of_a_copy_finishes_it_after_restart(
         assert consume_all(broker.bootstrap, len(acked)) == sorted(acked)
         assert not [p for p in target.iterdir() if p.name.endswith("-future")]
         assert not (source / f"{TOPIC}-0").exists()
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_answers_per_partition_at_every_version(tmp_path: Path, version: int) -> None:
+    """LOG_DIR_NOT_FOUND for a path that is not a log dir (or not absolute), NONE for
+    the dir the replica is in, REPLICA_NOT_AVAILABLE for one not hosted here."""
+    module = request_module(ALTER_REPLICA_LOG_DIRS_KEY, version)
+    broker = two_dir_broker(tmp_path)
+    with running(broker), WireClient(broker.bootstrap) as client:
+        create_topic_wire(client, "here")
+        here = dir_of_topic(tmp_path, "here-0")
+
+        def ask(path: str, topic: str) -> int:
+            request = make(
+                module.AlterReplicaLogDirsRequest,
+                dirs=(
+                    make(
+                        module.AlterReplicaLogDir,
+                        path=path,
+                        topics=(make(module.AlterReplicaLogDirTopic, name=topic, partitions=(0,)),),
+                    ),
+                ),
+            )
+            ((result,),) = [t.partitions for t in client.request(request).results]
+            assert result.partition_index == 0
+            return int(result.error_code)
+
+        assert ask(str(tmp_path / "elsewhere"), "here") == 57  # LOG_DIR_NOT_FOUND
+        assert ask("d1", "here") == 57
+        assert ask(str(here), "here") == 0
+        assert ask(str(here) + "/", "here") == 0
+        assert ask(str(here), "absent") == 9  # REPLICA_NOT_AVAILABLE
+
+
+def dir_of_topic(root: Path, name: str) -> Path:
+    (found,) = [d for d in (root / "d1", root / "d2") if (d / name).is_dir()]
+    return found
