@@ -19,7 +19,7 @@ of the future log). COPYING copies at most ``chunk_bytes`` per step and at most
 once the future has caught up, FINISHING fsyncs it on a worker thread while appends
 go on, then in one synchronous step of the event loop — so no append to the
 partition can come between — copies the tail, swaps the logs
-(``LogManager.replace_current_with_future``, the crash-safe rename sequence of
+(``LogManager.futures.swap``, the crash-safe rename sequence of
 storage/future_logs.py) and points the partition at the new log. A move left by a
 crash resumes: its future log is loaded again at start-up and this task picks it up.
 
@@ -303,7 +303,7 @@ class LogDirMover:
             # log dir); the answer says it is not here yet.
             manager.preferred_dirs[tp] = target
             return "REPLICA_NOT_AVAILABLE"
-        future_dir = manager.future_log_dir_of(topic, index)
+        future_dir = manager.futures.dir_of(tp)
         if future_dir == target:
             return "NONE"
         try:
@@ -311,7 +311,7 @@ class LogDirMover:
                 self._cancel(tp, f"now asked for {target}")
             if current_dir == target:
                 return "NONE"
-            manager.create_future_log(topic, index, target)
+            manager.futures.create(topic, index, target)
         except OSError as error:
             logger.error("cannot move %s-%d to %s: %s", topic, index, target, error)
             return "KAFKA_STORAGE_ERROR"
@@ -322,7 +322,7 @@ class LogDirMover:
 
     def _cancel(self, tp: TopicPartition, why: str) -> None:
         move = self.moves.pop(tp, None)
-        self.log_manager.discard_future_log(*tp)
+        self.log_manager.futures.discard(*tp)
         if move is not None:
             move._transition(CANCELLED)
             self.finished[tp] = move
@@ -431,7 +431,7 @@ class LogDirMover:
                 return True
             move.copied_bytes += self._apply(current, future, action, self.chunk_bytes)
         try:
-            log = self.log_manager.replace_current_with_future(*tp)
+            log = self.log_manager.futures.swap(*tp)
         except (OSError, StorageError) as error:
             # The disk holds a state start-up finishes (see future_logs.LogSwap); in
             # memory the old log may be half renamed: the partition stops until then.
@@ -468,7 +468,7 @@ class LogDirMover:
         move up; the current log is untouched."""
         move = self.moves.pop(tp, None)
         try:
-            self.log_manager.discard_future_log(*tp)
+            self.log_manager.futures.discard(*tp)
         except OSError as discard_error:
             logger.error("discarding the future log of %s-%d: %s", *tp, discard_error)
         if move is not None:

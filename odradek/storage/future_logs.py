@@ -235,7 +235,7 @@ class LogSwap:
         # 5. reopened under the final name
         log, _ = open_log(
             self.final_dir,
-            future.config,
+            current.config,  # the topic's config now (the future's may be older)
             recovery_point=end,
             log_start_offset=log_start,
             clean_shutdown=True,

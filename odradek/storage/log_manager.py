@@ -22,10 +22,10 @@ renamed ``<topic>-<partition>.<id>-stray`` (as Kafka 3.7+ does), kept, and not l
 again; an operator removes it, or renames it back once the metadata is repaired.
 
 A partition being moved to another log dir (AlterReplicaLogDirs) also has a *future*
-log there, ``<topic>-<partition>.<id>-future`` (``future_logs``; storage/future_logs.py
-has the swap): it is checkpointed with the other logs of its dir, loaded again at
-start-up (and resumed by the replica layer) if its partition's current log is here,
-discarded otherwise; ``recover_swaps`` first finishes any swap a crash interrupted.
+log there, ``<topic>-<partition>.<id>-future`` (``futures``, log_dir_moves.py; the swap
+is storage/future_logs.py's): it is checkpointed with the other logs of its dir, loaded
+again at start-up (and resumed by the replica layer) if its partition's current log is
+here, discarded otherwise; ``recover_swaps`` first finishes any swap a crash interrupted.
 ``preferred_dirs`` remembers the dir asked for a partition not hosted yet.
 """
 
@@ -54,16 +54,13 @@ from odradek.storage.checkpoint import (
 )
 from odradek.storage.errors import StorageError
 from odradek.storage.future_logs import (
-    LogSwap,
-    create_future_log,
-    discard_future_log,
     parse_future_dir_name,
     parse_swap_dir_name,
     recover_swaps,
-    release_files,
 )
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
+from odradek.storage.log_dir_moves import FutureLogs
 from odradek.storage.log_loader import open_log
 from odradek.storage.meta_properties import (  # re-exported: their home was this module
     META_PROPERTIES_FILE as META_PROPERTIES_FILE,
@@ -142,12 +139,10 @@ class LogManager:
         self._reserved_logs: dict[str, Log] = {}
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
-        # AlterReplicaLogDirs: future logs being filled, and the dirs wanted for
-        # partitions not created yet; old logs whose files close after a delay.
-        self.future_logs: dict[TopicPartition, Log] = {}
+        # AlterReplicaLogDirs: future logs (log_dir_moves.py), and the dirs wanted for
+        # partitions not created yet.
+        self.futures = FutureLogs(self)
         self.preferred_dirs: dict[TopicPartition, Path] = {}
-        self._retired: list[tuple[int, Log]] = []
-        self._found_futures: list[tuple[TopicPartition, Path, int, int, int, bool]] = []
         self._topic_configs: dict[str, LogConfig] = {}
         self._lock_fds: list[int] = []
         self._last_run: dict[str, int] = {}
@@ -172,7 +167,7 @@ class LogManager:
         recover_swaps(self.log_dirs)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
-        self._load_futures()
+        self.futures.load_found()
         self.started = True
 
     def _lock(self, log_dir: Path) -> None:
@@ -219,15 +214,13 @@ class LogManager:
                 continue
             future_tp = parse_future_dir_name(child.name)
             if future_tp is not None:
-                self._found_futures.append(
-                    (
-                        future_tp,
-                        child,
-                        recovery_points.get(future_tp, 0),
-                        start_offsets.get(future_tp, 0),
-                        high_watermarks.get(future_tp, 0),
-                        clean,
-                    )
+                self.futures.found(
+                    future_tp,
+                    child,
+                    recovery_points.get(future_tp, 0),
+                    start_offsets.get(future_tp, 0),
+                    high_watermarks.get(future_tp, 0),
+                    clean,
                 )
                 continue
             if parse_swap_dir_name(child.name) is not None:  # recover_swaps left it
@@ -273,38 +266,7 @@ class LogManager:
                 )
         marker.unlink(missing_ok=True)
         # From here on a crash must be noticed: the marker only returns on clean shutdown.
-        self._write_checkpoints_for(log_dir)
-
-    def _load_futures(self) -> None:
-        """Open the future logs found at start-up whose current log is here; rename the
-        others ``-delete`` (a move of a partition deleted meanwhile)."""
-        found, self._found_futures = self._found_futures, []
-        for tp, directory, recovery_point, start, high_watermark, clean in found:
-            current_dir = self._log_dir_of.get(tp)
-            if current_dir is None or tp in self.future_logs or current_dir == directory.parent:
-                target = directory.with_name(directory.name[: -len("-future")] + DELETE_DIR_SUFFIX)
-                os.rename(directory, target)
-                logger.warning("discarding the future log %s: no current log to move", directory)
-                continue
-            log, _ = open_log(
-                directory,
-                self.config_for(tp[0]),
-                recovery_point=recovery_point,
-                log_start_offset=start,
-                clean_shutdown=clean,
-                clock=self.clock,
-                producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-            )
-            log.high_watermark = high_watermark
-            self.future_logs[tp] = log
-            logger.info(
-                "resuming the move of %s-%d to %s at offset %d",
-                *tp,
-                directory.parent,
-                log.log_end_offset,
-            )
-        if found:
-            self.write_checkpoints()
+        self.write_checkpoints_for(log_dir)
 
     # -- logs ------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
@@ -312,7 +274,7 @@ class LogManager:
 
     def set_topic_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config
-        for (log_topic, _), log in self.logs.items():
+        for (log_topic, _), log in [*self.logs.items(), *self.future_logs.items()]:
             if log_topic == topic:
                 log.update_config(config)
 
@@ -352,78 +314,19 @@ class LogManager:
     def delete_log(self, topic: str, partition: int) -> Path | None:
         """Close a log and rename its directory ``...-delete``; removal is asynchronous.
         A future log of the partition goes first (never a future without its log)."""
-        self.discard_future_log(topic, partition)
         return self._rename_away(topic, partition, DELETE_DIR_SUFFIX)
 
-    # -- future logs (AlterReplicaLogDirs) -------------------------------------------
     def log_dir_of(self, topic: str, partition: int) -> Path | None:
         return self._log_dir_of.get((topic, partition))
 
-    def future_log_dir_of(self, topic: str, partition: int) -> Path | None:
-        future = self.future_logs.get((topic, partition))
-        return None if future is None else future.directory.parent
-
-    def create_future_log(self, topic: str, partition: int, log_dir: Path) -> Log:
-        """An empty future log of a hosted partition in ``log_dir`` (another of its dirs)."""
-        tp = (topic, partition)
-        current = self.logs[tp]
-        assert tp not in self.future_logs and self._log_dir_of[tp] != log_dir
-        future = create_future_log(
-            log_dir,
-            current,
-            self.config_for(topic),
-            clock=self.clock,
-            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-        )
-        self.future_logs[tp] = future
-        return future
-
-    def discard_future_log(self, topic: str, partition: int) -> Path | None:
-        future = self.future_logs.pop((topic, partition), None)
-        if future is None:
-            return None
-        target = discard_future_log(future)
-        self._write_checkpoints_for(target.parent)
-        return target
-
-    def replace_current_with_future(self, topic: str, partition: int) -> Log:
-        """Swap a caught-up future log in for the current one (future_logs.LogSwap);
-        the old log's files close after ``file.delete.delay.ms``. OSError or
-        StorageError leave the disk in a state start-up finishes (see LogSwap)."""
-        tp = (topic, partition)
-        current, future = self.logs[tp], self.future_logs[tp]
-        old_dir, new_dir = self._log_dir_of[tp], future.directory.parent
-        swap = self.log_swap(topic, partition)
-        try:
-            log = swap.run()
-        finally:
-            del self.future_logs[tp]
+    def replace_log(self, tp: TopicPartition, log: Log) -> None:
+        """A log dir move swapped ``log`` in for ``tp``'s current log (log_dir_moves.py)."""
         self.logs[tp] = log
-        self._log_dir_of[tp] = new_dir
-        self._retired.append((self.clock() + current.config.file_delete_delay_ms, current))
-        self._write_checkpoints_for(old_dir)
-        self._write_checkpoints_for(new_dir)
-        return log
+        self._log_dir_of[tp] = log.directory.parent
 
-    def log_swap(self, topic: str, partition: int) -> LogSwap:
-        """The swap of a partition's future log for its current one (tests run its
-        steps one by one; ``replace_current_with_future`` runs them all)."""
-        tp = (topic, partition)
-        new_dir = self.future_logs[tp].directory.parent
-        return LogSwap(
-            self.logs[tp],
-            self.future_logs[tp],
-            producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
-            checkpoint=lambda: self._write_checkpoints_for(new_dir),
-        )
-
-    def _release_retired(self, now_ms: int, force: bool = False) -> None:
-        due = [log for when, log in self._retired if force or when <= now_ms]
-        self._retired = [
-            (when, log) for when, log in self._retired if not (force or when <= now_ms)
-        ]
-        for log in due:
-            release_files(log)
+    @property
+    def future_logs(self) -> dict[TopicPartition, Log]:
+        return self.futures.logs
 
     def set_aside_stray_log(self, topic: str, partition: int) -> Path | None:
         """Close a log the metadata does not know and rename it ``...-stray``; keep its data."""
@@ -433,6 +336,7 @@ class LogManager:
         """Close a log and move its directory out of the log name space, to
         ``<topic>-<partition>.<id><suffix>``; None if no such log is open."""
         tp = (topic, partition)
+        self.futures.discard(topic, partition)  # never a future without its log
         log = self.logs.pop(tp, None)
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
@@ -440,7 +344,7 @@ class LogManager:
         log.close()
         target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
         os.rename(log.directory, target)
-        self._write_checkpoints_for(log_dir)
+        self.write_checkpoints_for(log_dir)
         return target
 
     # -- checkpoints -----------------------------------------------------------------
@@ -482,7 +386,7 @@ class LogManager:
                 starts[tp] = start
         return starts
 
-    def _write_checkpoints_for(self, log_dir: Path) -> None:
+    def write_checkpoints_for(self, log_dir: Path) -> None:
         logs = self._logs_in(log_dir)
         write_offset_checkpoint(
             log_dir / RECOVERY_POINT_CHECKPOINT,
@@ -501,7 +405,7 @@ class LogManager:
 
     def write_checkpoints(self) -> None:
         for log_dir in self.log_dirs:
-            self._write_checkpoints_for(log_dir)
+            self.write_checkpoints_for(log_dir)
 
     # -- housekeeping ------------------------------------------------------------------
     def _due(self, job: str, interval_ms: int, now_ms: int) -> bool:
@@ -560,7 +464,7 @@ class LogManager:
             settings.flush_start_offset_checkpoint_interval_ms,
             settings.high_watermark_checkpoint_interval_ms,
         )
-        self._release_retired(now_ms)
+        self.futures.release_due(now_ms)
         if self._due("checkpoint", checkpoint_interval, now_ms):
             # fsyncs the checkpoint files: on a worker thread (offsets are plain ints)
             await loop.run_in_executor(None, self.write_checkpoints)
@@ -594,7 +498,7 @@ class LogManager:
         """
         loaded = self.started
         failures: list[str] = []
-        self._release_retired(0, force=True)
+        self.futures.release_due(0, force=True)
         for log in [
             *self.logs.values(),
             *self.future_logs.values(),

@@ -172,7 +172,7 @@ def test_request_answers(setup: Setup, tmp_path: Path) -> None:
     replicas.offline[("t", 1)] = "disk"
     assert mover.alter("t", 1, b) == "KAFKA_STORAGE_ERROR"
     assert mover.alter("t", 0, b) == "NONE"
-    assert lm.future_log_dir_of("t", 0) == tmp_path / "b"
+    assert lm.futures.dir_of(("t", 0)) == tmp_path / "b"
     # asking for the current dir again cancels the move
     assert mover.alter("t", 0, str(tmp_path / "a")) == "NONE"
     assert not lm.future_logs and mover.finished[TP].state is CANCELLED

@@ -130,7 +130,7 @@ def test_a_crash_at_every_step_of_the_swap_leaves_one_log(
     lm.write_checkpoints()  # the periodic checkpoint
     done: list[str] = []
     if stop_after is not None:
-        for step in lm.log_swap("t", 0).steps():
+        for step in lm.futures.log_swap("t", 0).steps():
             done.append(step)
             if step == stop_after:
                 break
@@ -247,7 +247,7 @@ def test_a_future_log_without_its_current_log_is_discarded(
     lm.startup()
     lm.preferred_dirs[("t", 0)] = a
     fill(lm.get_or_create_log("t", 0), clock, 6)
-    lm.create_future_log("t", 0, b)
+    lm.futures.create("t", 0, b)
     crash(lm)
     for child in a.iterdir():  # the current log went (a delete the crash cut short)
         if child.name == "t-0":
@@ -268,7 +268,7 @@ def test_deleting_a_partition_deletes_its_future_log_first(
     lm.startup()
     lm.preferred_dirs[("t", 0)] = a
     lm.get_or_create_log("t", 0)
-    future = lm.create_future_log("t", 0, b)
+    future = lm.futures.create("t", 0, b)
     assert parse_future_dir_name(future.directory.name) == ("t", 0)
     lm.delete_log("t", 0)
     assert not lm.future_logs and not lm.logs
