@@ -332,7 +332,13 @@ class LogDirMover:
     async def run(self) -> None:
         """Copy until cancelled; sleeps when nothing moves or the throttle says so."""
         while True:
-            delay_ms = await self.run_once()
+            try:
+                delay_ms = await self.run_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug in one move must not stop every later one
+                logger.exception("moving replicas between log dirs failed")
+                delay_ms = IDLE_MS
             if delay_ms == 0:
                 await asyncio.sleep(0)  # let appends and requests in between chunks
                 continue
