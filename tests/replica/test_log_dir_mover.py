@@ -5,11 +5,12 @@ cancellation on real logs in two dirs."""
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from odradek.replica.log_dir_mover import (
@@ -267,3 +268,79 @@ def test_a_throttled_move_waits(setup: Setup) -> None:
         assert elapsed_ms < 60_000
     assert mover.finished[TP].state is DONE
     assert elapsed_ms >= 3_000  # ~5.7 kB at 1 kB/s, less the first second's burst
+
+
+# -- random interleavings ---------------------------------------------------------------
+OPS = st.lists(
+    st.sampled_from(["append", "epoch", "step", "truncate", "delete_records", "restart_log"]),
+    min_size=1,
+    max_size=60,
+)
+
+
+@settings(max_examples=40, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(ops=OPS, seed=st.integers(0, 2**16))
+def test_any_interleaving_ends_with_the_current_log_moved(
+    tmp_path_factory: pytest.TempPathFactory, ops: list[str], seed: int
+) -> None:
+    """Appends (in new epochs too), follower truncations, DeleteRecords and full
+    restarts of the current log between mover steps, in any order: once the mover
+    has run to the end the partition's log is in the target dir and holds exactly the
+    current log's batches, start offset and epochs."""
+    rng = random.Random(seed)
+    clock = FakeClock()
+    root = tmp_path_factory.mktemp("moves")
+    lm = LogManager(
+        [root / "a", root / "b"],
+        LogConfig(segment_bytes=1_500),
+        settings=LogManagerSettings(),
+        clock=clock,
+    )
+    lm.startup()
+    lm.preferred_dirs[TP] = root / "a"
+    log = lm.get_or_create_log(*TP)
+    replicas = ReplicaManager(1, lm)
+    replicas.partitions[TP] = Partition("t", 0, "x", log, 1)
+    mover = LogDirMover(lm, replicas, clock=clock, chunk_bytes=rng.choice([150, 400, 2_000]))
+    epoch = 1
+    append(log, 5, epoch)
+    assert mover.alter("t", 0, str(root / "b")) == "NONE"
+    try:
+        for op in ops:
+            if TP not in mover.moves:
+                break  # swapped: what follows goes to the new log, nothing to compare
+            current = lm.logs[TP]
+            if op == "append":
+                append(current, rng.randint(1, 4), epoch)
+            elif op == "epoch":
+                epoch += 1
+                current.epoch_cache.assign(epoch, current.log_end_offset)
+            elif op == "step":
+                step(mover)
+            elif op == "truncate" and current.log_end_offset > current.high_watermark - 6:
+                cut = max(current.log_start_offset, current.log_end_offset - rng.randint(1, 9))
+                current.truncate_to(cut)
+                epoch += 1
+            elif op == "delete_records":
+                current.high_watermark = current.log_end_offset
+                target = rng.randint(current.log_start_offset, current.high_watermark)
+                current.increment_log_start_offset(target)
+            elif op == "restart_log":
+                current.truncate_fully_and_start_at(current.log_end_offset + rng.randint(0, 5))
+        for _ in range(2_000):
+            if TP not in mover.moves:
+                break
+            step(mover)
+        assert TP not in mover.moves and mover.finished[TP].state is DONE
+        final = lm.logs[TP]
+        assert final.directory == root / "b" / "t-0"
+        assert replicas.partitions[TP].log is final
+        before = log if final is not log else None
+        assert before is not None
+        assert final.log_end_offset == before.log_end_offset
+        assert final.log_start_offset == before.log_start_offset
+        start = final.log_start_offset
+        assert list(final.read_batches(start)) == list(before.read_batches(start))
+        assert final.epoch_cache.entries == before.epoch_cache.entries
+    finally:
+        lm.shutdown()
