@@ -5,6 +5,7 @@ every batch, epoch, producer and offset of the original; a resumed move finishes
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 from pathlib import Path
 
@@ -32,12 +33,26 @@ TOPIC_ID = "AAAAAAAAAAAAAAAAAAAAAA"
 
 def manager(dirs: list[Path], clock: FakeClock) -> LogManager:
     settings = LogManagerSettings(tick_ms=1)
-    return LogManager(dirs, LogConfig(segment_bytes=2_000), settings=settings, clock=clock)
+    baseline = open_fds()
+    lm = LogManager(dirs, LogConfig(segment_bytes=2_000), settings=settings, clock=clock)
+    lm.baseline_fds = baseline  # type: ignore[attr-defined]
+    return lm
+
+
+def open_fds() -> set[int]:
+    """The descriptors open now (not the one that listed them, closed again)."""
+    fds = set()
+    for name in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            os.fstat(int(name))
+            fds.add(int(name))
+    return fds
 
 
 def crash(lm: LogManager) -> None:
-    """What a kill -9 leaves: files as they are, no shutdown, the locks released."""
-    for fd in lm._lock_fds:
+    """What a kill -9 leaves: files as they are, nothing more written, every file the
+    manager opened closed (its locks too) as the process's death would."""
+    for fd in sorted(open_fds() - lm.baseline_fds):  # type: ignore[attr-defined]
         os.close(fd)
     lm._lock_fds.clear()
 
