@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.addresses import parse_addresses
 from odradek.cli.subcommand import Subparsers
 from odradek.client.connection import (
     BrokerAddress,
@@ -321,7 +322,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        addresses = parse_addresses(args.bootstrap_server)
+        addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, LogDirToolError)
         wanted = None if not args.broker_list else parse_broker_list(args.broker_list)
         topics = None if not args.topic_list else [t for t in args.topic_list.split(",") if t]
         lines = asyncio.run(_describe_all(addresses, wanted, topics))
@@ -370,17 +371,6 @@ async def _describe_all(
         f"Received log directory information from brokers {','.join(str(b) for b in ids)}",
         json.dumps({"brokers": described, "version": 1}, separators=(",", ":")),
     ]
-
-
-def parse_addresses(text: str) -> list[tuple[str, int]]:
-    addresses = []
-    for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise LogDirToolError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
-        addresses.append((host, int(port)))
-    return addresses
 
 
 def parse_broker_list(text: str) -> list[int]:

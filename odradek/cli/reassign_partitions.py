@@ -19,14 +19,17 @@ and the controller finishes the move once the new replicas are in sync
   partitions (save it to roll back) and starts the reassignment. Refused while another
   reassignment is in progress, unless ``--additional``; with
   ``--disallow-replication-factor-change`` (KIP-860) a target that changes a
-  partition's replica count is refused (INVALID_REPLICATION_FACTOR).
+  partition's replica count is refused (INVALID_REPLICATION_FACTOR). With
+  ``--throttle N`` (bytes/s) the copy is bounded by replication throttles (KIP-73) set
+  before it starts, and ``--replica-alter-log-dirs-throttle M`` bounds copies between
+  a broker's log dirs (reassign_throttles.py); with ``--additional`` they change the
+  rate of a reassignment already running.
 - ``--verify --reassignment-json-file F``: per partition, completed, still in progress
   (ListPartitionReassignments, API 46), or not in progress with a different replica set.
-  Kafka's ``--verify`` also clears the replication throttles once everything is done;
-  odradek has no replication throttles, so there is nothing to clear (said in the
-  output).
+  Once every partition is done it removes the replication throttles (every broker's
+  rates, the plan's topics' throttled-replica lists) unless ``--preserve-throttles``.
 - ``--cancel --reassignment-json-file F``: reverts F's ongoing reassignments to their
-  original replicas.
+  original replicas, and removes the throttles as ``--verify`` does.
 
 ``log_dirs`` name, per replica, ``"any"`` or the absolute path of one of that broker's
 log dirs: ``--execute`` then also asks each broker to move its replicas there
@@ -49,6 +52,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.addresses import parse_addresses
 from odradek.cli.log_dirs import (
     DEFAULT_TIMEOUT_MS,
     LogDirToolError,
@@ -56,6 +60,7 @@ from odradek.cli.log_dirs import (
     move_replicas,
     verify_replicas,
 )
+from odradek.cli.reassign_throttles import ThrottleError, clear_throttles, set_throttles
 from odradek.cli.subcommand import Subparsers
 from odradek.client.connection import (
     BrokerAddress,
@@ -69,11 +74,18 @@ NAME: Final = "reassign-partitions"
 METADATA_KEY: Final = 3
 ALTER_KEY: Final = 45
 LIST_KEY: Final = 46
-CLIENT_VERSIONS: Final = {18: (0, 3), METADATA_KEY: (1, 12), ALTER_KEY: (0, 1), LIST_KEY: (0, 0)}
+CLIENT_VERSIONS: Final = {
+    18: (0, 3),
+    METADATA_KEY: (1, 12),
+    ALTER_KEY: (0, 1),
+    LIST_KEY: (0, 0),
+    44: (0, 1),  # IncrementalAlterConfigs: the throttles
+}
 REQUEST_TIMEOUT_S: Final = 30.0
 ANY_DIR: Final = "any"
 
 Assignment = dict[tuple[str, int], tuple[int, ...]]
+Addresses = dict[int, tuple[str, int]]  # broker id -> host, port
 Result = tuple[str, int, str, str | None]  # topic, partition, error name, message
 
 
@@ -121,16 +133,32 @@ def add_parser(subparsers: Subparsers) -> None:
         "brokers do not host yet (default 10000)",
     )
     parser.add_argument(
+        "--throttle",
+        type=int,
+        default=-1,
+        metavar="BYTES/S",
+        help="--execute: bound the movement of partitions between brokers to this rate "
+        "(leader and follower replication throttles, KIP-73); with --additional, change "
+        "the rate of a running reassignment",
+    )
+    parser.add_argument(
+        "--replica-alter-log-dirs-throttle",
+        type=int,
+        default=-1,
+        metavar="BYTES/S",
+        help="--execute: bound copies between the log dirs of one broker to this rate",
+    )
+    parser.add_argument(
         "--preserve-throttles",
         action="store_true",
-        help="accepted for compatibility: odradek has no replication throttles",
+        help="--verify and --cancel leave the replication throttles in place",
     )
     parser.set_defaults(run=run)
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        addresses = _addresses(args.bootstrap_server)
+        addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, ReassignToolError)
         if args.generate:
             lines, failed = asyncio.run(_generate(addresses, args))
         else:
@@ -139,19 +167,18 @@ def run(args: argparse.Namespace) -> int:
             path = Path(args.reassignment_json_file)
             plan, dirs = read_plan(path), read_log_dirs(path)
             if args.execute:
-                allow_rf = not args.disallow_replication_factor_change
-                lines, failed = asyncio.run(_execute(addresses, plan, args.additional, allow_rf))
+                lines, failed = asyncio.run(_execute(addresses, plan, args))
                 if dirs and not failed:
                     more, failed = asyncio.run(move_replicas(addresses, dirs, args.timeout))
                     lines += more
             elif args.verify:
-                lines, failed = asyncio.run(_verify(addresses, plan))
+                lines, failed = asyncio.run(_verify(addresses, plan, args.preserve_throttles))
                 if dirs:
                     more, _ = asyncio.run(verify_replicas(addresses, dirs))
                     lines += ["", "Status of replica log directory movement:", *more]
             else:
-                lines, failed = asyncio.run(_cancel(addresses, plan))
-    except (ReassignToolError, LogDirToolError) as error:
+                lines, failed = asyncio.run(_cancel(addresses, plan, args.preserve_throttles))
+    except (ReassignToolError, ThrottleError, LogDirToolError) as error:
         print(f"{NAME}: {error}", file=sys.stderr)
         return 1
     sys.stdout.write("".join(f"{line}\n" for line in lines))
@@ -295,18 +322,35 @@ async def _generate(addresses: Sequence[tuple[str, int]], args: Any) -> tuple[li
 
 
 async def _execute(
-    addresses: Sequence[tuple[str, int]], plan: Assignment, additional: bool, allow_rf: bool
+    addresses: Sequence[tuple[str, int]], plan: Assignment, args: Any
 ) -> tuple[list[str], int]:
+    allow_rf = not args.disallow_replication_factor_change
     async with _connected(addresses) as connection:
-        current, _ = await _assignment(connection)
+        current, brokers = await _assignment(connection)
         missing = [_name(tp) for tp in plan if tp not in current]
         if missing:
             raise ReassignToolError(f"unknown partition(s): {', '.join(missing)}")
-        if not additional and await _ongoing(connection, None):
+        ongoing = await _ongoing(connection, None)
+        if not args.additional and ongoing:
             raise ReassignToolError(
                 "cannot execute because there is an existing partition reassignment; use "
                 "--additional to start this one in addition to it"
             )
+        # The throttles first, so the copy never runs unbounded (KIP-73). A partition
+        # already moving is throttled from where it started: its replicas without the
+        # ones being added (Metadata shows the union while it moves).
+        started = {
+            tp: tuple(r for r in reps if r not in adding) for tp, (reps, adding) in ongoing.items()
+        }
+        throttled = await set_throttles(
+            _connected,
+            connection,
+            brokers,
+            {**current, **started},
+            plan,
+            args.throttle,
+            args.replica_alter_log_dirs_throttle,
+        )
         results = await _alter(connection, {tp: plan[tp] for tp in plan}, allow_rf)
     lines = [
         "Current partition replica assignment",
@@ -314,39 +358,51 @@ async def _execute(
         plan_json({tp: current[tp] for tp in plan}),
         "",
         "Save this to use as the --reassignment-json-file option during rollback",
+        *throttled,
     ]
     outcome, failed = _outcome("started partition reassignment", results)
     return lines + outcome, failed
 
 
-async def _cancel(addresses: Sequence[tuple[str, int]], plan: Assignment) -> tuple[list[str], int]:
+async def _cancel(
+    addresses: Sequence[tuple[str, int]], plan: Assignment, preserve_throttles: bool
+) -> tuple[list[str], int]:
     async with _connected(addresses) as connection:
         results = await _alter(connection, dict.fromkeys(plan))
-    return _outcome("cancelled partition reassignment", results)
+        lines, failed = _outcome("cancelled partition reassignment", results)
+        if not preserve_throttles:
+            _, brokers = await _assignment(connection)
+            topics = sorted({topic for topic, _ in plan})
+            lines += await clear_throttles(_connected, connection, brokers, topics)
+    return lines, failed
 
 
-async def _verify(addresses: Sequence[tuple[str, int]], plan: Assignment) -> tuple[list[str], int]:
+async def _verify(
+    addresses: Sequence[tuple[str, int]], plan: Assignment, preserve_throttles: bool
+) -> tuple[list[str], int]:
     async with _connected(addresses) as connection:
-        current, _ = await _assignment(connection)
+        current, brokers = await _assignment(connection)
         ongoing = await _ongoing(connection, list(plan))
+        done = not ongoing and all(current.get(tp) == target for tp, target in plan.items())
+        cleared: list[str] = []
+        if done and not preserve_throttles:
+            topics = sorted({topic for topic, _ in plan})
+            cleared = await clear_throttles(_connected, connection, brokers, topics)
     lines = ["Status of partition reassignment:"]
-    done = True
     for tp, target in plan.items():
         if tp in ongoing:
-            done = False
             lines.append(f"Reassignment of partition {_name(tp)} is still in progress.")
         elif current.get(tp) == target:
             lines.append(f"Reassignment of partition {_name(tp)} is completed.")
         else:
-            done = False
             have = ",".join(str(r) for r in current.get(tp, ()))
             want = ",".join(str(r) for r in target)
             lines.append(
                 f"There is no active reassignment of partition {_name(tp)}, but replica set "
                 f"is {have} rather than {want}."
             )
-    if done:
-        lines += ["", "No replication throttles to clear (odradek has none)."]
+    if cleared:
+        lines += ["", *cleared]
     return lines, 0
 
 
@@ -411,8 +467,8 @@ async def _send(connection: BrokerConnection, request: Any) -> Any:
         raise ReassignToolError(f"the broker connection failed: {error}") from None
 
 
-async def _assignment(connection: BrokerConnection) -> tuple[Assignment, set[int]]:
-    """Every partition's replicas (Metadata of all topics) and the brokers' ids."""
+async def _assignment(connection: BrokerConnection) -> tuple[Assignment, Addresses]:
+    """Every partition's replicas (Metadata of all topics) and the brokers' addresses."""
     version = _version(connection, METADATA_KEY, "Metadata")
     response = await _send(
         connection,
@@ -431,13 +487,14 @@ async def _assignment(connection: BrokerConnection) -> tuple[Assignment, set[int
             continue
         for p in topic.partitions:
             current[(topic.name, int(p.partition_index))] = tuple(int(r) for r in p.replica_nodes)
-    return current, {int(b.node_id) for b in response.brokers}
+    return current, {int(b.node_id): (b.host, int(b.port)) for b in response.brokers}
 
 
 async def _ongoing(
     connection: BrokerConnection, partitions: Sequence[tuple[str, int]] | None
-) -> dict[tuple[str, int], tuple[int, ...]]:
-    """The ongoing reassignments (ListPartitionReassignments): partition → replicas."""
+) -> dict[tuple[str, int], tuple[tuple[int, ...], tuple[int, ...]]]:
+    """The ongoing reassignments (ListPartitionReassignments): partition → (replicas,
+    adding replicas)."""
     version = _version(connection, LIST_KEY, "ListPartitionReassignments")
     topics: Any = None
     if partitions is not None:
@@ -463,7 +520,10 @@ async def _ongoing(
     if response.error_code != ErrorCode.none:
         raise ReassignToolError(f"listing reassignments failed: {response.error_code.name.upper()}")
     return {
-        (topic.name, int(p.partition_index)): tuple(int(r) for r in p.replicas)
+        (topic.name, int(p.partition_index)): (
+            tuple(int(r) for r in p.replicas),
+            tuple(int(r) for r in p.adding_replicas),
+        )
         for topic in response.topics
         for p in topic.partitions
     }
@@ -536,14 +596,3 @@ def _broker_list(text: str) -> list[int]:
             raise ReassignToolError(f"--broker-list: broker {item} listed twice")
         brokers.append(int(item))
     return brokers
-
-
-def _addresses(text: str) -> list[tuple[str, int]]:
-    addresses = []
-    for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ReassignToolError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
-        addresses.append((host, int(port)))
-    return addresses

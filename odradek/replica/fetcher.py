@@ -59,6 +59,7 @@ from odradek.replica.fetcher_state import (
     RequestPlan,
 )
 from odradek.replica.interfaces import FetchStart, FollowerLog, TopicPartition
+from odradek.replica.replication_quota import ReplicationQuota
 
 logger = logging.getLogger(__name__)
 
@@ -95,10 +96,11 @@ class ReplicaFetcher:
         broker_epoch: Callable[[], int],
         socket_timeout_ms: int,
         clock: Callable[[], int] = monotonic_ms,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.source_id = source_id
         self.index = index
-        self.core = FetcherCore(source_id, settings, partition, clock)
+        self.core = FetcherCore(source_id, settings, partition, clock, quota)
         self._settings = settings
         self._endpoint = endpoint
         self._broker_epoch = broker_epoch
@@ -176,7 +178,9 @@ class ReplicaFetcher:
                 self.fetches += 1
                 return
             plan = self.core.build_fetch(connection.version_for(FETCH_KEY), self._broker_epoch())
-            if plan is None:
+            if plan is None:  # every fetching partition throttled (KIP-73): back off, as
+                # Kafka's fetcher does on an empty request, then ask the quota again
+                await self._sleep(self._clock() + self._settings.backoff_ms)
                 return
             wait_s = self._settings.max_wait_ms / 1000
             frame = await connection.send(
@@ -249,8 +253,10 @@ class ReplicaFetcherManager:
         partition: Callable[[TopicPartition], FollowerLog | None],
         broker_epoch: Callable[[], int],
         clock: Callable[[], int] = monotonic_ms,
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.settings = settings
+        self.quota = quota  # follower.replication.throttled.rate, shared by the fetchers
         self.num_fetchers = max(num_fetchers, 1)
         self._socket_timeout_ms = socket_timeout_ms
         self._endpoint = endpoint
@@ -295,6 +301,7 @@ class ReplicaFetcherManager:
                     broker_epoch=self._broker_epoch,
                     socket_timeout_ms=self._socket_timeout_ms,
                     clock=self._clock,
+                    quota=self.quota,
                 )
             fetcher.assign(tp, start)
         for key, tps in moved.items():

@@ -63,6 +63,7 @@ from odradek.protocol.build import make
 from odradek.protocol.fetch_codec import RawFetchResponse
 from odradek.records.errors import CodedError
 from odradek.replica.interfaces import FetchStart, FollowerLog, TopicPartition
+from odradek.replica.replication_quota import ReplicationQuota, should_follower_throttle
 from odradek.storage.errors import StorageError
 
 logger = logging.getLogger(__name__)
@@ -148,6 +149,7 @@ class PartitionFetch:
     leader_end_offset: int | None = None  # TRUNCATING: LATEST answered, EARLIEST next
     last_error: str = "NONE"
     generation: int = 0  # bumped on every change, so stale answers are recognised
+    in_sync: bool = False  # KIP-73: caught up with the leader's HW at the last answer
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,8 +190,10 @@ class FetcherCore:
         settings: FetcherSettings,
         logs: Callable[[TopicPartition], FollowerLog | None],
         clock: Callable[[], int],
+        quota: ReplicationQuota | None = None,
     ) -> None:
         self.source_id = source_id
+        self.quota = quota  # follower.replication.throttled.rate (replication_quota.py)
         self.settings = settings
         self._logs = logs
         self._clock = clock
@@ -280,6 +284,8 @@ class FetcherCore:
         for partition in self._partitions.values():
             if partition.state is not FetchState.FETCHING:
                 continue
+            if should_follower_throttle(self.quota, *partition.tp, partition.in_sync):
+                continue  # KIP-73 hook: left out while the follower quota is exceeded
             log = self._logs(partition.tp)
             if log is None:
                 self._delay(partition, "REPLICA_NOT_AVAILABLE")
@@ -388,6 +394,9 @@ class FetcherCore:
             except _LOG_ERRORS as failure:
                 self._log_failed(partition, failure, result)
                 return
+            partition.in_sync = raw.high_watermark <= log.log_end_offset  # KIP-73 hook
+            if size and self.quota is not None and self.quota.is_throttled(*tp):
+                self.quota.record(size)  # KIP-73 hook: fetched bytes count
             if size:
                 result.appended_bytes[tp] = size
                 partition.generation += 1

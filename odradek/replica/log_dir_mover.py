@@ -15,7 +15,9 @@ log, and the future truncated to match.
 Per partition a ``LogDirMove`` runs COPYING → FINISHING → DONE (or CANCELLED when an
 AlterReplicaLogDirs names another dir or the partition leaves, FAILED on an I/O error
 of the future log). COPYING copies at most ``chunk_bytes`` per step and at most
-``replica.alter.log.dirs.io.max.bytes.per.second`` (a token bucket, ``Throttle``);
+``replica.alter.log.dirs.io.max.bytes.per.second`` (the broker's alter-log-dirs
+``ReplicationQuota``, replica/replication_quota.py: dynamic, Kafka's windowed rate; a
+step copies nothing while the measured rate is above it);
 once the future has caught up, FINISHING fsyncs it on a worker thread while appends
 go on, then in one synchronous step of the event loop — so no append to the
 partition can come between — copies the tail, swaps the logs
@@ -47,13 +49,14 @@ from odradek.storage.log import Log
 
 if TYPE_CHECKING:
     from odradek.replica.replica_manager import ReplicaManager
+    from odradek.replica.replication_quota import ReplicationQuota
     from odradek.storage.log_manager import LogManager
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_BYTES: Final = 1_048_576  # replica.fetch.max.bytes
 IDLE_MS: Final = 100
-UNLIMITED: Final = 2**63 - 1  # replica.alter.log.dirs.io.max.bytes.per.second default
+QUOTA_WAIT_MS: Final = 50  # how soon to look again while the quota is exceeded
 
 TopicPartition = tuple[str, int]
 
@@ -165,48 +168,6 @@ def plan(current: Positions, future: Positions, epoch_end: tuple[int, int] | Non
     return CaughtUp()
 
 
-class Throttle:
-    """A token bucket of ``rate`` bytes per second holding at most one second's worth
-    (replica.alter.log.dirs.io.max.bytes.per.second); sans-IO, times in ms."""
-
-    def __init__(self, rate: int, now_ms: int) -> None:
-        self.rate = rate
-        self.tokens = float(min(rate, DEFAULT_CHUNK_BYTES))
-        self.at_ms = now_ms
-
-    @property
-    def unlimited(self) -> bool:
-        return self.rate >= UNLIMITED
-
-    def _refill(self, now_ms: int) -> None:
-        if now_ms > self.at_ms:
-            self.tokens = min(
-                float(self.rate), self.tokens + (now_ms - self.at_ms) * self.rate / 1000
-            )
-            self.at_ms = now_ms
-
-    def budget(self, now_ms: int) -> int:
-        """Bytes that may be copied now (0: wait ``delay_ms``)."""
-        if self.unlimited:
-            return UNLIMITED
-        self._refill(now_ms)
-        return max(int(self.tokens), 0)
-
-    def record(self, size: int, now_ms: int) -> None:
-        if self.unlimited:
-            return
-        self._refill(now_ms)
-        self.tokens -= size  # one batch may overdraw: the debt is waited for
-
-    def delay_ms(self, now_ms: int) -> int:
-        if self.unlimited:
-            return 0
-        self._refill(now_ms)
-        if self.tokens >= 1:
-            return 0
-        return max(int((1 - self.tokens) * 1000 / self.rate) + 1, 1)
-
-
 class LogDirMove:
     """One partition's move; ``_transition`` checks ``LEGAL_TRANSITIONS``."""
 
@@ -261,7 +222,7 @@ class LogDirMover:
         log_manager: LogManager,
         replicas: ReplicaManager,
         *,
-        max_bytes_per_second: int = UNLIMITED,
+        quota: ReplicationQuota | None = None,
         chunk_bytes: int = DEFAULT_CHUNK_BYTES,
         clock: Callable[[], int] = monotonic_ms,
     ) -> None:
@@ -269,7 +230,8 @@ class LogDirMover:
         self.replicas = replicas
         self.chunk_bytes = chunk_bytes
         self.clock = clock
-        self.throttle = Throttle(max_bytes_per_second, clock())
+        # replica.alter.log.dirs.io.max.bytes.per.second; None: unthrottled
+        self.quota = quota
         self.moves: dict[TopicPartition, LogDirMove] = {}
         self.finished: dict[TopicPartition, LogDirMove] = {}  # the last move of each, ended
         self._wake = asyncio.Event()
@@ -330,7 +292,7 @@ class LogDirMover:
 
     # -- the task ------------------------------------------------------------------
     async def run(self) -> None:
-        """Copy until cancelled; sleeps when nothing moves or the throttle says so."""
+        """Copy until cancelled; sleeps when nothing moves or the quota is exceeded."""
         while True:
             try:
                 delay_ms = await self.run_once()
@@ -356,9 +318,8 @@ class LogDirMover:
                 self.moves[tp] = LogDirMove(tp, future.directory.parent)
         if not self.moves:
             return IDLE_MS
-        delay = self.throttle.delay_ms(self.clock())
-        if delay:
-            return delay
+        if self.quota is not None and self.quota.is_quota_exceeded():
+            return QUOTA_WAIT_MS
         busy = False
         for tp in list(self.moves):
             try:
@@ -379,9 +340,11 @@ class LogDirMover:
             return False  # not hosted (yet, or offline): the move waits
         if move.state is not COPYING:
             return False
-        # Up to one chunk (and the throttle's budget) per step; a copy that catches up
-        # within it goes on to finish, so appends between steps cannot hold it off.
-        budget = min(self.chunk_bytes, self.throttle.budget(self.clock()))
+        # Up to one chunk per step (none while the quota is exceeded); a copy that
+        # catches up within it goes on to finish, so appends between steps cannot
+        # hold it off.
+        exceeded = self.quota is not None and self.quota.is_quota_exceeded()
+        budget = 0 if exceeded else self.chunk_bytes
         copied = 0
         while True:
             action = self._next(current, future)
@@ -392,7 +355,8 @@ class LogDirMover:
             done = self._apply(current, future, action, budget - copied)
             copied += done
             move.copied_bytes += done
-            self.throttle.record(done, self.clock())
+            if self.quota is not None:
+                self.quota.record(done)
             if isinstance(action, Copy) and not done:
                 return False  # nothing readable: try again later
         move._transition(FINISHING)

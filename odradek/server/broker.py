@@ -68,14 +68,14 @@ from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import ControllerChannel, LocalControllerChannel
 from odradek.metadata.controller_rpc import RemoteControllerChannel
 from odradek.metadata.delta import MetadataDelta, between
-from odradek.metadata.image import BROKER_RESOURCE, MetadataImage
+from odradek.metadata.image import BROKER_RESOURCE, TOPIC_RESOURCE, MetadataImage
 from odradek.metadata.loader import MetadataLoader
 from odradek.metadata.raft_writer import RaftMetadataWriter
 from odradek.network.limits import ConnectionLimits
 from odradek.network.server import SocketServer
 from odradek.raft.disk_log import DiskRaftLog
 from odradek.raft.driver import RaftDriver
-from odradek.replica.fetcher import ReplicaFetcherManager
+from odradek.replica.fetcher import ReplicaFetcherManager, monotonic_ms
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from odradek.replica.log_dir_mover import LogDirMover
 from odradek.replica.replica_manager import ReplicaManager
@@ -92,7 +92,11 @@ from odradek.server.broker_quorum import (
     load_metadata,
     start_quorum,
 )
-from odradek.server.broker_settings import coordinator_settings, fetcher_settings
+from odradek.server.broker_settings import (
+    coordinator_settings,
+    fetcher_settings,
+    replication_quotas,
+)
 from odradek.server.broker_shutdown import stop_broker
 from odradek.server.broker_views import BrokerConfigs, BrokerMetadata
 from odradek.server.config import (
@@ -163,6 +167,9 @@ class Broker:
         self.codec_warmup: asyncio.Task[None] | None = None
         self.metadata_loader = MetadataLoader()
         self.controller: Controller = None  # type: ignore[assignment]  # set in start()
+        # Replication quotas (KIP-73): the leader's on the fetches it answers, the
+        # follower's on its fetchers, both kept in step with the image's configs.
+        self.replication_quotas = replication_quotas(config, monotonic_ms)
         # Replica fetchers: this node's followers copy from their leaders' inter-broker
         # listeners (named in the MetadataImage), the logs the ReplicaManager hosts.
         self.replica_fetchers = ReplicaFetcherManager(
@@ -172,6 +179,7 @@ class Broker:
             endpoint=self._inter_broker_endpoint,
             partition=lambda tp: self.replica_manager.follower_log(tp),
             broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
+            quota=self.replication_quotas.follower,
         )
         self.replica_manager = ReplicaManager(
             self.node_id,
@@ -183,12 +191,13 @@ class Broker:
             broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
             lag_time_max_ms=config["replica.lag.time.max.ms"],
             replica_selector=selector_for(config["replica.selector.class"]),
+            leader_quota=self.replication_quotas.leader,
         )
         # AlterReplicaLogDirs: copies replicas into another of this broker's log dirs.
         self.log_dir_mover = LogDirMover(
             self.log_manager,
             self.replica_manager,
-            max_bytes_per_second=config["replica.alter.log.dirs.io.max.bytes.per.second"],
+            quota=self.replication_quotas.alter_log_dirs,
             chunk_bytes=config["replica.fetch.max.bytes"],
         )
         # process.roles: a controller-only node binds no client listener and runs no
@@ -315,6 +324,7 @@ class Broker:
         self._start_lifecycle(endpoints)
         # The loader caught up with the quorum's high watermark (start_quorum): the
         # image is everything committed, so the partitions it assigns here are created.
+        self.update_replication_quotas()
         self.replica_manager.catch_up(self.image, self.topic_config)
         self.metadata_loader.subscribe(self._on_metadata)
         self._feed_coordinators(between(MetadataImage(), self.image), self.image)
@@ -383,6 +393,8 @@ class Broker:
         return self.metadata_loader.image
 
     def _on_metadata(self, delta: MetadataDelta, image: MetadataImage) -> None:
+        if delta.configs:
+            self.update_replication_quotas()
         self.replica_manager.apply_delta(delta, image, self.topic_config)
         self._feed_coordinators(delta, image)
         if delta.broker_configs_changed:
@@ -400,6 +412,15 @@ class Broker:
         """A listener named in controller.listener.names serves the controller plane."""
         controller_listeners = self.config["controller.listener.names"] or ()
         return Plane.CONTROLLER if listener in controller_listeners else Plane.BROKER
+
+    def update_replication_quotas(self) -> None:
+        """KIP-73: the rates and throttled replicas the image's configs now say."""
+        topics = {
+            name: configs
+            for (kind, name), configs in self.image.configs.items()
+            if kind == TOPIC_RESOURCE
+        }
+        self.replication_quotas.apply(self.dynamic_broker_configs(), topics)
 
     def dynamic_broker_configs(self) -> Mapping[str, str]:
         """Cluster-wide ("") then per-node dynamic broker configs from the image."""

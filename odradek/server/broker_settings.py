@@ -1,7 +1,8 @@
 """The settings objects the broker's parts are built with, read from its configs.
 
-How this works and why: the group coordinator and the replica fetchers take plain
-settings dataclasses (CoordinatorSettings, FetcherSettings) rather than the broker's
+How this works and why: the group coordinator, the replica fetchers and the
+replication quotas take plain settings dataclasses (CoordinatorSettings,
+FetcherSettings, QuotaSettings) rather than the broker's
 config table, so they can be built in tests without one; these functions are the one
 place that maps Kafka's config names onto those fields. Split from broker.py, the
 composition root, which calls them when it builds the parts.
@@ -9,10 +10,21 @@ composition root, which calls them when it builds the parts.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings
 from odradek.replica.fetcher_state import FetcherSettings
+from odradek.replica.replication_quota import (
+    ALTER_LOG_DIRS_RATE,
+    FOLLOWER_RATE,
+    LEADER_RATE,
+    WINDOW_NUM,
+    WINDOW_SIZE_SECONDS,
+    QuotaSettings,
+    ReplicationQuotas,
+)
 from odradek.server.config import BrokerConfig
 
 
@@ -57,4 +69,18 @@ def fetcher_settings(config: BrokerConfig) -> FetcherSettings:
         max_bytes=config["replica.fetch.response.max.bytes"],
         partition_max_bytes=config["replica.fetch.max.bytes"],
         backoff_ms=config["replica.fetch.backoff.ms"],
+    )
+
+
+def replication_quotas(config: BrokerConfig, clock: Callable[[], int]) -> ReplicationQuotas:
+    """KIP-73's quotas: the window configs, and the static rates the image's dynamic
+    ones override (replica/replication_quota.py)."""
+    return ReplicationQuotas(
+        config.node_id,
+        clock,
+        QuotaSettings(
+            samples=config[WINDOW_NUM],
+            window_seconds=config[WINDOW_SIZE_SECONDS],
+            static_rates={n: config[n] for n in (LEADER_RATE, FOLLOWER_RATE, ALTER_LOG_DIRS_RATE)},
+        ),
     )

@@ -373,14 +373,26 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("replica.fetch.response.max.bytes", _int(0, INT_MAX), "10485760"),
     BrokerConfigDef("replica.fetch.min.bytes", _int(0, INT_MAX), "1"),
     BrokerConfigDef("replica.fetch.backoff.ms", _int(0, INT_MAX), "1000"),
-    # Moving replicas between this broker's log dirs (replica/log_dir_mover.py).
-    BrokerConfigDef(
-        "replica.alter.log.dirs.io.max.bytes.per.second", _int(1, LONG_MAX), str(LONG_MAX)
-    ),
     BrokerConfigDef("replica.socket.timeout.ms", _int(1, INT_MAX), "30000"),
     BrokerConfigDef("replica.lag.time.max.ms", _int(0, LONG_MAX), "30000"),
     BrokerConfigDef("replica.selector.class", _replica_selector, None),
     BrokerConfigDef("unclean.leader.election.enable", _bool, "false", dynamic=True),
+    # Replication quotas (KIP-73, replica/replication_quota.py): byte rates per broker,
+    # dynamic (Long.MAX: no throttle), over windows of the two read-only window configs.
+    BrokerConfigDef(
+        "leader.replication.throttled.rate", _int(0, LONG_MAX), str(LONG_MAX), dynamic=True
+    ),
+    BrokerConfigDef(
+        "follower.replication.throttled.rate", _int(0, LONG_MAX), str(LONG_MAX), dynamic=True
+    ),
+    BrokerConfigDef(
+        "replica.alter.log.dirs.io.max.bytes.per.second",
+        _int(0, LONG_MAX),
+        str(LONG_MAX),
+        dynamic=True,
+    ),
+    BrokerConfigDef("replication.quota.window.num", _int(1, INT_MAX), "11"),
+    BrokerConfigDef("replication.quota.window.size.seconds", _int(1, INT_MAX), "1"),
     BrokerConfigDef("auto.leader.rebalance.enable", _bool, "true"),
     BrokerConfigDef("leader.imbalance.check.interval.seconds", _int(1, LONG_MAX), "300"),
     # log.* : defaults of topic configs (DescribeConfigs lists them as synonyms).

@@ -119,6 +119,7 @@ delete.topic.enable boolean true r
 early.start.listeners string - r
 fetch.max.bytes int 57671680 r 1024..
 fetch.purgatory.purge.interval.requests int 1000 r
+follower.replication.throttled.rate long 9223372036854775807 c 0..
 group.consumer.assignors list uniform,range r
 group.consumer.heartbeat.interval.ms int 5000 r 1..
 group.consumer.max.heartbeat.interval.ms int 15000 r 1..
@@ -163,6 +164,7 @@ inter.broker.listener.name string - r
 kafka.metrics.polling.interval.secs int 10 r 1..
 kafka.metrics.reporters list "" r
 leader.imbalance.check.interval.seconds long 300 r 1..
+leader.replication.throttled.rate long 9223372036854775807 c 0..
 listener.security.protocol.map string * b
 listeners string PLAINTEXT://:9092 b
 log.cleaner.backoff.ms long 15000 c 0..
@@ -272,6 +274,7 @@ remote.log.storage.manager.class.name string - r
 remote.log.storage.manager.class.path string - r
 remote.log.storage.manager.impl.prefix string rsm.config. r
 remote.log.storage.system.enable boolean false r
+replica.alter.log.dirs.io.max.bytes.per.second long 9223372036854775807 c 0..
 replica.fetch.backoff.ms int 1000 r 0..
 replica.fetch.max.bytes int 1048576 r 0..
 replica.fetch.min.bytes int 1 r

@@ -68,7 +68,13 @@ _KAFKA_TYPES: Final = {
     "password": PASSWORD,
 }
 
-LIST_TOPIC_CONFIGS: Final = frozenset({"cleanup.policy"})
+LIST_TOPIC_CONFIGS: Final = frozenset(
+    {
+        "cleanup.policy",
+        "follower.replication.throttled.replicas",
+        "leader.replication.throttled.replicas",
+    }
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,6 +37,14 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "broker.session.timeout.ms": "a broker that sends no heartbeat this long is fenced",
     "broker.heartbeat.interval.ms": "how often a broker heartbeats to the controller",
     "broker.rack": "the rack of this broker, for rack-aware replica placement",
+    "leader.replication.throttled.rate": "bytes/s this broker sends to followers of the "
+    "replicas in leader.replication.throttled.replicas (KIP-73)",
+    "follower.replication.throttled.rate": "bytes/s this broker fetches for the replicas in "
+    "follower.replication.throttled.replicas (KIP-73)",
+    "replica.alter.log.dirs.io.max.bytes.per.second": "bytes/s of copies between this "
+    "broker's log dirs (AlterReplicaLogDirs)",
+    "replication.quota.window.num": "windows the replication rates are measured over",
+    "replication.quota.window.size.seconds": "length of each replication quota window",
     "num.partitions": "partition count of topics created without one",
     "default.replication.factor": "replication factor of topics created without one",
     "auto.create.topics.enable": "create a topic when a client asks for metadata of it",
@@ -86,8 +94,6 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "replica.fetch.max.bytes": "bytes a follower's fetch asks of each partition",
     "replica.fetch.response.max.bytes": "bytes a follower's fetch asks in all",
     "replica.fetch.min.bytes": "bytes a leader gathers before answering a follower's fetch",
-    "replica.alter.log.dirs.io.max.bytes.per.second": "bytes per second a replica moving "
-    "between this broker's log dirs is copied at (default: unlimited)",
     "replica.fetch.backoff.ms": "a follower's wait before refetching a partition after an error",
     "replica.socket.timeout.ms": "a follower's fetch timeout beyond its max wait",
     "replica.lag.time.max.ms": "a follower this far behind leaves the ISR",

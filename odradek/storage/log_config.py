@@ -10,6 +10,7 @@ log, so a reader never sees half an update.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any, Final
@@ -54,6 +55,22 @@ def _parse_choice(key: str, raw: object, choices: tuple[str, ...]) -> str:
     return text
 
 
+_THROTTLED_ENTRY: Final = re.compile(r"^\d+:\d+$")
+
+
+def parse_throttled_replicas(key: str, raw: object) -> str:
+    """leader/follower.replication.throttled.replicas (KIP-73): "" (none), "*" (every
+    replica) or ``partitionId:brokerId,...``, whitespace dropped."""
+    text = "".join(str(raw).split())
+    if text in ("", "*") or all(_THROTTLED_ENTRY.match(e) for e in text.split(",")):
+        return text
+    raise LogConfigError(
+        key,
+        "must be the literal '*' or a list of replicas in the form "
+        "[partitionId]:[brokerId],[partitionId]:[brokerId],...",
+    )
+
+
 def _parse_policy(key: str, raw: object) -> str:
     parts = [p.strip() for p in str(raw).split(",") if p.strip()]
     if not parts or any(p not in CLEANUP_POLICIES for p in parts):
@@ -95,7 +112,21 @@ TOPIC_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     _int_def(
         "flush.ms", LONG_MAX, 0, LONG_MAX, "fsync when the oldest unflushed write is this old"
     ),
+    ConfigDef(
+        "follower.replication.throttled.replicas",
+        "follower_replication_throttled_replicas",
+        parse_throttled_replicas,
+        "",
+        "partition:broker replicas whose follower fetches are throttled (KIP-73), or *",
+    ),
     _int_def("index.interval.bytes", 4096, 0, INT_MAX, "log bytes between offset index entries"),
+    ConfigDef(
+        "leader.replication.throttled.replicas",
+        "leader_replication_throttled_replicas",
+        parse_throttled_replicas,
+        "",
+        "partition:broker replicas whose leader's sends are throttled (KIP-73), or *",
+    ),
     _int_def("max.compaction.lag.ms", LONG_MAX, 1, LONG_MAX, "max time a record stays uncompacted"),
     _int_def("max.message.bytes", 1_048_588, 0, INT_MAX, "largest record batch accepted"),
     _int_def(
@@ -166,7 +197,9 @@ class LogConfig:
     file_delete_delay_ms: int = 60_000
     flush_messages: int = LONG_MAX
     flush_ms: int = LONG_MAX
+    follower_replication_throttled_replicas: str = ""
     index_interval_bytes: int = 4096
+    leader_replication_throttled_replicas: str = ""
     max_compaction_lag_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
     message_timestamp_after_max_ms: int = 3_600_000

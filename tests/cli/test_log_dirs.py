@@ -38,7 +38,12 @@ def placement(document: Any) -> dict[str, list[tuple[str, bool]]]:
 
 
 def test_describe_and_move_with_a_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    broker = two_dir_broker(tmp_path / "b", "replica.alter.log.dirs.io.max.bytes.per.second=200000")
+    broker = two_dir_broker(
+        tmp_path / "b",
+        "replica.alter.log.dirs.io.max.bytes.per.second=200000",
+        "replication.quota.window.num=2",
+        "replica.fetch.max.bytes=65536",
+    )
     broker.start()
     try:
         with WireClient(broker.bootstrap) as client:

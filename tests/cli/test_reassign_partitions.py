@@ -16,6 +16,7 @@ import pytest
 
 from odradek.cli.main import main
 from odradek.cli.reassign_partitions import ReassignToolError, plan_json, propose
+from odradek.cli.reassign_throttles import follower_throttles, involved_brokers, leader_throttles
 from tests.support.broker import running_broker
 from tests.support.wire import WireClient, create_topic
 
@@ -31,6 +32,22 @@ def test_propose_keeps_the_replication_factor_round_robin() -> None:
             {"topic": "t", "partition": 0, "replicas": [4, 5], "log_dirs": ["any", "any"]}
         ],
     }
+
+
+def test_throttles_name_the_senders_and_the_receivers_of_moving_partitions() -> None:
+    """As kafka-reassign-partitions.sh: the leader list holds a moving partition's
+    current replicas, the follower list the replicas it gains; partitions that do not
+    move are not throttled; the rates go to every broker of a moving partition."""
+    current = {("a", 0): (1, 2), ("a", 1): (2, 3), ("a", 2): (3, 1), ("b", 0): (1,)}
+    plan = {("a", 0): (2, 3), ("a", 1): (2, 3), ("a", 2): (3, 1, 4), ("b", 0): (5,)}
+    assert leader_throttles(current, plan) == {"a": "0:1,0:2,2:1,2:3", "b": "0:1"}
+    assert follower_throttles(current, plan) == {"a": "0:3,2:4", "b": "0:5"}
+    assert involved_brokers(current, plan) == [1, 2, 3, 4, 5]
+    assert leader_throttles(current, {("a", 1): (2, 3)}) == {}
+    assert involved_brokers(current, {("a", 1): (2, 3)}) == []
+    shrink = {("a", 0): (1,)}  # only dropping a replica: nothing to copy, nobody fetches
+    assert follower_throttles(current, shrink) == {}
+    assert leader_throttles(current, shrink) == {"a": "0:1,0:2"}
 
 
 @pytest.mark.parametrize(
@@ -118,9 +135,11 @@ def test_against_the_zero_config_node(tmp_path: Path, capsys: pytest.CaptureFixt
             "Reassignment of partition t-0 is completed.",
             "Reassignment of partition t-1 is completed.",
             "",
-            "No replication throttles to clear (odradek has none).",
+            f"Clearing broker-level throttles on brokers {node}",
+            "Clearing topic-level throttles on topic t",
         ]
-        assert main([*base, "--cancel", "--reassignment-json-file", str(plan)]) == 1
+        preserve = ["--cancel", "--preserve-throttles", "--reassignment-json-file", str(plan)]
+        assert main([*base, *preserve]) == 1
         captured = capsys.readouterr()
         assert captured.out.splitlines() == [
             "Error reassigning partition(s):",

@@ -67,7 +67,7 @@ def test_remote_and_local_answer_alike_and_the_remote_waits_for_the_image(
         # the request's tool asks the controller listener what is in progress
         (voter,) = s.client._voters.values()
         async with _connected([(voter.host, voter.port)]) as connection:
-            assert await _ongoing(connection, None) == {("t", 0): (2, 3, 1)}
+            assert await _ongoing(connection, None) == {("t", 0): ((2, 3, 1), (3,))}
             assert await _ongoing(connection, [("t", 1), ("nope", 2)]) == {}
         # cancel through the remote channel
         assert await s.remote.alter_partition_reassignments(

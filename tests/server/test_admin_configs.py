@@ -130,7 +130,11 @@ def test_describe_topic_configs(shared_broker: BrokerProcess, version: int) -> N
     with WireClient(shared_broker.bootstrap) as client:
         name = make_topic(client, f"dc-v{version}", configs={"retention.ms": "1234"})
         configs = configs_of(client, TOPIC, name, version=version)
-        assert len(configs) == 23
+        assert len(configs) == 25
+        throttled = configs["leader.replication.throttled.replicas"]
+        assert (throttled.value, throttled.config_source) == ("", 5)
+        if version >= 3:
+            assert throttled.config_type == 7  # LIST, as Kafka types it
         retention = configs["retention.ms"]
         assert (retention.value, retention.config_source, retention.read_only) == ("1234", 1, False)
         assert retention.is_sensitive is False and retention.synonyms == ()

@@ -129,7 +129,11 @@ def dir_of(root: Path) -> Path:
 
 
 def test_move_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    broker = two_dir_broker(tmp_path, "replica.alter.log.dirs.io.max.bytes.per.second=2000000")
+    broker = two_dir_broker(
+        tmp_path,
+        "replica.alter.log.dirs.io.max.bytes.per.second=2000000",
+        "replication.quota.window.num=2",
+    )
     with running(broker):
         create_topic(broker.bootstrap)
         acked = produce(broker.bootstrap, 0, 4_000)  # ~4 MB in 1 MB segments
@@ -201,7 +205,11 @@ def test_move_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
 def test_a_broker_killed_in_the_middle_of_a_copy_finishes_it_after_restart(
     tmp_path: Path,
 ) -> None:
-    broker = two_dir_broker(tmp_path, "replica.alter.log.dirs.io.max.bytes.per.second=400000")
+    broker = two_dir_broker(
+        tmp_path,
+        "replica.alter.log.dirs.io.max.bytes.per.second=400000",
+        "replication.quota.window.num=2",
+    )
     with running(broker):
         create_topic(broker.bootstrap)
         acked = produce(broker.bootstrap, 0, 4_000)
