@@ -160,18 +160,21 @@ def test_move_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
                 }
             )
             consumer.subscribe([TOPIC])
-            while not stop.is_set() or len(consumed) < len(acked) + len(more):
+            # until the producer is done and everything it wrote has been read
+            while not produced.is_set() or len(consumed) < len(acked) + len(more):
                 message = consumer.poll(0.2)
                 if message is not None and message.error() is None:
                     consumed.append(int(message.key()))
-                if stop.is_set() and time.monotonic() > drain_deadline[0]:
+                if produced.is_set() and time.monotonic() > drain_deadline[0]:
                     break
             consumer.close()
 
         drain_deadline = [float("inf")]
-        threads = [threading.Thread(target=keep_producing), threading.Thread(target=keep_consuming)]
-        for thread in threads:
-            thread.start()
+        produced = threading.Event()  # set once the producer thread has returned
+        producing = threading.Thread(target=keep_producing)
+        consuming = threading.Thread(target=keep_consuming)
+        producing.start()
+        consuming.start()
         try:
             tpr = kafka.TopicPartitionReplica(TOPIC, 0, 1)
             errors = client.alter_replica_log_dirs({tpr: str(target)})
@@ -189,9 +192,10 @@ def test_move_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
             time.sleep(1)  # writes after the swap too
         finally:
             stop.set()
+            producing.join(60)
             drain_deadline[0] = time.monotonic() + 30
-            for thread in threads:
-                thread.join(60)
+            produced.set()
+            consuming.join(60)
         client.close()
         assert more, "the producer wrote nothing during the move"
         everything = acked + more
