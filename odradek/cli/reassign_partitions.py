@@ -172,9 +172,11 @@ def run(args: argparse.Namespace) -> int:
                     more, failed = asyncio.run(move_replicas(addresses, dirs, args.timeout))
                     lines += more
             elif args.verify:
-                lines, failed = asyncio.run(_verify(addresses, plan, args.preserve_throttles))
+                # the throttles stay until the log dir moves are done too
+                more, moved = asyncio.run(verify_replicas(addresses, dirs)) if dirs else ([], True)
+                keep = args.preserve_throttles or not moved
+                lines, failed = asyncio.run(_verify(addresses, plan, keep))
                 if dirs:
-                    more, _ = asyncio.run(verify_replicas(addresses, dirs))
                     lines += ["", "Status of replica log directory movement:", *more]
             else:
                 lines, failed = asyncio.run(_cancel(addresses, plan, args.preserve_throttles))
