@@ -29,6 +29,7 @@ from odradek.cli import (
     cluster,
     dump_log,
     leader_election,
+    log_dirs,
     metadata_quorum,
     reassign_partitions,
     serve,
@@ -46,6 +47,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     metadata_quorum,
     leader_election,
     reassign_partitions,
+    log_dirs,
     dump_log,
     cluster,
 )

@@ -31,10 +31,12 @@ and the controller finishes the move once the new replicas are in sync
 - ``--cancel --reassignment-json-file F``: reverts F's ongoing reassignments to their
   original replicas, and removes the throttles as ``--verify`` does.
 
-``log_dirs`` other than ``"any"`` are refused (odradek does not move replicas between
-a broker's directories: AlterReplicaLogDirs). Every failure is one line on stderr and
-status 1; a partition the controller refused is reported with Kafka's error name and
-ends the run with status 1.
+``log_dirs`` name, per replica, ``"any"`` or the absolute path of one of that broker's
+log dirs: ``--execute`` then also asks each broker to move its replicas there
+(AlterReplicaLogDirs, KIP-113; retried while the broker does not host the replica yet,
+up to ``--timeout``) and ``--verify`` reports each such move (cli/log_dirs.py). Every
+failure is one line on stderr and status 1; a partition the controller refused is
+reported with Kafka's error name and ends the run with status 1.
 """
 
 from __future__ import annotations
@@ -51,6 +53,13 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
+from odradek.cli.log_dirs import (
+    DEFAULT_TIMEOUT_MS,
+    LogDirToolError,
+    Replica,
+    move_replicas,
+    verify_replicas,
+)
 from odradek.cli.reassign_throttles import ThrottleError, clear_throttles, set_throttles
 from odradek.cli.subcommand import Subparsers
 from odradek.client.connection import (
@@ -116,6 +125,14 @@ def add_parser(subparsers: Subparsers) -> None:
         help="--execute refuses a partition whose replica count would change (KIP-860)",
     )
     parser.add_argument(
+        "--timeout",
+        type=int,
+        default=DEFAULT_TIMEOUT_MS,
+        metavar="MS",
+        help="how long --execute retries moving replicas between log dirs that the "
+        "brokers do not host yet (default 10000)",
+    )
+    parser.add_argument(
         "--throttle",
         type=int,
         default=-1,
@@ -147,14 +164,23 @@ def run(args: argparse.Namespace) -> int:
         else:
             if not args.reassignment_json_file:
                 raise ReassignToolError("--reassignment-json-file is required")
-            plan = read_plan(Path(args.reassignment_json_file))
+            path = Path(args.reassignment_json_file)
+            plan, dirs = read_plan(path), read_log_dirs(path)
             if args.execute:
                 lines, failed = asyncio.run(_execute(addresses, plan, args))
+                if dirs and not failed:
+                    more, failed = asyncio.run(move_replicas(addresses, dirs, args.timeout))
+                    lines += more
             elif args.verify:
-                lines, failed = asyncio.run(_verify(addresses, plan, args.preserve_throttles))
+                # the throttles stay until the log dir moves are done too
+                more, moved = asyncio.run(verify_replicas(addresses, dirs)) if dirs else ([], True)
+                keep = args.preserve_throttles or not moved
+                lines, failed = asyncio.run(_verify(addresses, plan, keep))
+                if dirs:
+                    lines += ["", "Status of replica log directory movement:", *more]
             else:
                 lines, failed = asyncio.run(_cancel(addresses, plan, args.preserve_throttles))
-    except (ReassignToolError, ThrottleError) as error:
+    except (ReassignToolError, ThrottleError, LogDirToolError) as error:
         print(f"{NAME}: {error}", file=sys.stderr)
         return 1
     sys.stdout.write("".join(f"{line}\n" for line in lines))
@@ -195,16 +221,28 @@ def read_plan(path: Path) -> Assignment:
             raise ReassignToolError(f"{path}: bad entry {item!r} (topic, partition, replicas)")
         dirs = item.get("log_dirs")
         if dirs is not None and (
-            not isinstance(dirs, list) or len(dirs) != len(replicas) or set(dirs) - {ANY_DIR}
+            not isinstance(dirs, list)
+            or len(dirs) != len(replicas)
+            or not all(isinstance(d, str) and (d == ANY_DIR or d.startswith("/")) for d in dirs)
         ):
             raise ReassignToolError(
-                f'{path}: {topic}-{partition}: log_dirs must be one "any" per replica '
-                "(odradek does not place replicas in given directories)"
+                f'{path}: {topic}-{partition}: log_dirs must be one "any" or absolute path '
+                "per replica"
             )
         if (topic, partition) in plan:
             raise ReassignToolError(f"{path}: partition {topic}-{partition} listed twice")
         plan[(topic, partition)] = tuple(replicas)
     return plan
+
+
+def read_log_dirs(path: Path) -> dict[Replica, str]:
+    """The replicas a plan places in given log dirs (read_plan has checked the file)."""
+    moves: dict[Replica, str] = {}
+    for item in _load(path)["partitions"]:
+        for broker, log_dir in zip(item["replicas"], item.get("log_dirs") or (), strict=False):
+            if log_dir != ANY_DIR:
+                moves[(item["topic"], item["partition"], broker)] = log_dir
+    return moves
 
 
 def read_topics(path: Path) -> list[str]:

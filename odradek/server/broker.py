@@ -77,6 +77,7 @@ from odradek.raft.disk_log import DiskRaftLog
 from odradek.raft.driver import RaftDriver
 from odradek.replica.fetcher import ReplicaFetcherManager, monotonic_ms
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
+from odradek.replica.log_dir_mover import LogDirMover
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.replica.replica_selector import selector_for
 from odradek.server.broker_lifecycle import (
@@ -192,6 +193,13 @@ class Broker:
             replica_selector=selector_for(config["replica.selector.class"]),
             leader_quota=self.replication_quotas.leader,
         )
+        # AlterReplicaLogDirs: copies replicas into another of this broker's log dirs.
+        self.log_dir_mover = LogDirMover(
+            self.log_manager,
+            self.replica_manager,
+            quota=self.replication_quotas.alter_log_dirs,
+            chunk_bytes=config["replica.fetch.max.bytes"],
+        )
         # process.roles: a controller-only node binds no client listener and runs no
         # partitions, coordinators or broker lifecycle; a broker-only node (not among
         # controller.quorum.voters) replicates the metadata log as a Raft observer.
@@ -231,6 +239,7 @@ class Broker:
             # DescribeQuorum on a broker listener: forwarded to the active controller,
             # or answered by the zero-config node's own quorum.
             quorum=self.remote_channel or LocalQuorumDescriber(lambda: self.raft_driver),
+            log_dir_moves=self.log_dir_mover,
         )
         self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
         self.dispatcher = self.dispatchers[Plane.BROKER]
@@ -244,6 +253,7 @@ class Broker:
         self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
         self._isr_expiration: asyncio.Task[None] | None = None
+        self._log_dir_moves: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
 
     def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
@@ -294,6 +304,7 @@ class Broker:
             )
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self._isr_expiration = asyncio.create_task(self.replica_manager.isr_expiration())
+        self._log_dir_moves = asyncio.create_task(self.log_dir_mover.run())
         self._snapshot_timer = asyncio.create_task(snapshot_ticks(self.metadata_writer))
         if not self.is_broker:
             # A controller-only node: it votes, leads, runs the controller and writes
@@ -365,6 +376,7 @@ class Broker:
     def background_tasks(self) -> tuple[asyncio.Task[Any] | None, ...]:
         """The tasks ``stop`` cancels, in the order it cancels them."""
         return (
+            self._log_dir_moves,  # before housekeeping: a swap uses the log manager
             self._housekeeping,
             self._isr_expiration,
             self._snapshot_timer,

@@ -93,6 +93,19 @@ class LogDirsView(Protocol):
     @property
     def log_dirs(self) -> Sequence[Path]: ...
 
+    @property
+    def future_logs(self) -> Mapping[tuple[str, int], Log]:
+        """The copies being made in another dir (AlterReplicaLogDirs)."""
+        ...
+
+
+class LogDirMoves(Protocol):
+    """AlterReplicaLogDirs (``replica.log_dir_mover.LogDirMover`` fits)."""
+
+    def alter(self, topic: str, index: int, path: str) -> str:
+        """Move one hosted replica to the log dir ``path``: the Kafka error name."""
+        ...
+
 
 class AdminServices(ConfigContext, Protocol):
     """What the metadata-changing admin handlers (CreateTopics, DeleteTopics,
@@ -134,6 +147,9 @@ class BrokerServices(AdminServices, Protocol):
 
     @property
     def quorum(self) -> QuorumDescriber | None: ...
+
+    @property
+    def log_dir_moves(self) -> LogDirMoves | None: ...
 
 
 class BrokerControl(Protocol):
@@ -193,6 +209,7 @@ class Services:
     log_dirs: LogDirsView
     txns: None = None
     quorum: QuorumDescriber | None = None
+    log_dir_moves: LogDirMoves | None = None
 
 
 __all__ = [
@@ -205,6 +222,7 @@ __all__ = [
     "ControllerPlaneServices",
     "ControllerServices",
     "Endpoint",
+    "LogDirMoves",
     "LogDirsView",
     "MetadataView",
     "ProducerIdSource",

@@ -20,6 +20,13 @@ removed in the background, so a crash mid-delete never resurrects half a log. A 
 metadata does not know (a "stray" log) is never deleted on that evidence alone: it is
 renamed ``<topic>-<partition>.<id>-stray`` (as Kafka 3.7+ does), kept, and not loaded
 again; an operator removes it, or renames it back once the metadata is repaired.
+
+A partition being moved to another log dir (AlterReplicaLogDirs) also has a *future*
+log there, ``<topic>-<partition>.<id>-future`` (``futures``, log_dir_moves.py; the swap
+is storage/future_logs.py's): it is checkpointed with the other logs of its dir, loaded
+again at start-up (and resumed by the replica layer) if its partition's current log is
+here, discarded otherwise; ``recover_swaps`` first finishes any swap a crash interrupted.
+``preferred_dirs`` remembers the dir asked for a partition not hosted yet.
 """
 
 from __future__ import annotations
@@ -47,8 +54,14 @@ from odradek.storage.checkpoint import (
     write_offset_checkpoint,
 )
 from odradek.storage.errors import StorageError
+from odradek.storage.future_logs import (
+    parse_future_dir_name,
+    parse_swap_dir_name,
+    recover_swaps,
+)
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
+from odradek.storage.log_dir_moves import FutureLogs
 from odradek.storage.log_loader import open_log
 from odradek.storage.meta_properties import (  # re-exported: their home was this module
     META_PROPERTIES_FILE as META_PROPERTIES_FILE,
@@ -138,6 +151,10 @@ class LogManager:
         self._reserved_logs: dict[str, Log] = {}
         self.logs: dict[TopicPartition, Log] = {}
         self._log_dir_of: dict[TopicPartition, Path] = {}
+        # AlterReplicaLogDirs: future logs (log_dir_moves.py), and the dirs wanted for
+        # partitions not created yet.
+        self.futures = FutureLogs(self)
+        self.preferred_dirs: dict[TopicPartition, Path] = {}
         self._topic_configs: dict[str, LogConfig] = {}
         self._lock_fds: list[int] = []
         self._last_run: dict[str, int] = {}
@@ -166,8 +183,10 @@ class LogManager:
     def load_logs(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
         self._topic_configs.update(topic_configs or {})
         self._started_ms = self.clock()
+        recover_swaps(self.log_dirs)
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
+        self.futures.load_found()
         self.started = True
 
     def _lock(self, log_dir: Path) -> None:
@@ -212,6 +231,20 @@ class LogManager:
                     child,
                 )
                 continue
+            future_tp = parse_future_dir_name(child.name)
+            if future_tp is not None:
+                self.futures.found(
+                    future_tp,
+                    child,
+                    recovery_points.get(future_tp, 0),
+                    start_offsets.get(future_tp, 0),
+                    high_watermarks.get(future_tp, 0),
+                    clean,
+                )
+                continue
+            if parse_swap_dir_name(child.name) is not None:  # recover_swaps left it
+                logger.warning("not loading %s: a log dir swap it could not finish", child)
+                continue
             tp = parse_log_dir_name(child.name)
             if tp is None:
                 logger.warning("ignoring %s: not a <topic>-<partition> directory", child)
@@ -252,7 +285,7 @@ class LogManager:
                 )
         marker.unlink(missing_ok=True)
         # From here on a crash must be noticed: the marker only returns on clean shutdown.
-        self._write_checkpoints_for(log_dir)
+        self.write_checkpoints_for(log_dir)
 
     # -- logs ------------------------------------------------------------------------
     def config_for(self, topic: str) -> LogConfig:
@@ -260,7 +293,7 @@ class LogManager:
 
     def set_topic_config(self, topic: str, config: LogConfig) -> None:
         self._topic_configs[topic] = config
-        for (log_topic, _), log in self.logs.items():
+        for (log_topic, _), log in [*self.logs.items(), *self.future_logs.items()]:
             if log_topic == topic:
                 log.update_config(config)
 
@@ -278,7 +311,8 @@ class LogManager:
         counts = {d: 0 for d in self.log_dirs}
         for log_dir in self._log_dir_of.values():
             counts[log_dir] += 1
-        log_dir = min(self.log_dirs, key=lambda d: counts[d])
+        preferred = self.preferred_dirs.pop(tp, None)  # AlterReplicaLogDirs asked first
+        log_dir = preferred or min(self.log_dirs, key=lambda d: counts[d])
         directory = log_dir / f"{topic}-{partition}"
         log, _ = open_log(
             directory,
@@ -297,8 +331,21 @@ class LogManager:
         return log
 
     def delete_log(self, topic: str, partition: int) -> Path | None:
-        """Close a log and rename its directory ``...-delete``; removal is asynchronous."""
+        """Close a log and rename its directory ``...-delete``; removal is asynchronous.
+        A future log of the partition goes first (never a future without its log)."""
         return self._rename_away(topic, partition, DELETE_DIR_SUFFIX)
+
+    def log_dir_of(self, topic: str, partition: int) -> Path | None:
+        return self._log_dir_of.get((topic, partition))
+
+    def replace_log(self, tp: TopicPartition, log: Log) -> None:
+        """A log dir move swapped ``log`` in for ``tp``'s current log (log_dir_moves.py)."""
+        self.logs[tp] = log
+        self._log_dir_of[tp] = log.directory.parent
+
+    @property
+    def future_logs(self) -> dict[TopicPartition, Log]:
+        return self.futures.logs
 
     def set_aside_stray_log(self, topic: str, partition: int) -> Path | None:
         """Close a log the metadata does not know and rename it ``...-stray``; keep its data."""
@@ -308,6 +355,7 @@ class LogManager:
         """Close a log and move its directory out of the log name space, to
         ``<topic>-<partition>.<id><suffix>``; None if no such log is open."""
         tp = (topic, partition)
+        self.futures.discard(topic, partition)  # never a future without its log
         log = self.logs.pop(tp, None)
         log_dir = self._log_dir_of.pop(tp, None)
         if log is None or log_dir is None:
@@ -315,14 +363,20 @@ class LogManager:
         log.close()
         target = log_dir / f"{topic}-{partition}.{uuid.uuid4().hex}{suffix}"
         os.rename(log.directory, target)
-        self._write_checkpoints_for(log_dir)
+        self.write_checkpoints_for(log_dir)
         return target
 
     # -- checkpoints -----------------------------------------------------------------
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
-        return {
+        """The logs of ``log_dir``'s checkpoints: its current logs and future logs
+        (a partition has at most one of the two in any one dir)."""
+        logs = {
             tp: log for tp, log in list(self.logs.items()) if self._log_dir_of.get(tp) == log_dir
         }
+        for tp, future in self.future_logs.items():
+            if future.directory.parent == log_dir:
+                logs[tp] = future
+        return logs
 
     def attach_reserved_log(self, name: str, log_dir: Path, log: Log) -> None:
         """Checkpoint a reserved log's recovery point from now on, and close it on shutdown."""
@@ -380,7 +434,7 @@ class LogManager:
                 )
                 self._checkpoint_written[rows.log_dir] = rows.taken
 
-    def _write_checkpoints_for(self, log_dir: Path) -> None:
+    def write_checkpoints_for(self, log_dir: Path) -> None:
         self._write_rows([self._checkpoint_rows(log_dir)])
 
     def write_checkpoints(self) -> None:
@@ -443,6 +497,7 @@ class LogManager:
             settings.flush_start_offset_checkpoint_interval_ms,
             settings.high_watermark_checkpoint_interval_ms,
         )
+        self.futures.release_due(now_ms)
         if self._due("checkpoint", checkpoint_interval, now_ms):
             # The offsets are read here, on the loop that changes the logs; the files
             # are written and fsynced on a worker thread.
@@ -478,7 +533,12 @@ class LogManager:
         """
         loaded = self.started
         failures: list[str] = []
-        for log in [*self.logs.values(), *self._reserved_logs.values()]:
+        self.futures.release_due(0, force=True)
+        for log in [
+            *self.logs.values(),
+            *self.future_logs.values(),
+            *self._reserved_logs.values(),
+        ]:
             if log.closed:
                 continue
             try:

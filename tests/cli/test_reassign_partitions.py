@@ -84,7 +84,7 @@ def test_bad_input_is_one_line_before_anything_is_sent(
     )
     entry = {"topic": "t", "partition": 0, "replicas": [1]}
     files["twice"].write_text(json.dumps({"version": 1, "partitions": [entry, entry]}))
-    files["dirs"].write_text(json.dumps({"partitions": [{**entry, "log_dirs": ["/data"]}]}))
+    files["dirs"].write_text(json.dumps({"partitions": [{**entry, "log_dirs": ["data"]}]}))
     files["empty"].write_text(json.dumps({"version": 1, "partitions": []}))
     files["topics"].write_text(json.dumps({"version": 1, "topics": [{"topic": "t"}]}))
     args = [a.format(**{k: str(v) for k, v in files.items()}) for a in args]

@@ -140,3 +140,12 @@ def running_broker(
             broker.stop()
         finally:
             broker.kill()
+
+
+def two_dir_broker(root: Path, *overrides: str) -> BrokerProcess:
+    """A broker (not started) with ``log.dirs`` = ``root/d1,root/d2``."""
+    d1, d2 = root / "d1", root / "d2"
+    root.mkdir(parents=True, exist_ok=True)
+    broker = BrokerProcess(d1, [f"--override={o}" for o in overrides])
+    broker.data_dir = Path(f"{d1},{d2}")  # --data-dir is log.dirs: both dirs
+    return broker

@@ -105,6 +105,7 @@ def load_all() -> None:
         quorum,
         reassignments,
         records_admin,
+        replica_log_dirs,
         topics,
         topics_admin,
     )

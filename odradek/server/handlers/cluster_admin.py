@@ -6,8 +6,10 @@ the fenced ones too, marked ``is_fenced``, when the request sets
 ``include_fenced_brokers``; a node serving clients
 describes brokers only, so endpoint_type 2 (controllers) is UNSUPPORTED_ENDPOINT_TYPE,
 as on a Kafka broker. DescribeLogDirs lists every log dir with the size of each
-partition in it; there are no future replicas or intra-broker moves yet, so
-offset_lag is 0 and is_future_key false.
+partition in it, and the future replica of a partition being moved to another dir
+(AlterReplicaLogDirs) in its target dir with ``is_future_key`` true and
+``offset_lag`` the offsets it still lacks (Kafka's: the current log end offset minus
+the future's); a current replica's lag is 0.
 """
 
 from __future__ import annotations
@@ -84,11 +86,17 @@ async def describe_cluster(services: BrokerServices, request: Request) -> Any:
 async def describe_log_dirs(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_LOG_DIRS_KEY, request.header.api_version)
     wanted = _wanted(request.body.topics)
-    by_dir: dict[Path, dict[str, list[tuple[int, Log]]]] = {}
-    for (topic, index), log in sorted(services.log_dirs.logs.items()):
+    by_dir: dict[Path, dict[str, list[tuple[int, Log, int, bool]]]] = {}
+    logs = services.log_dirs.logs
+    entries = [(tp, log, 0, False) for tp, log in logs.items()]
+    for tp, future in services.log_dirs.future_logs.items():
+        current = logs.get(tp)
+        lag = 0 if current is None else max(current.log_end_offset - future.log_end_offset, 0)
+        entries.append((tp, future, lag, True))
+    for (topic, index), log, lag, future_key in sorted(entries, key=lambda e: (e[0], e[3])):
         if wanted is None or index in wanted.get(topic, ()):
             by_dir.setdefault(log.directory.parent.resolve(), {}).setdefault(topic, []).append(
-                (index, log)
+                (index, log, lag, future_key)
             )
     results = []
     for log_dir in services.log_dirs.log_dirs:
@@ -103,10 +111,10 @@ async def describe_log_dirs(services: BrokerServices, request: Request) -> Any:
                         module.DescribeLogDirsPartition,
                         partition_index=index,
                         partition_size=log.size,
-                        offset_lag=0,
-                        is_future_key=False,
+                        offset_lag=lag,
+                        is_future_key=future_key,
                     )
-                    for index, log in partitions
+                    for index, log, lag, future_key in partitions
                 ),
             )
             for topic, partitions in by_dir.get(path, {}).items()
