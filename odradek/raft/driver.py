@@ -417,6 +417,11 @@ class RaftDriver:
             if delay_s > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), min(delay_s, MAX_SLEEP_S))
+            else:
+                # Due again at once: still let the loop run once (requests, the flush
+                # task this step started, signals) — a deadline the step did not move
+                # must not turn into a loop that never yields.
+                await asyncio.sleep(0)
 
     def _maybe_start_flush(self) -> None:
         """Start the fsync the node asked for, unless one is running (the node asks

@@ -91,6 +91,9 @@ POLL_MAX_BYTES = 1024 * 1024
 # Role changes one step may chain (e.g. single voter: Unattached → Prospective →
 # Candidate → Leader); more means two roles bounce between each other, a bug.
 MAX_TRANSITIONS_PER_STEP = 8
+# ``next_deadline_ms`` when no timer runs: later than any clock reading (the driver
+# caps each sleep anyway, and messages and appends wake it).
+NO_DEADLINE_MS = 2**62
 
 
 class NotLeaderError(Exception):
@@ -478,7 +481,7 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
         else:
             deadlines.append(role.in_flight_sent_ms + self.config.request_timeout_ms)
         # Nothing left (an observer waiting for its flush): the flush's tick wakes it.
-        return min(deadlines) if deadlines else role.fetch_deadline_ms + 3_600_000
+        return min(deadlines) if deadlines else NO_DEADLINE_MS
 
     def _awaiting_flush(self) -> bool:
         return self._defer_flush and self.log.flushed_offset < self.log.end_offset
@@ -518,7 +521,10 @@ class RaftNode(ElectionHandlers, ReplicationHandlers):
             fetches = sorted((p.last_fetch_ms for p in leader.replicas.values()), reverse=True)
             oldest_needed = fetches[self.majority - 2] if self.majority >= 2 else 0
             deadlines.append(max(leader.elected_ms, oldest_needed) + window_ms + 1)
-        return min(deadlines) if deadlines else leader.elected_ms + 3_600_000
+        # Nothing timed (a lone voter, all flushed): appends and requests wake the
+        # driver. (A fixed 'elected + 1 h' here fell into the past after an hour of
+        # leadership and the driver spun on it, starving the event loop.)
+        return min(deadlines) if deadlines else NO_DEADLINE_MS
 
 
 def _foreign_cluster_response(request: Request) -> Response:

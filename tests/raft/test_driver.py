@@ -448,3 +448,41 @@ def test_an_idle_quorum_long_polls_over_sockets(tmp_path: Path) -> None:
         leader.services.raft = leader.driver
 
     run(scenario, tmp_path)
+
+
+def test_a_deadline_the_step_does_not_move_still_lets_the_loop_run() -> None:
+    """The driver sleeps until the node's next deadline; one already past (a timer bug:
+    an idle lone leader's once sat an hour after its election) made it step again
+    without ever yielding, and the broker on that loop froze — no requests, no
+    signals. It now yields once per step whatever the deadline says."""
+    from odradek.raft import MemoryElectionStore, MemorySnapshotStore
+
+    async def go() -> int:
+        driver = RaftDriver(
+            1,
+            [QuorumVoter(1, "127.0.0.1", 1)],
+            MemoryRaftLog(),
+            MemoryElectionStore(),
+            MemorySnapshotStore(),
+            RaftConfig(),
+            cluster_id=None,
+        )
+        steps = 0
+        tick = driver.node.tick
+
+        def counted(now_ms: int) -> Any:
+            nonlocal steps
+            steps += 1
+            if steps > 200_000:  # bounded, so the old behaviour fails instead of hanging
+                raise RuntimeError("the driver never yielded")
+            return tick(now_ms)
+
+        driver.node.tick = counted  # type: ignore[method-assign]
+        driver.node.next_deadline_ms = lambda: 0  # type: ignore[method-assign]
+        driver.start()
+        await asyncio.sleep(0.05)  # returns only if the driver lets the loop run
+        seen = steps
+        await driver.shutdown(resign=False)
+        return seen
+
+    assert asyncio.run(go()) < 200_000

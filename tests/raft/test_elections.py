@@ -174,6 +174,28 @@ def test_single_voter_leads_and_commits_alone() -> None:
     assert node.high_watermark == offset + 1
 
 
+def test_an_idle_single_voter_has_no_deadline_in_the_past_hours_later() -> None:
+    """A lone leader with nothing to flush used to answer ``elected + 1 h``: after an
+    hour of leadership that deadline lay in the past for ever, the driver never slept
+    again and a `make serve` broker froze (found on a node left running 80 minutes)."""
+    node = RaftNode(
+        1,
+        [1],
+        MemoryRaftLog(),
+        MemoryElectionStore(),
+        MemorySnapshotStore(),
+        RaftConfig(),
+        random.Random(0),
+        0,
+    )
+    node.tick(0)
+    assert node.is_leader
+    for now_ms in (0, 3_599_999, 3_600_001, 10 * 3_600_000):
+        node.append(b"heartbeat", now_ms)
+        node.tick(now_ms + RaftConfig().append_linger_ms)  # flushed: no timer left
+        assert node.next_deadline_ms() > now_ms + RaftConfig().append_linger_ms
+
+
 def test_resign_hands_over_without_waiting_for_the_fetch_timeout() -> None:
     cluster = Cluster([1, 2, 3], first=1).start()
     cluster.advance(200)
