@@ -1,6 +1,6 @@
 """Admin requests sent to any broker of a quorum reach the active controller.
 
-Three combined ``odradek serve`` processes (test_kraft_cluster.py's ``cluster``). Raw
+Three combined ``odradek serve`` processes (tests/support/kraft.py's ``Quorum``). Raw
 Kafka requests on a *follower's* broker listener (CreateTopics, CreatePartitions,
 IncrementalAlterConfigs, DeleteTopics, InitProducerId with AllocateProducerIds behind
 it, auto-creation by Metadata and by FindCoordinator) succeed, answered by the
@@ -38,8 +38,9 @@ from kafka.admin import NewTopic as KafkaNewTopic
 from kio.schema.errors import ErrorCode
 
 from odradek.client.connection import request_entity as request
-from tests.server.test_kraft_cluster import cluster, quorum_status, wait_for_leader
+from tests.server.test_kraft_cluster import TIMEOUTS, quorum_status, wait_for_leader
 from tests.support.broker import BrokerProcess
+from tests.support.kraft import Quorum
 from tests.support.wire import WireClient, create_topic
 
 CREATE_PARTITIONS_KEY = 37
@@ -167,7 +168,8 @@ def wait_everywhere(nodes: list[BrokerProcess], topic: str, partitions: int | No
 
 
 def test_admin_requests_on_a_follower_reach_the_active_controller(tmp_path: Path) -> None:
-    with cluster(tmp_path) as nodes:
+    with Quorum(tmp_path, properties=TIMEOUTS) as quorum:
+        nodes = quorum.nodes
         status = quorum_status(nodes[1])
         assert status is not None
         leader = int(status["LeaderId"])
@@ -265,7 +267,8 @@ def test_admin_requests_on_a_follower_reach_the_active_controller(tmp_path: Path
 
 
 def test_after_kill_9_of_the_active_controller_a_follower_creates_topics(tmp_path: Path) -> None:
-    with cluster(tmp_path) as nodes:
+    with Quorum(tmp_path, properties=TIMEOUTS) as quorum:
+        nodes = quorum.nodes
         status = quorum_status(nodes[1])
         assert status is not None
         leader, epoch = int(status["LeaderId"]), int(status["LeaderEpoch"])

@@ -67,9 +67,9 @@ from tests.server.test_fuzz_requests import (
     send_all,
     status_kib,
 )
-from tests.server.test_kraft_cluster import free_ports
 from tests.server.test_protocol import assert_clean_log
 from tests.support.broker import BrokerProcess
+from tests.support.kraft import free_ports
 from tests.support.wire import WireClient, create_topic
 
 NODE_ID = 1
