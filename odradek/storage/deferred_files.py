@@ -18,7 +18,9 @@ each queued path will hold (its bytes, or ``None`` for an unlink), and the produ
 state reads its snapshots through it. ``write_now`` is for a file that must be
 durable before the caller goes on (the epoch cache's new epoch, as Kafka does it): it
 drops the not-yet-started operations on the same path (the new content replaces
-them), waits for one already running, and writes on the calling thread.
+them), waits for one already running, and writes on the calling thread;
+``unlink_now`` does the same for a deletion that must not be overtaken (a snapshot
+above a truncation point).
 ``wait``/``drain`` block until operations are done: the log's flush waits for what
 was queued before it (so the recovery point never passes a checkpoint that is not
 durable), and close drains the queue before the directory can be renamed away.
@@ -98,6 +100,20 @@ class DeferredFiles:
         Queued operations on ``path`` that have not started are dropped (``data``
         supersedes them); one already running is waited for.
         """
+        self._take_over(path)
+        write_durably(path, data)
+
+    def unlink_now(self, path: Path) -> None:
+        """Remove ``path`` before returning; no queued write of it lands afterwards.
+
+        For a snapshot above a truncation point: left behind, it would describe a log
+        that no longer exists once the log grows past its offset again.
+        """
+        self._take_over(path)
+        path.unlink(missing_ok=True)
+
+    def _take_over(self, path: Path) -> None:
+        """Drop the queued operations on ``path``; wait for a running one to finish."""
         with self._lock:
             self._last_seq += 1
             if self._jobs:
@@ -108,7 +124,6 @@ class DeferredFiles:
                     self._changed.wait()
             if not self._jobs:
                 self._done_seq = self._last_seq
-        write_durably(path, data)
 
     def planned(self, directory: Path | None = None) -> dict[Path, bytes | None]:
         """What each path touched by a queued operation will hold: bytes, or None (gone)."""
@@ -163,26 +178,40 @@ class DeferredFiles:
 
     def _drain(self) -> None:
         """Apply queued operations in order until the queue is empty (worker thread)."""
-        while True:
-            with self._lock:
-                if not self._jobs:
-                    self._draining = False
-                    self._done_seq = self._last_seq
-                    self._changed.notify_all()
-                    return
-                job = self._jobs[0]
-                self._head_started = True
-            try:
-                _apply(job.path, job.data)
-            except OSError as error:
-                with self._lock:
-                    self.failures += 1
-                logger.error("deferred %s of %s failed: %s", _what(job), job.path, error)
-            with self._lock:
-                self._jobs.popleft()
-                self._head_started = False
-                self._done_seq = self._jobs[0].seq - 1 if self._jobs else self._last_seq
+        while self.apply_next():
+            pass
+
+    def apply_next(self) -> bool:
+        """Apply the oldest queued operation; False (and the drain ends) if there is none.
+
+        The worker's one step. Tests that give a ``submit`` which never runs the drain
+        call it themselves, to stop the queue at any operation (a crash there).
+        """
+        with self._lock:
+            if not self._jobs:
+                self._draining = False
+                self._done_seq = self._last_seq
                 self._changed.notify_all()
+                return False
+            job = self._jobs[0]
+            self._head_started = True
+        try:
+            _apply(job.path, job.data)
+        except OSError as error:
+            with self._lock:
+                self.failures += 1
+            logger.error("deferred %s of %s failed: %s", _what(job), job.path, error)
+        with self._lock:
+            self._jobs.popleft()
+            self._head_started = False
+            self._done_seq = self._jobs[0].seq - 1 if self._jobs else self._last_seq
+            self._changed.notify_all()
+        return True
+
+    def queued(self) -> list[tuple[Path, bytes | None]]:
+        """The queued operations, oldest first (tests, diagnostics)."""
+        with self._lock:
+            return [(job.path, job.data) for job in self._jobs]
 
 
 def _what(job: _Job) -> str:

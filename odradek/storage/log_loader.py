@@ -17,7 +17,10 @@ missing, older than the roll that made it, or torn only makes the replay longer 
 state is a function of the log); the epoch checkpoint may still hold entries a queued
 truncation removed, which the trim to the log end and start drops, and after a crash
 the epochs of every recovered segment are taken from its batches again (as Kafka's
-segment recovery does), so the cache there matches what the batches say.
+segment recovery does), so the cache there matches what the batches say; below them
+each entry is checked against the batch at its start offset, and a disagreement (a
+truncation that never landed, then the log grown again) rebuilds the cache from every
+batch.
 A strict load (the metadata log, whose loss would empty the cluster) never cuts below
 the recovery point: damage there raises CommittedDataCorruptError naming the file and
 position, before any file is changed. Leftovers of interrupted operations
@@ -199,6 +202,19 @@ def open_log(
         _assign_epochs(log, start)
     epoch_cache.truncate_from_end(log.log_end_offset)
     epoch_cache.truncate_from_start(log.log_start_offset)
+    if not clean_shutdown and not rebuild_epochs and not _epochs_match_batches(log):
+        # Below the re-read segments a truncation that had not landed left an entry
+        # in the middle of another epoch's batches: the batches are the truth.
+        logger.warning(
+            "%s: the leader epoch checkpoint disagrees with the batches; rebuilding it",
+            directory.name,
+        )
+        epoch_cache.clear()
+        _assign_epochs(log, log.log_start_offset)
+        epoch_cache.truncate_from_start(log.log_start_offset)
+    if not clean_shutdown:
+        # An emptied log (truncated fully, the clear not landed) keeps no epoch at its end.
+        epoch_cache.truncate_from_end(log.log_end_offset)
     log.rebuild_producer_state()
     if not clean_shutdown:
         # Recovered data is now validated; it was already on disk, only maybe not synced.
@@ -244,6 +260,21 @@ def _check_committed(segments: list[LogSegment], recovery_point: int) -> None:
             f"the log ends at offset {last.next_offset} but offsets up to {recovery_point} "
             "were flushed (the recovery point): the file was cut or deleted",
         )
+
+
+def _epochs_match_batches(log: Log) -> bool:
+    """Whether the batch at each epoch entry's start offset carries that epoch.
+
+    One header read per entry (a partition has few): enough to see an entry that a
+    queued truncation should have removed before the log grew again in older epochs.
+    """
+    for entry in log.epoch_cache.entries:
+        if not log.log_start_offset <= entry.start_offset < log.log_end_offset:
+            continue
+        header = next(log.iter_headers(entry.start_offset), None)
+        if header is None or header.partition_leader_epoch != entry.epoch:
+            return False
+    return True
 
 
 def _assign_epochs(log: Log, start: int) -> None:

@@ -24,8 +24,11 @@ does not)::
 
 Snapshots are written at each segment roll, and deleted with the segments below them
 and above a truncation point. The loop only builds a snapshot's bytes; the write
-(temporary file, fsync, rename, fsync of the directory) and every deletion go through
-the log's ``DeferredFiles``, in order, on a worker thread. A snapshot may therefore
+(temporary file, fsync, rename, fsync of the directory) and the deletions below the
+log start go through the log's ``DeferredFiles``, in order, on a worker thread. A
+deletion above a truncation point is done at once (``unlink_now``, which also drops a
+queued write of that file): the log may grow past that offset again, and the old
+snapshot would then be loaded for a log it does not describe. A snapshot may therefore
 land on disk after the roll, or never (a crash first): recovery does not depend on
 it, because the newest snapshot found at or below the log end is only a starting
 point for the replay, and a damaged one is deleted in favour of an older one or of a
@@ -259,8 +262,13 @@ class ProducerStateManager:
 
     def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> None:
         for offset in self.snapshot_offsets():
-            if (below is not None and offset < below) or (above is not None and offset > above):
-                self.files.unlink(snapshot_path(self.directory, offset))
+            path = snapshot_path(self.directory, offset)
+            if above is not None and offset > above:
+                # Now, not queued: the log may grow past this offset again, and a snapshot
+                # of the log before the truncation must not be there to be loaded.
+                self.files.unlink_now(path)
+            elif below is not None and offset < below:
+                self.files.unlink(path)  # below the log start: never loaded again
 
     def load_latest_snapshot(self, not_after: int) -> None:
         """Load the newest readable snapshot at or below ``not_after``; reset if none.
