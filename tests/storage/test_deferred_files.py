@@ -189,8 +189,8 @@ def test_threads_drain_many_logs_in_order(tmp_path: Path) -> None:
                 last[path] = data
         for files in queues:
             assert files.drain(10)
-    for path, data in last.items():
-        assert (path.read_bytes() if path.exists() else None) == data
+    for path, expected in last.items():
+        assert (path.read_bytes() if path.exists() else None) == expected
 
 
 def test_without_a_worker_every_operation_is_applied_at_once(tmp_path: Path) -> None:
