@@ -140,7 +140,6 @@ class Broker:
                     "replica.high.watermark.checkpoint.interval.ms"
                 ],
                 producer_id_expiration_ms=config["producer.id.expiration.ms"],
-                background_threads=config["background.threads"],
             ),
             reserved_dirs=frozenset({METADATA_LOG_DIR}),
         )

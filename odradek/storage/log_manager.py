@@ -89,7 +89,7 @@ class LogManagerSettings:
     tick_ms: int = 1_000
     # Workers writing the logs' snapshots and epoch checkpoints (Kafka's pool for its
     # background jobs, among them the same writes, has this name and default).
-    background_threads: int = 10  # background.threads
+    background_threads: int = 10  # Kafka's background.threads default (not yet a broker config)
 
 
 @dataclass(frozen=True, slots=True)
