@@ -31,6 +31,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.addresses import parse_addresses
 from odradek.cli.subcommand import Subparsers
 from odradek.client.connection import (
     BrokerAddress,
@@ -86,7 +87,7 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         partitions = _partitions(args)
-        addresses = _addresses(args.bootstrap_server)
+        addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, ElectionToolError)
         kind = args.election_type
         results = asyncio.run(elect(addresses, ELECTION_TYPES[kind], partitions))
     except ElectionToolError as error:
@@ -155,17 +156,6 @@ def read_json_file(path: Path) -> list[tuple[str, int]]:
     if not wanted:
         raise ElectionToolError(f"{path}: no partitions listed")
     return wanted
-
-
-def _addresses(text: str) -> list[tuple[str, int]]:
-    addresses = []
-    for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ElectionToolError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
-        addresses.append((host, int(port)))
-    return addresses
 
 
 async def elect(

@@ -30,6 +30,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.addresses import parse_addresses
 from odradek.cli.subcommand import Subparsers
 from odradek.client.connection import (
     BrokerAddress,
@@ -109,10 +110,14 @@ def add_parser(subparsers: Subparsers) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         if args.bootstrap_server is not None:
-            addresses = parse_addresses("--bootstrap-server", args.bootstrap_server)
+            addresses = parse_addresses(
+                "--bootstrap-server", args.bootstrap_server, QuorumToolError
+            )
             quorum = asyncio.run(describe_through_brokers(addresses))
         else:
-            addresses = parse_addresses("--bootstrap-controller", args.bootstrap_controller)
+            addresses = parse_addresses(
+                "--bootstrap-controller", args.bootstrap_controller, QuorumToolError
+            )
             quorum = asyncio.run(describe(addresses))
     except QuorumToolError as error:
         print(f"{NAME}: {error}", file=sys.stderr)
@@ -120,17 +125,6 @@ def run(args: argparse.Namespace) -> int:
     lines = status_lines(quorum) if args.status else replication_lines(quorum)
     sys.stdout.write("".join(f"{line}\n" for line in lines))
     return 0
-
-
-def parse_addresses(option: str, text: str) -> list[tuple[str, int]]:
-    addresses = []
-    for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise QuorumToolError(f"{option}: {item.strip()!r} is not HOST:PORT")
-        addresses.append((host, int(port)))
-    return addresses
 
 
 # -- requests ----------------------------------------------------------------------------------

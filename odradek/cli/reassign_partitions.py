@@ -47,6 +47,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.cli.addresses import parse_addresses
 from odradek.cli.subcommand import Subparsers
 from odradek.client.connection import (
     BrokerAddress,
@@ -113,7 +114,7 @@ def add_parser(subparsers: Subparsers) -> None:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        addresses = _addresses(args.bootstrap_server)
+        addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, ReassignToolError)
         if args.generate:
             lines, failed = asyncio.run(_generate(addresses, args))
         else:
@@ -500,14 +501,3 @@ def _broker_list(text: str) -> list[int]:
             raise ReassignToolError(f"--broker-list: broker {item} listed twice")
         brokers.append(int(item))
     return brokers
-
-
-def _addresses(text: str) -> list[tuple[str, int]]:
-    addresses = []
-    for item in text.split(","):
-        host, sep, port = item.strip().rpartition(":")
-        host = host.strip("[]")
-        if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ReassignToolError(f"--bootstrap-server: {item.strip()!r} is not HOST:PORT")
-        addresses.append((host, int(port)))
-    return addresses

@@ -137,6 +137,11 @@ def not_controller_anywhere(response: Any) -> bool:
     return False
 
 
+def _read_outcome(attempt: asyncio.Future[Any]) -> None:
+    if not attempt.cancelled():
+        attempt.exception()
+
+
 class ControllerClient:
     def __init__(
         self,
@@ -261,10 +266,13 @@ class ControllerClient:
             if connection is not None and not connection.closed:
                 return connection
             timeout = min(left_s, self._connect_timeout_s)
+            attempt = asyncio.ensure_future(self._connect(self._voters[node_id], timeout))
+            # Cancelled mid-handshake (shutdown), the attempt may still end in its own
+            # error (3.11's wait_for lets a result that raced the cancel win): read it
+            # here, else asyncio logs "Task exception was never retrieved".
+            attempt.add_done_callback(_read_outcome)
             try:
-                connection = await asyncio.wait_for(
-                    self._connect(self._voters[node_id], timeout), timeout
-                )
+                connection = await asyncio.wait_for(attempt, timeout)
             except TimeoutError:
                 raise KafkaConnectionError(f"connecting took longer than {timeout:.3f} s") from None
             if self._closed:

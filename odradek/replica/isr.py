@@ -1,7 +1,7 @@
 """AlterPartitionManager: a leader's ISR proposals, batched to the active controller.
 
 How this works and why (KIP-497, KIP-903; seeds/001 ISR): partitions decide *that*
-their ISR should change (replica/partition.py); the controller decides whether it
+their ISR should change (replica/isr_state.py); the controller decides whether it
 does, so a proposal is only a wish until its answer or a newer partition epoch in the
 metadata arrives. Proposals wait in ``unsent`` and go in one AlterPartition request
 per round, all the partitions that have one — the way Kafka batches them — through an

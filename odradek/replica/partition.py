@@ -1,32 +1,26 @@
-"""One hosted partition as a state machine: leader or follower, ISR, high watermark.
+"""One hosted partition as a state machine: leader or follower, and its high watermark.
 
-How this works and why (seeds/000 副本, Watermark; seeds/001 ISR; seeds/004 LEO/HW and
-leader epochs; Kafka's Partition): a partition is NEW until the first metadata delta
-names its role, then LEADER or FOLLOWER, moving between the two as deltas elect; an
-I/O error of unknown effect makes it OFFLINE until a restart. Every role change goes
+How this works and why (seeds/000 副本, Watermark; seeds/004 LEO/HW and leader
+epochs; Kafka's Partition): a partition is NEW until the first metadata delta names
+its role, then LEADER or FOLLOWER, moving between the two as deltas elect; an I/O
+error of unknown effect makes it OFFLINE until a restart. Every role change goes
 through ``_transition``, which checks ``LEGAL_TRANSITIONS``. A delta older than what
 the partition knows (a lower leader epoch, or the same one with a lower partition
 epoch) is ignored, as Kafka does.
 
 On becoming leader in a new epoch the partition writes that epoch into the leader-epoch
 cache at its log end (so OffsetForLeaderEpoch and followers' diverging-epoch checks see
-it before anything is written in it), and forgets what it knew of its followers: each
-follower's log end offset is unknown until it fetches. The high watermark is the
-minimum log end offset over the ISR and never moves back; since unknown followers hold
-it where it was (the checkpointed HW), **a new leader exposes nothing above its HW
-until the ISR has fetched it** (seeds/000 "Watermark 滞后").
+it before anything is written in it), and forgets what it knew of its followers. The
+high watermark is the minimum log end offset over the maximal ISR and never moves
+back; since unknown followers hold it where it was (the checkpointed HW), **a new
+leader exposes nothing above its HW until the ISR has fetched it** (seeds/000
+"Watermark 滞后").
 
-A follower's Fetch (``read`` from a replica id) sets its log end offset to the fetch
-offset and its "last caught up" time by Kafka's rule (the fetch offset reached the
-leader's log end at that fetch, or at its previous one), then the HW is recomputed.
-ISR changes are proposals the owner sends through AlterPartition (replica/isr.py):
-a follower that reached the HW and the start of this leader's epoch is proposed for
-the ISR; ``maybe_shrink_isr`` proposes dropping followers not caught up for
-``replica.lag.time.max.ms``. While one proposal is in flight no other is made, and the
-HW is computed over the *maximal* ISR (the larger set while expanding, the old set while
-shrinking), so no record counts as committed on a set that may not be the ISR. The
-controller's answer (``on_isr_outcome``) or a newer partition epoch in the metadata
-replaces the pending state.
+Who is in sync is replica/isr_state.py (``IsrTracking``, which ``Partition`` mixes
+in): the follower records a follower's Fetch updates (``read`` from a replica id), the
+ISR expansions and shrinks proposed through AlterPartition (replica/isr.py), the
+pending proposal and the controller's answer, and ``maximal_isr``, the set the HW here
+is computed over.
 
 Consumers read from the leader, and (KIP-392, Fetch v11+) from a follower too, each
 below its own HW with the same epoch checks; ``follower_progress`` is what the leader
@@ -40,20 +34,17 @@ fetcher through the ``FollowerLog`` methods at the end.
 from __future__ import annotations
 
 import logging
-import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
-from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.replica.isr_state import IsrTracking
 from odradek.replica.partition_state import (
     DEFAULT_LAG_TIME_MAX_MS,
     FOLLOWER,
     LEADER,
     LEGAL_TRANSITIONS,
     NEW,
-    NOT_APPLIED,
     OFFLINE,
     UNKNOWN_OFFSET,
-    FollowerState,
     NotFollowerError,
     PartitionError,
     PartitionState,
@@ -74,14 +65,13 @@ from odradek.replica.reads import (
     diverging_epoch,
     lookup_offset,
 )
-from odradek.replica.replica_selector import FollowerProgress
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.log import AppendInfo, Log
 
 logger = logging.getLogger(__name__)
 
 
-class Partition:
+class Partition(IsrTracking):
     def __init__(
         self,
         topic: str,
@@ -97,25 +87,18 @@ class Partition:
         self.topic_id = topic_id
         self.log = log
         self.local_id = local_id
-        self.lag_time_max_ms = lag_time_max_ms
+        self._init_isr_tracking(lag_time_max_ms)  # isr, pending, followers: isr_state.py
         self.state = NEW
         self.leader = -1
         self._leader_epoch = -1
         self.partition_epoch = -1
         self.replicas: tuple[int, ...] = ()
-        self.isr: tuple[int, ...] = ()  # committed: the metadata's, or an accepted proposal
-        self.pending: IsrProposal | None = None  # in flight to the controller
-        self._outbox: IsrProposal | None = None  # made, not yet taken by the owner
-        self.followers: dict[int, FollowerState] = {}
         self.leader_epoch_start_offset = UNKNOWN_OFFSET
         self.produces = DelayedProduces()
         self.deletes = DelayedDeleteRecords()
         self.fetches = FetchWatchers()
         self.hw_waiters = HighWatermarkWaiters()
         self._follower_reads_epoch = -1  # the leader epoch of the last logged follower read
-        # Which brokers are alive (registered, unfenced): only their log start offsets
-        # hold DeleteRecords back. Set by the owner from the metadata.
-        self.is_alive: Callable[[int], bool] = lambda _: True
 
     def __repr__(self) -> str:
         return (
@@ -138,14 +121,6 @@ class Partition:
     @property
     def is_leader(self) -> bool:
         return self.state is LEADER
-
-    @property
-    def maximal_isr(self) -> tuple[int, ...]:
-        """The ISR the HW is computed over: committed, plus what an expansion adds."""
-        if self.pending is None:
-            return self.isr
-        extra = tuple(r for r in self.pending.new_isr if r not in self.isr)
-        return self.isr + extra
 
     def _is_stale(self, leader_epoch: int, partition_epoch: int) -> bool:
         if leader_epoch != self._leader_epoch:
@@ -173,22 +148,7 @@ class Partition:
         self.isr = tuple(isr)
         self.pending = self._outbox = None  # the metadata wins over anything in flight
         end = self.log.log_end_offset
-        for replica in self.replicas:
-            if replica == self.local_id:
-                continue
-            old = self.followers.get(replica)
-            if old is None or new_epoch:
-                # Kafka: an in-sync follower counts as caught up now; one out of the
-                # ISR does not, so it cannot hold the HW back once it is shrunk away.
-                caught_up = now_ms if replica in self.isr else 0
-                if new_leader or old is None:
-                    self.followers[replica] = FollowerState(last_caught_up_ms=caught_up)
-                else:
-                    old.last_fetch_leader_log_end_offset = end
-                    old.last_fetch_ms = now_ms
-                    old.last_caught_up_ms = caught_up
-        for gone in [r for r in self.followers if r not in self.replicas]:
-            del self.followers[gone]
+        self._reset_follower_states(new_leader, new_epoch, end, now_ms)
         if new_epoch:
             self.log.epoch_cache.assign(leader_epoch, end)
             self.leader_epoch_start_offset = end
@@ -295,7 +255,7 @@ class Partition:
     def delay_produce(self, required_offset: int, waiter: Waiter[str]) -> None:
         self.produces.add(required_offset, waiter)
 
-    # -- leader: high watermark and followers --------------------------------------------
+    # -- leader: high watermark (the ISR it is computed over: isr_state.py) ----------------
     def maybe_increment_high_watermark(self) -> bool:
         """HW = min log end offset over the maximal ISR, if that is higher; wakes waiters."""
         if self.state is not LEADER:
@@ -317,126 +277,6 @@ class Partition:
         )
         self.hw_waiters.complete_up_to(self.log.high_watermark)
         self.fetches.on_high_watermark()
-
-    def update_follower_fetch_state(
-        self,
-        replica_id: int,
-        fetch_offset: int,
-        broker_epoch: int,
-        now_ms: int,
-        log_start_offset: int = UNKNOWN_OFFSET,
-    ) -> bool:
-        """A follower fetched from ``fetch_offset``: its log end offset. Returns whether
-        the HW advanced; may leave an ISR expansion in the outbox."""
-        follower = self._follower(replica_id)
-        leader_end = self.log.log_end_offset
-        if fetch_offset >= leader_end:
-            follower.last_caught_up_ms = max(follower.last_caught_up_ms, now_ms)
-        elif fetch_offset >= follower.last_fetch_leader_log_end_offset:
-            follower.last_caught_up_ms = max(follower.last_caught_up_ms, follower.last_fetch_ms)
-        follower.log_end_offset = fetch_offset
-        moved_start = log_start_offset != follower.log_start_offset
-        follower.log_start_offset = log_start_offset
-        follower.last_fetch_leader_log_end_offset = leader_end
-        follower.last_fetch_ms = now_ms
-        if broker_epoch >= 0:
-            follower.broker_epoch = broker_epoch
-        self._maybe_expand_isr(replica_id, follower)
-        if moved_start and len(self.deletes):
-            self.deletes.complete_up_to(self.low_watermark())
-        return self.maybe_increment_high_watermark()
-
-    def _follower(self, replica_id: int) -> FollowerState:
-        follower = self.followers.get(replica_id)
-        if self.state is not LEADER or follower is None:
-            raise PartitionError(
-                "NOT_LEADER_OR_FOLLOWER",
-                f"replica {replica_id} is not a follower of {self.topic}-{self.index} here",
-            )
-        return follower
-
-    def _maybe_expand_isr(self, replica_id: int, follower: FollowerState) -> None:
-        if self.pending is not None or self._outbox is not None or replica_id in self.isr:
-            return
-        end = follower.log_end_offset
-        if end < self.log.high_watermark or end < self.leader_epoch_start_offset:
-            return
-        self._propose((*self.isr, replica_id))
-
-    def maybe_shrink_isr(self, now_ms: int) -> bool:
-        """Propose dropping ISR followers not caught up for ``replica.lag.time.max.ms``."""
-        if self.state is not LEADER or self.pending is not None or self._outbox is not None:
-            return False
-        leader_end = self.log.log_end_offset
-        lagging = {
-            replica
-            for replica in self.isr
-            if replica != self.local_id and not self._caught_up(replica, leader_end, now_ms)
-        }
-        if not lagging:
-            return False
-        logger.info(
-            "%s-%d: shrinking the ISR %s: %s not caught up for %d ms",
-            self.topic,
-            self.index,
-            list(self.isr),
-            sorted(lagging),
-            self.lag_time_max_ms,
-        )
-        self._propose(tuple(r for r in self.isr if r not in lagging))
-        return True
-
-    def _caught_up(self, replica: int, leader_end: int, now_ms: int) -> bool:
-        follower = self.followers.get(replica)
-        if follower is None:
-            return False
-        return follower.is_caught_up(leader_end, now_ms, self.lag_time_max_ms)
-
-    def _propose(self, new_isr: tuple[int, ...]) -> None:
-        epochs = {
-            r: self.followers[r].broker_epoch
-            for r in new_isr
-            if r != self.local_id and r in self.followers
-        }
-        proposal = IsrProposal(
-            uuid.UUID(self.topic_id),
-            self.index,
-            self._leader_epoch,
-            self.partition_epoch,
-            new_isr,
-            epochs,
-        )
-        self.pending = self._outbox = proposal
-
-    def take_proposal(self) -> IsrProposal | None:
-        """The ISR change to send with AlterPartition, once."""
-        proposal, self._outbox = self._outbox, None
-        return proposal
-
-    def on_isr_outcome(self, proposal: IsrProposal, outcome: IsrOutcome) -> bool:
-        """The controller answered ``proposal``; returns whether the HW advanced."""
-        if self.pending is not proposal:
-            return False  # superseded by the metadata
-        if outcome.error != "NONE":
-            if outcome.error in NOT_APPLIED:
-                self.pending = None  # surely not applied: back to the committed ISR
-            else:  # e.g. INVALID_UPDATE_VERSION: the metadata will bring the truth
-                logger.info(
-                    "%s-%d: ISR change to %s failed with %s; waiting for the metadata",
-                    self.topic,
-                    self.index,
-                    list(proposal.new_isr),
-                    outcome.error,
-                )
-            return False
-        if outcome.leader_epoch != self._leader_epoch or (
-            outcome.partition_epoch < self.partition_epoch
-        ):
-            return False  # an answer about another epoch: the metadata will settle it
-        self.pending = None
-        self.isr = tuple(outcome.isr)
-        self.partition_epoch = outcome.partition_epoch
-        return self.maybe_increment_high_watermark()
 
     # -- leader: reads -------------------------------------------------------------------
     def read(
@@ -534,18 +374,6 @@ class Partition:
                 self.log.high_watermark,
             )
 
-    def follower_progress(self, now_ms: int) -> list[FollowerProgress]:
-        """What this leader knows of each follower, for the preferred read replica."""
-        return [
-            FollowerProgress(
-                replica,
-                state.log_start_offset,
-                state.log_end_offset,
-                now_ms - state.last_caught_up_ms,
-            )
-            for replica, state in self.followers.items()
-        ]
-
     def offset_for_timestamp(
         self, timestamp: int, current_leader_epoch: int, isolation_level: int | None
     ) -> tuple[int, int, int]:
@@ -583,15 +411,6 @@ class Partition:
         if requested_epoch > self._leader_epoch:
             return -1, -1
         return self.end_offset_for_epoch(requested_epoch)
-
-    def low_watermark(self) -> int:
-        """The smallest log start offset over this leader and its live followers (a
-        follower that has not reported one holds it at -1)."""
-        low = self.log.log_start_offset
-        for replica, follower in self.followers.items():
-            if self.is_alive(replica):
-                low = min(low, follower.log_start_offset)
-        return low
 
     def delay_delete_records(self, required_offset: int, waiter: Waiter[int | str]) -> None:
         self.deletes.add(required_offset, waiter)

@@ -1,4 +1,4 @@
-"""ReplicaManager: the partitions this broker hosts, driven by metadata; produce and fetch.
+"""ReplicaManager: the partitions this broker hosts, driven by metadata; produce.
 
 How this works and why: the broker acts on metadata deltas (metadata/delta.py) — a
 partition newly assigned to this node gets a Partition (replica/partition.py) backed
@@ -20,19 +20,14 @@ Produce is two-phase (review E.1): ``append_records`` appends and, for acks=all,
 parks a waiter in the partition's purgatory until the HW passes the batch;
 ``await_replication`` then waits for all of a request's partitions at once, up to the
 request's timeout (REQUEST_TIMED_OUT). With one replica the HW moves with the append,
-so acks=all answers at once, as before. ``fetch`` reads every partition of a Fetch
-and long-polls (seeds/000 purgatory) until ``min_bytes`` arrive or ``max_wait_ms``
-runs out: consumers wake when a HW advances, followers when a log end does.
+so acks=all answers at once, as before. ``fetch`` (replica/fetch_service.py, the
+FetchService the manager mixes in) reads every partition of a Fetch and long-polls
+(seeds/000 purgatory) until ``min_bytes`` arrive or ``max_wait_ms`` runs out, and
+answers a consumer of another rack with KIP-392's preferred read replica.
 DeleteRecords is two-phase the same way: it waits for the live replicas' log start
 offsets. ``wait_for_high_watermark`` is the coordinators' wait (a load serves once
 the HW has passed what it replayed), woken by the HW advance like a produce.
-ListOffsets and OffsetForLeaderEpoch are the partition's lookups.
-
-Fetch from the closest replica (KIP-392): a consumer Fetch v11+ carries the client's
-rack; the leader asks ``replica.selector.class`` (replica/replica_selector.py) and,
-if it prefers an in-sync follower, answers that partition at once with
-``preferred_read_replica`` and no records. Such a consumer may then fetch from the
-follower, which serves it below its own HW. ListOffsets stays with the leader.
+ListOffsets and OffsetForLeaderEpoch are the partition's lookups (on the leader).
 """
 
 from __future__ import annotations
@@ -45,6 +40,7 @@ from dataclasses import dataclass
 
 from odradek.metadata.delta import MetadataDelta, between
 from odradek.metadata.image import MetadataImage, PartitionImage, TopicImage
+from odradek.replica.fetch_service import FetchService
 from odradek.replica.interfaces import (
     FetchStart,
     FollowerLog,
@@ -61,8 +57,7 @@ from odradek.replica.partition import (
     Partition,
     PartitionError,
 )
-from odradek.replica.reads import FetchParams, FetchPosition, FetchResults, PartitionRead
-from odradek.replica.replica_selector import ReplicaSelector, preferred_read_replica
+from odradek.replica.replica_selector import ReplicaSelector
 from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo
 from odradek.storage.log_config import LogConfig
@@ -92,7 +87,7 @@ class ProduceStatus:
 logger = logging.getLogger(__name__)
 
 
-class ReplicaManager:
+class ReplicaManager(FetchService):
     def __init__(
         self,
         node_id: int,
@@ -444,113 +439,7 @@ class ReplicaManager:
             if self.isr_manager is not None:
                 await self.isr_manager.close()
 
-    # -- fetch ---------------------------------------------------------------------
-    async def fetch(self, params: FetchParams) -> FetchResults:
-        """Read every partition of a Fetch; wait (long poll) until ``min_bytes`` are
-        there, an error or a diverging epoch is to be reported, or ``max_wait_ms``."""
-        deadline = self.clock() + params.max_wait_ms
-        while True:
-            results, watched, total, final = self._read_all(params)
-            remaining = deadline - self.clock()
-            if final or total >= params.min_bytes or remaining <= 0 or not watched:
-                return results
-            if self.closing:  # shutting down: answer with what there is
-                return results
-            await self._wait(watched, params.from_follower, remaining / 1000)
-
-    def _read_all(self, params: FetchParams) -> tuple[FetchResults, list[Partition], int, bool]:
-        budget = params.max_bytes
-        results: FetchResults = []
-        watched: list[Partition] = []
-        total, final = 0, False
-        now = self.clock()
-        for name, positions in params.topics:
-            partitions: list[tuple[int, PartitionRead]] = []
-            for index, position in positions:
-                try:
-                    partition = self.hosted(name, index)
-                    preferred = self._preferred_read_replica(partition, position, params, now)
-                    if preferred is not None:  # KIP-392: no records, go there instead
-                        partitions.append((index, preferred))
-                        final = True
-                        continue
-                    read = partition.read(
-                        position,
-                        params.replica_id,
-                        params.replica_epoch,
-                        now,
-                        max_bytes=min(position.max_bytes, budget),
-                        min_one_batch=total == 0,
-                        leader_only=params.leader_only,
-                    )
-                    if params.from_follower:
-                        self._send_proposal(partition)  # it may have rejoined the ISR
-                except PartitionError as error:
-                    read = PartitionRead(error.code)
-                except StorageError as error:
-                    read = PartitionRead(error.code)
-                if read.error != "NONE" or read.diverging_epoch is not None:
-                    final = True
-                else:
-                    total += read.size
-                    budget -= read.size
-                    watched.append(partition)
-                partitions.append((index, read))
-            results.append((name, partitions))
-        return results, watched, total, final
-
-    def _preferred_read_replica(
-        self, partition: Partition, position: FetchPosition, params: FetchParams, now: int
-    ) -> PartitionRead | None:
-        """KIP-392 on the leader: when the selector prefers a follower for this consumer
-        (its rack), the answer that sends it there — watermarks, no records, as Kafka —
-        else None (read here). Epochs are checked first, as for any read."""
-        if self.replica_selector is None or params.leader_only or not partition.is_leader:
-            return None
-        partition.check_leader(position.current_leader_epoch)
-        assert params.client_rack is not None  # leader_only otherwise
-        chosen = preferred_read_replica(
-            self.replica_selector,
-            params.client_rack,
-            position.fetch_offset,
-            self.node_id,
-            partition.log.log_end_offset,
-            partition.isr,
-            partition.follower_progress(now),
-            self._rack_of,
-            self.broker_alive,
-        )
-        if chosen is None:
-            return None
-        log = partition.log
-        return PartitionRead(
-            high_watermark=log.high_watermark,
-            last_stable_offset=log.high_watermark,
-            log_start_offset=log.log_start_offset,
-            preferred_read_replica=chosen,
-        )
-
-    def _rack_of(self, broker_id: int) -> str | None:
-        broker = self.image.brokers.get(broker_id)
-        return broker.rack if broker is not None else None
-
-    async def _wait(self, partitions: list[Partition], follower: bool, timeout_s: float) -> None:
-        """Return when a watched partition moves (its HW for consumers, its log end for
-        followers), or after ``timeout_s``. The task awaits the waiter the partitions
-        complete, so a wake-up resumes it on the next loop iteration (``wait_for`` over
-        ``shield`` took three); a timer completes the waiter at the deadline."""
-        loop = asyncio.get_running_loop()
-        waiter: asyncio.Future[None] = loop.create_future()
-        for partition in partitions:
-            partition.fetches.watch(waiter, follower=follower)
-        timer = loop.call_later(timeout_s, _complete, waiter)
-        try:
-            await waiter
-        finally:
-            timer.cancel()
-            for partition in partitions:
-                partition.fetches.discard(waiter)
-
+    # -- fetch (served by FetchService, replica/fetch_service.py) ------------------
     def stop_waiting(self) -> None:
         """Shutdown: wake every parked fetch so it answers now instead of at max_wait,
         and answer parked acks=all produces NOT_LEADER_OR_FOLLOWER (the client retries
@@ -612,11 +501,6 @@ class ReplicaManager:
             else:
                 results[slot] = (outcome, "NONE")
         return results
-
-
-def _complete(waiter: asyncio.Future[None]) -> None:
-    if not waiter.done():
-        waiter.set_result(None)
 
 
 def _assigned(

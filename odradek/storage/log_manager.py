@@ -35,6 +35,7 @@ import logging
 import os
 import re
 import shutil
+import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -109,6 +110,17 @@ def parse_log_dir_name(name: str) -> TopicPartition | None:
     return match["topic"], int(match["partition"])
 
 
+@dataclass(frozen=True)
+class _CheckpointRows:
+    """One log dir's checkpoint contents, numbered in the order they were taken."""
+
+    log_dir: Path
+    taken: int
+    recovery: dict[TopicPartition, int]
+    starts: dict[TopicPartition, int]
+    high_watermarks: dict[TopicPartition, int]
+
+
 class LogManager:
     def __init__(
         self,
@@ -142,6 +154,13 @@ class LogManager:
             max_workers=max(1, self.settings.background_threads),
             thread_name_prefix="log-files",
         )
+        # Checkpoint files are written both on the loop (a log deleted or renamed away)
+        # and on a worker thread (the periodic write): one writer at a time (they share
+        # the ``.tmp`` name), and a snapshot taken before one already written is dropped
+        # rather than landing over it.
+        self._checkpoint_lock = threading.Lock()
+        self._checkpoint_taken = 0
+        self._checkpoint_written: dict[Path, int] = {}
 
     # -- start-up ------------------------------------------------------------------
     def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
@@ -314,7 +333,9 @@ class LogManager:
 
     # -- checkpoints -----------------------------------------------------------------
     def _logs_in(self, log_dir: Path) -> dict[TopicPartition, Log]:
-        return {tp: log for tp, log in self.logs.items() if self._log_dir_of.get(tp) == log_dir}
+        return {
+            tp: log for tp, log in list(self.logs.items()) if self._log_dir_of.get(tp) == log_dir
+        }
 
     def attach_reserved_log(self, name: str, log_dir: Path, log: Log) -> None:
         """Checkpoint a reserved log's recovery point from now on, and close it on shutdown."""
@@ -345,26 +366,38 @@ class LogManager:
                 starts[tp] = start
         return starts
 
-    def _write_checkpoints_for(self, log_dir: Path) -> None:
+    def _checkpoint_rows(self, log_dir: Path) -> _CheckpointRows:
+        """What the three checkpoint files of ``log_dir`` hold now (taken on the loop)."""
         logs = self._logs_in(log_dir)
-        write_offset_checkpoint(
-            log_dir / RECOVERY_POINT_CHECKPOINT,
+        self._checkpoint_taken += 1
+        return _CheckpointRows(
+            log_dir,
+            self._checkpoint_taken,
             {tp: log.recovery_point for tp, log in logs.items()}
             | self._reserved_recovery_points(log_dir),
-        )
-        write_offset_checkpoint(
-            log_dir / LOG_START_OFFSET_CHECKPOINT,
             {tp: log.log_start_offset for tp, log in logs.items() if log.log_start_offset > 0}
             | self._reserved_start_offsets(log_dir),
-        )
-        write_offset_checkpoint(
-            log_dir / REPLICATION_OFFSET_CHECKPOINT,
             {tp: log.high_watermark for tp, log in logs.items()},
         )
 
+    def _write_rows(self, snapshots: list[_CheckpointRows]) -> None:
+        """Write snapshots (any thread); one older than what a dir has is skipped."""
+        with self._checkpoint_lock:
+            for rows in snapshots:
+                if rows.taken <= self._checkpoint_written.get(rows.log_dir, 0):
+                    continue
+                write_offset_checkpoint(rows.log_dir / RECOVERY_POINT_CHECKPOINT, rows.recovery)
+                write_offset_checkpoint(rows.log_dir / LOG_START_OFFSET_CHECKPOINT, rows.starts)
+                write_offset_checkpoint(
+                    rows.log_dir / REPLICATION_OFFSET_CHECKPOINT, rows.high_watermarks
+                )
+                self._checkpoint_written[rows.log_dir] = rows.taken
+
+    def _write_checkpoints_for(self, log_dir: Path) -> None:
+        self._write_rows([self._checkpoint_rows(log_dir)])
+
     def write_checkpoints(self) -> None:
-        for log_dir in self.log_dirs:
-            self._write_checkpoints_for(log_dir)
+        self._write_rows([self._checkpoint_rows(log_dir) for log_dir in self.log_dirs])
 
     # -- housekeeping ------------------------------------------------------------------
     def _due(self, job: str, interval_ms: int, now_ms: int) -> bool:
@@ -428,8 +461,10 @@ class LogManager:
             settings.high_watermark_checkpoint_interval_ms,
         )
         if self._due("checkpoint", checkpoint_interval, now_ms):
-            # fsyncs the checkpoint files: on a worker thread (offsets are plain ints)
-            await loop.run_in_executor(None, self.write_checkpoints)
+            # The offsets are read here, on the loop that changes the logs; the files
+            # are written and fsynced on a worker thread.
+            snapshots = [self._checkpoint_rows(log_dir) for log_dir in self.log_dirs]
+            await loop.run_in_executor(None, self._write_rows, snapshots)
         for log_dir in self.log_dirs:
             leftovers = [p for p in log_dir.iterdir() if _DELETED_DIR_NAME.match(p.name)]
             for path in leftovers:

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.broker import BrokerProcess, running_broker
+from tests.support.kraft import Quorum
 
 
 @pytest.fixture
@@ -36,3 +37,15 @@ def restartable(tmp_path: Path) -> Iterator[BrokerProcess]:
             process.stop()
         finally:
             process.kill()
+
+
+@pytest.fixture
+def quorum(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Quorum]:
+    """A started KRaft quorum of ``odradek serve`` processes (tests/support/kraft.py: three
+    combined nodes unless told otherwise), its options from the test's or module's
+    ``@pytest.mark.quorum(...)`` (``Quorum``'s keywords: properties, roles, node_ids, ...);
+    in ``tmp_path / "quorum"``, every process stopped by pid afterwards."""
+    marker = request.node.get_closest_marker("quorum")
+    options = dict(marker.kwargs) if marker is not None else {}
+    with Quorum(tmp_path / "quorum", **options) as started:
+        yield started

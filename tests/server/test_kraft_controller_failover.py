@@ -23,8 +23,7 @@ from __future__ import annotations
 
 import datetime
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -53,13 +52,7 @@ PROPERTIES = {
 NEW_LEADER_BOUND_S = 8.5
 
 
-@pytest.fixture
-def quorum(tmp_path: Path) -> Iterator[Quorum]:
-    cluster = Quorum(tmp_path, properties=PROPERTIES, serve_args=("--log-level", "INFO"))
-    try:
-        yield cluster.start()
-    finally:
-        cluster.close()
+pytestmark = pytest.mark.quorum(properties=PROPERTIES, serve_args=("--log-level", "INFO"))
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float, step: float = 0.1) -> T:

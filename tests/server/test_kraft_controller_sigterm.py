@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -41,13 +39,7 @@ ASSIGNMENT = [[1, 2, 3], [2, 3, 1], [3, 1, 2], [1, 3, 2], [2, 1, 3], [3, 2, 1]]
 TOPIC = "handover"
 
 
-@pytest.fixture
-def quorum(tmp_path: Path) -> Iterator[Quorum]:
-    cluster = Quorum(tmp_path, properties=PROPERTIES)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.close()
+pytestmark = pytest.mark.quorum(properties=PROPERTIES)
 
 
 def partitions(admin: AdminClient) -> dict[int, Any]:

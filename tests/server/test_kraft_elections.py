@@ -16,8 +16,7 @@ the test, by pid.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -38,13 +37,7 @@ PROPERTIES = {
 SPREAD = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}
 
 
-@pytest.fixture
-def quorum(tmp_path: Path) -> Iterator[Quorum]:
-    cluster = Quorum(tmp_path, properties=PROPERTIES)
-    try:
-        yield cluster.start()
-    finally:
-        cluster.close()
+pytestmark = pytest.mark.quorum(properties=PROPERTIES)
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:

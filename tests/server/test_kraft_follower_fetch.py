@@ -18,8 +18,7 @@ from __future__ import annotations
 import datetime
 import json
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
@@ -41,21 +40,14 @@ SPREAD = {0: [1, 2, 3], 1: [2, 3, 1], 2: [3, 1, 2]}  # leaders 1, 2, 3
 SERVED_AS_FOLLOWER = "serving consumer fetches as a follower"
 
 
-@pytest.fixture
-def quorum(tmp_path: Path) -> Iterator[Quorum]:
-    cluster = Quorum(
-        tmp_path,
-        properties={
-            "replica.selector.class": RACK_AWARE_SELECTOR,
-            "auto.leader.rebalance.enable": "false",
-            "broker.heartbeat.interval.ms": "300",
-        },
-        node_properties={n: {"broker.rack": f"r{n}"} for n in (1, 2, 3)},
-    )
-    try:
-        yield cluster.start()
-    finally:
-        cluster.close()
+pytestmark = pytest.mark.quorum(
+    properties={
+        "replica.selector.class": RACK_AWARE_SELECTOR,
+        "auto.leader.rebalance.enable": "false",
+        "broker.heartbeat.interval.ms": "300",
+    },
+    node_properties={n: {"broker.rack": f"r{n}"} for n in (1, 2, 3)},
+)
 
 
 def wait_for(what: str, probe: Callable[[], T | None], timeout_s: float) -> T:

@@ -44,14 +44,7 @@ PROPERTIES = {
     "auto.leader.rebalance.enable": "false",
 }
 
-pytestmark = pytest.mark.slow
-
-
-def segment_files(quorum: Quorum, node_id: int) -> dict[str, bytes]:
-    directory = quorum.data_dir(node_id) / f"{TOPIC}-0"
-    if not directory.is_dir():
-        return {}
-    return {path.name: path.read_bytes() for path in sorted(directory.glob("*.log"))}
+pytestmark = [pytest.mark.slow, pytest.mark.quorum(properties=PROPERTIES)]
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -137,124 +130,126 @@ def reassign(quorum: Quorum, action: str, plan: Path) -> str:
     return done.stdout
 
 
-def test_a_partition_moves_from_1_2_to_2_3_with_no_record_lost(tmp_path: Path) -> None:
-    with Quorum(tmp_path / "q", properties=PROPERTIES) as quorum:
-        admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
-        create(admin, [1, 2])
+def test_a_partition_moves_from_1_2_to_2_3_with_no_record_lost(
+    tmp_path: Path, quorum: Quorum
+) -> None:
+    admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
+    create(admin, [1, 2])
 
-        writer = Writer(quorum.bootstrap)
-        writer.start()
-        wait_until(lambda: len(writer.acked) >= FIRST, 60, f"{FIRST} records acknowledged")
+    writer = Writer(quorum.bootstrap)
+    writer.start()
+    wait_until(lambda: len(writer.acked) >= FIRST, 60, f"{FIRST} records acknowledged")
 
-        plan = write_plan(tmp_path / "plan.json", [2, 3])
-        out = reassign(quorum, "--execute", plan)
-        assert json.loads(out.splitlines()[2])["partitions"][0]["replicas"] == [1, 2]
-        assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
+    plan = write_plan(tmp_path / "plan.json", [2, 3])
+    out = reassign(quorum, "--execute", plan)
+    assert json.loads(out.splitlines()[2])["partitions"][0]["replicas"] == [1, 2]
+    assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
 
-        def completed() -> bool:
-            return f"Reassignment of partition {TOPIC}-0 is completed." in reassign(
-                quorum, "--verify", plan
-            )
-
-        wait_until(completed, 90, "the reassignment completed")
-        # the producer goes on against the new leader before it stops
-        after = len(writer.acked)
-        wait_until(lambda: len(writer.acked) >= after + 200, 60, "records after the move")
-        writer.halt.set()
-        writer.join(120)
-        assert not writer.is_alive() and writer.errors == []
-
-        metadata = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
-        assert sorted(metadata.replicas) == [2, 3] and sorted(metadata.isrs) == [2, 3]
-        assert metadata.leader == 2
-
-        def copied() -> bool:
-            files = segment_files(quorum, 2)
-            return bool(files) and segment_files(quorum, 3) == files
-
-        wait_until(copied, 60, "broker 3's segment files equal broker 2's")
-        wait_until(
-            lambda: not (quorum.data_dir(1) / f"{TOPIC}-0").exists(), 30, "broker 1's replica gone"
+    def completed() -> bool:
+        return f"Reassignment of partition {TOPIC}-0 is completed." in reassign(
+            quorum, "--verify", plan
         )
 
-        consumer = Consumer(
-            {
-                "bootstrap.servers": quorum.bootstrap,
-                "group.id": "reassignment-check",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        values: list[bytes] = []
-        try:
-            consumer.assign([TopicPartition(TOPIC, 0, 0)])
-            deadline = time.monotonic() + 60
-            while len(values) < len(writer.acked) and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is not None and message.error() is None:
-                    values.append(message.value() or b"")
-        finally:
-            consumer.close()
-        # every acknowledged record once, in the order produced (nothing lost or doubled)
-        assert values == writer.acked
-        assert values == [value(i) for i in range(len(values))]
-        for node in (1, 2, 3):
-            assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
+    wait_until(completed, 90, "the reassignment completed")
+    # the producer goes on against the new leader before it stops
+    after = len(writer.acked)
+    wait_until(lambda: len(writer.acked) >= after + 200, 60, "records after the move")
+    writer.halt.set()
+    writer.join(120)
+    assert not writer.is_alive() and writer.errors == []
+
+    metadata = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+    assert sorted(metadata.replicas) == [2, 3] and sorted(metadata.isrs) == [2, 3]
+    assert metadata.leader == 2
+
+    def copied() -> bool:
+        files = quorum.segment_files(2, f"{TOPIC}-0")
+        return bool(files) and quorum.segment_files(3, f"{TOPIC}-0") == files
+
+    wait_until(copied, 60, "broker 3's segment files equal broker 2's")
+    wait_until(
+        lambda: not (quorum.data_dir(1) / f"{TOPIC}-0").exists(), 30, "broker 1's replica gone"
+    )
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": quorum.bootstrap,
+            "group.id": "reassignment-check",
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(TOPIC, 0, 0)])
+        deadline = time.monotonic() + 60
+        while len(values) < len(writer.acked) and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value() or b"")
+    finally:
+        consumer.close()
+    # every acknowledged record once, in the order produced (nothing lost or doubled)
+    assert values == writer.acked
+    assert values == [value(i) for i in range(len(values))]
+    for node in (1, 2, 3):
+        assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
 
 
-def test_a_move_to_a_dead_broker_stays_in_progress_until_cancelled(tmp_path: Path) -> None:
-    with Quorum(tmp_path / "q", properties=PROPERTIES) as quorum:
-        admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
-        create(admin, [1, 2])
-        quorum.kill(3)
-        # fenced once its session expires: out of Metadata, so no client is sent to it
-        # (its registration stays, so it may still be a reassignment's target)
-        wait_until(lambda: 3 not in admin.list_topics(timeout=10).brokers, 60, "broker 3 fenced")
-        live = ",".join(quorum.broker_address(n) for n in (1, 2))
-        plan = write_plan(tmp_path / "plan.json", [2, 3])
-        out = reassign(quorum, "--execute", plan)
-        assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
-        verified = reassign(quorum, "--verify", plan)
-        assert f"Reassignment of partition {TOPIC}-0 is still in progress." in verified
-        assert "throttles" not in verified  # said only once everything is done
-        state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
-        assert list(state.replicas) == [2, 3, 1] and 3 not in state.isrs and state.leader == 1
-        # kafka-python's admin client sees the same, and gets Kafka's error for a bad target
-        client = KafkaAdminClient(bootstrap_servers=live, request_timeout_ms=30000)
-        try:
-            tp = KafkaTopicPartition(TOPIC, 0)
-            assert client.list_partition_reassignments() == {
-                tp: {"replicas": [2, 3, 1], "adding_replicas": [3], "removing_replicas": [1]}
-            }
-            assert client.alter_partition_reassignments({tp: [2, 99]}) == {
-                tp: kafka_errors.InvalidReplicationAssignmentError
-            }
-            assert client.list_partition_reassignments([KafkaTopicPartition("nope", 0)]) == {}
-        finally:
-            client.close()
-        # another --execute is refused while this one runs, unless --additional
-        refused = odradek(
-            "reassign-partitions",
-            "--bootstrap-server",
-            quorum.bootstrap,
-            "--execute",
-            "--reassignment-json-file",
-            str(plan),
-        )
-        assert refused.returncode == 1 and "--additional" in refused.stderr
+def test_a_move_to_a_dead_broker_stays_in_progress_until_cancelled(
+    tmp_path: Path, quorum: Quorum
+) -> None:
+    admin = AdminClient({"bootstrap.servers": quorum.bootstrap})
+    create(admin, [1, 2])
+    quorum.kill(3)
+    # fenced once its session expires: out of Metadata, so no client is sent to it
+    # (its registration stays, so it may still be a reassignment's target)
+    wait_until(lambda: 3 not in admin.list_topics(timeout=10).brokers, 60, "broker 3 fenced")
+    live = ",".join(quorum.broker_address(n) for n in (1, 2))
+    plan = write_plan(tmp_path / "plan.json", [2, 3])
+    out = reassign(quorum, "--execute", plan)
+    assert out.splitlines()[-1] == f"Successfully started partition reassignment for {TOPIC}-0"
+    verified = reassign(quorum, "--verify", plan)
+    assert f"Reassignment of partition {TOPIC}-0 is still in progress." in verified
+    assert "throttles" not in verified  # said only once everything is done
+    state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+    assert list(state.replicas) == [2, 3, 1] and 3 not in state.isrs and state.leader == 1
+    # kafka-python's admin client sees the same, and gets Kafka's error for a bad target
+    client = KafkaAdminClient(bootstrap_servers=live, request_timeout_ms=30000)
+    try:
+        tp = KafkaTopicPartition(TOPIC, 0)
+        assert client.list_partition_reassignments() == {
+            tp: {"replicas": [2, 3, 1], "adding_replicas": [3], "removing_replicas": [1]}
+        }
+        assert client.alter_partition_reassignments({tp: [2, 99]}) == {
+            tp: kafka_errors.InvalidReplicationAssignmentError
+        }
+        assert client.list_partition_reassignments([KafkaTopicPartition("nope", 0)]) == {}
+    finally:
+        client.close()
+    # another --execute is refused while this one runs, unless --additional
+    refused = odradek(
+        "reassign-partitions",
+        "--bootstrap-server",
+        quorum.bootstrap,
+        "--execute",
+        "--reassignment-json-file",
+        str(plan),
+    )
+    assert refused.returncode == 1 and "--additional" in refused.stderr
 
-        out = reassign(quorum, "--cancel", plan)
-        assert out.splitlines() == [f"Successfully cancelled partition reassignment for {TOPIC}-0"]
-        assert reassign(quorum, "--verify", plan).splitlines() == [
-            "Status of partition reassignment:",
-            f"There is no active reassignment of partition {TOPIC}-0, but replica set is 2,1 "
-            "rather than 2,3.",
-        ]
-        state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
-        assert sorted(state.replicas) == [1, 2] and state.leader == 1
+    out = reassign(quorum, "--cancel", plan)
+    assert out.splitlines() == [f"Successfully cancelled partition reassignment for {TOPIC}-0"]
+    assert reassign(quorum, "--verify", plan).splitlines() == [
+        "Status of partition reassignment:",
+        f"There is no active reassignment of partition {TOPIC}-0, but replica set is 2,1 "
+        "rather than 2,3.",
+    ]
+    state = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
+    assert sorted(state.replicas) == [1, 2] and state.leader == 1
 
-        quorum.start_node(3)
-        time.sleep(1)  # a metadata round: it would have created an assigned replica by now
-        assert not (quorum.data_dir(3) / f"{TOPIC}-0").exists()
-        for node in (1, 2, 3):
-            assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
+    quorum.start_node(3)
+    time.sleep(1)  # a metadata round: it would have created an assigned replica by now
+    assert not (quorum.data_dir(3) / f"{TOPIC}-0").exists()
+    for node in (1, 2, 3):
+        assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()

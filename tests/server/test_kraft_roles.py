@@ -135,91 +135,90 @@ def produce_and_consume(bootstrap: str, topic: str, values: Iterable[bytes]) -> 
         consumer.close()
 
 
-def dedicated(workdir: Path) -> Quorum:
-    templates = {n: EXAMPLES / f"controller-{n}.properties" for n in (1, 2, 3)}
-    templates |= {n: EXAMPLES / f"broker-{n}.properties" for n in (4, 5)}
-    roles = {n: "controller" for n in (1, 2, 3)} | {n: "broker" for n in (4, 5)}
-    return Quorum(
-        workdir, node_ids=(1, 2, 3, 4, 5), properties=FAST, roles=roles, templates=templates
+# examples/cluster/dedicated: controllers 1-3, broker-only observers 4 and 5
+DEDICATED = pytest.mark.quorum(
+    node_ids=(1, 2, 3, 4, 5),
+    properties=FAST,
+    roles={n: "controller" for n in (1, 2, 3)} | {n: "broker" for n in (4, 5)},
+    templates={n: EXAMPLES / f"controller-{n}.properties" for n in (1, 2, 3)}
+    | {n: EXAMPLES / f"broker-{n}.properties" for n in (4, 5)},
+)
+
+
+@DEDICATED
+def test_dedicated_controllers_and_broker_only_observers(quorum: Quorum) -> None:
+    leader, epoch = quorum.wait_for_leader(30)
+    assert leader in (1, 2, 3)
+    # The controllers listen only as controllers; the brokers only for clients.
+    assert set(quorum.nodes[1].urls) == {"CONTROLLER"}
+    assert set(quorum.nodes[4].urls) == {"PLAINTEXT"}
+    for broker in (4, 5):
+        address = quorum.broker_address(broker)
+        eventually("both brokers in Metadata", lambda a=address: metadata_brokers(a) == {4, 5})
+    if shutil.which("kcat") is not None:
+        assert eventually("kcat -L", lambda: kcat_brokers(quorum.bootstrap) == {4, 5})
+    # The controllers' DescribeCluster (KIP-919) names the controllers.
+    assert set(describe_controllers(quorum)) == {1, 2, 3}
+
+    statuses = eventually(
+        "both brokers observed",
+        lambda: (
+            (s := replication_statuses(quorum.broker_address(5)))
+            and {n for n, st in s.items() if st == "Observer"} == {4, 5}
+            and s
+        ),
     )
+    assert isinstance(statuses, dict)
+    assert statuses[leader] == "Leader"
+    assert {n for n, st in statuses.items() if st == "Follower"} == {1, 2, 3} - {leader}
+    status = metadata_quorum("--bootstrap-server", quorum.broker_address(4), "describe", "--status")
+    assert f"LeaderId:               {leader}" in status
+    assert '"id": 4' in status.split("CurrentObservers:")[1]
 
+    # kafka-python's admin client sends CreateTopics to the controller Metadata
+    # names: a broker here (the controllers are unreachable to clients), which
+    # forwards it.
+    admin_kp = KafkaAdminClient(
+        bootstrap_servers=[quorum.broker_address(4)], request_timeout_ms=30_000
+    )
+    try:
+        assert admin_kp.describe_cluster()["controller_id"] in (4, 5)
+        admin_kp.create_topics([KafkaNewTopic("via-kafka-python", 1, 2)])
+    finally:
+        admin_kp.close()
+    create_topic(quorum.broker_address(5), "dedicated", 2, 2)
+    eventually(
+        "kafka-python's topic on broker 5",
+        lambda: (
+            "via-kafka-python"
+            in AdminClient({"bootstrap.servers": quorum.broker_address(5), **QUIET})
+            .list_topics(timeout=10)
+            .topics
+        ),
+    )
+    produce_and_consume(quorum.bootstrap, "dedicated", [b"a", b"b", b"c", b"d"])
 
-def test_dedicated_controllers_and_broker_only_observers(tmp_path: Path) -> None:
-    with dedicated(tmp_path) as quorum:
-        leader, epoch = quorum.wait_for_leader(30)
-        assert leader in (1, 2, 3)
-        # The controllers listen only as controllers; the brokers only for clients.
-        assert set(quorum.nodes[1].urls) == {"CONTROLLER"}
-        assert set(quorum.nodes[4].urls) == {"PLAINTEXT"}
-        for broker in (4, 5):
-            address = quorum.broker_address(broker)
-            eventually("both brokers in Metadata", lambda a=address: metadata_brokers(a) == {4, 5})
-        if shutil.which("kcat") is not None:
-            assert eventually("kcat -L", lambda: kcat_brokers(quorum.bootstrap) == {4, 5})
-        # The controllers' DescribeCluster (KIP-919) names the controllers.
-        assert set(describe_controllers(quorum)) == {1, 2, 3}
-
-        statuses = eventually(
-            "both brokers observed",
-            lambda: (
-                (s := replication_statuses(quorum.broker_address(5)))
-                and {n for n, st in s.items() if st == "Observer"} == {4, 5}
-                and s
-            ),
-        )
-        assert isinstance(statuses, dict)
-        assert statuses[leader] == "Leader"
-        assert {n for n, st in statuses.items() if st == "Follower"} == {1, 2, 3} - {leader}
-        status = metadata_quorum(
-            "--bootstrap-server", quorum.broker_address(4), "describe", "--status"
-        )
-        assert f"LeaderId:               {leader}" in status
-        assert '"id": 4' in status.split("CurrentObservers:")[1]
-
-        # kafka-python's admin client sends CreateTopics to the controller Metadata
-        # names: a broker here (the controllers are unreachable to clients), which
-        # forwards it.
-        admin_kp = KafkaAdminClient(
-            bootstrap_servers=[quorum.broker_address(4)], request_timeout_ms=30_000
-        )
-        try:
-            assert admin_kp.describe_cluster()["controller_id"] in (4, 5)
-            admin_kp.create_topics([KafkaNewTopic("via-kafka-python", 1, 2)])
-        finally:
-            admin_kp.close()
-        create_topic(quorum.broker_address(5), "dedicated", 2, 2)
-        eventually(
-            "kafka-python's topic on broker 5",
-            lambda: (
-                "via-kafka-python"
-                in AdminClient({"bootstrap.servers": quorum.broker_address(5), **QUIET})
-                .list_topics(timeout=10)
-                .topics
-            ),
-        )
-        produce_and_consume(quorum.bootstrap, "dedicated", [b"a", b"b", b"c", b"d"])
-
-        quorum.kill(leader)
-        others = [n for n in (1, 2, 3) if n != leader]
-        new_leader, new_epoch = quorum.wait_for_leader(30, frozenset({leader}), others)
-        assert new_leader in others and new_epoch > epoch
-        eventually(
-            "creation through a broker after the kill",
-            lambda: create_topic(quorum.broker_address(4), "after-kill", 1, 2) or True,
-        )
-        admin = AdminClient({"bootstrap.servers": quorum.broker_address(5), **QUIET})
-        eventually(
-            "the topic on the other broker",
-            lambda: "after-kill" in admin.list_topics(timeout=10).topics,
-        )
-        # The controller's restart: it rejoins as a follower, the leader unchanged.
-        quorum.start_node(leader)
-        assert quorum.wait_for_leader(30)[0] == new_leader
-        # SIGTERM: a broker-only and a controller-only node stop cleanly (exit 0).
-        assert quorum.stop(5) == 0
-        assert quorum.stop(leader) == 0
-        for node in (5, leader):
-            assert "Traceback" not in quorum.nodes[node].log()
+    quorum.kill(leader)
+    others = [n for n in (1, 2, 3) if n != leader]
+    new_leader, new_epoch = quorum.wait_for_leader(30, frozenset({leader}), others)
+    assert new_leader in others and new_epoch > epoch
+    eventually(
+        "creation through a broker after the kill",
+        lambda: create_topic(quorum.broker_address(4), "after-kill", 1, 2) or True,
+    )
+    admin = AdminClient({"bootstrap.servers": quorum.broker_address(5), **QUIET})
+    eventually(
+        "the topic on the other broker",
+        lambda: "after-kill" in admin.list_topics(timeout=10).topics,
+    )
+    # The controller's restart: it rejoins as a follower, the leader unchanged.
+    quorum.start_node(leader)
+    assert quorum.wait_for_leader(30)[0] == new_leader
+    # SIGTERM: a broker-only and a controller-only node stop cleanly (exit 0).
+    assert quorum.stop(5) == 0
+    assert quorum.stop(leader) == 0
+    for node in (5, leader):
+        assert "Traceback" not in quorum.nodes[node].log()
 
 
 def describe_controllers(quorum: Quorum) -> list[int]:
@@ -227,28 +226,27 @@ def describe_controllers(quorum: Quorum) -> list[int]:
     return sorted(described.endpoints)
 
 
-def test_combined_quorum_with_a_broker_only_observer(tmp_path: Path) -> None:
-    roles = {4: "broker"}
-    with Quorum(tmp_path, node_ids=(1, 2, 3, 4), properties=FAST, roles=roles) as quorum:
-        leader, _ = quorum.wait_for_leader(30)
-        assert leader in (1, 2, 3)
-        observer = quorum.broker_address(4)
-        eventually("all four brokers", lambda: metadata_brokers(observer) == {1, 2, 3, 4})
-        quorum_state = eventually(
-            "node 4 observed",
-            lambda: (q := _describe(observer)) and [o.node_id for o in q.observers] == [4] and q,
-        )
-        assert sorted(v.node_id for v in quorum_state.voters) == [1, 2, 3]
-        # An observer follows and never stands for election.
-        log = quorum.nodes[4].log()
-        assert "-> Follower" in log
-        assert "Prospective" not in log and "Candidate" not in log
-        # Placement spreads over all four unfenced brokers; the observer serves its share.
-        create_topic(observer, "spread", 4, 1)
-        admin = AdminClient({"bootstrap.servers": observer, **QUIET})
-        topic = admin.list_topics("spread", timeout=10).topics["spread"]
-        assert {p.leader for p in topic.partitions.values()} == {1, 2, 3, 4}
-        produce_and_consume(quorum.bootstrap, "spread", [b"%d" % i for i in range(20)])
+@pytest.mark.quorum(node_ids=(1, 2, 3, 4), properties=FAST, roles={4: "broker"})
+def test_combined_quorum_with_a_broker_only_observer(quorum: Quorum) -> None:
+    leader, _ = quorum.wait_for_leader(30)
+    assert leader in (1, 2, 3)
+    observer = quorum.broker_address(4)
+    eventually("all four brokers", lambda: metadata_brokers(observer) == {1, 2, 3, 4})
+    quorum_state = eventually(
+        "node 4 observed",
+        lambda: (q := _describe(observer)) and [o.node_id for o in q.observers] == [4] and q,
+    )
+    assert sorted(v.node_id for v in quorum_state.voters) == [1, 2, 3]
+    # An observer follows and never stands for election.
+    log = quorum.nodes[4].log()
+    assert "-> Follower" in log
+    assert "Prospective" not in log and "Candidate" not in log
+    # Placement spreads over all four unfenced brokers; the observer serves its share.
+    create_topic(observer, "spread", 4, 1)
+    admin = AdminClient({"bootstrap.servers": observer, **QUIET})
+    topic = admin.list_topics("spread", timeout=10).topics["spread"]
+    assert {p.leader for p in topic.partitions.values()} == {1, 2, 3, 4}
+    produce_and_consume(quorum.bootstrap, "spread", [b"%d" % i for i in range(20)])
 
 
 def _describe(bootstrap: str) -> Any:
@@ -260,42 +258,41 @@ def _snapshot_offsets(directory: Path) -> list[int]:
     return sorted(int(p.name.split("-")[0]) for p in directory.glob("*" + SNAPSHOT_SUFFIX))
 
 
-def test_a_node_far_behind_catches_up_by_fetch_snapshot(tmp_path: Path) -> None:
-    properties = {**FAST, "metadata.log.max.record.bytes.between.snapshots": "4096"}
-    with Quorum(tmp_path, properties=properties) as quorum:
-        leader, _ = quorum.wait_for_leader(30)
-        behind = next(n for n in quorum.node_ids if n != leader)
-        assert quorum.stop(behind) == 0
-        # What the stopped node can hold at most: the leader's log end now.
-        before = _describe(quorum.broker_address(leader))
-        bound = max(v.log_end_offset for v in before.voters)
-        metadata = quorum.data_dir(leader) / "__cluster_metadata-0"
-        names = []
-        for round_ in range(40):
-            batch = [f"behind-{round_}-{i}" for i in range(5)]
-            admin = AdminClient({"bootstrap.servers": quorum.broker_address(leader), **QUIET})
-            futures = admin.create_topics([NewTopic(name, 1, 1) for name in batch])
-            for future in futures.values():
-                future.result(timeout=40)
-            names += batch
-            offsets = _snapshot_offsets(metadata)
-            # Two snapshots kept past the stopped node's end: the leader's log start
-            # (the older one's end) is past it.
-            if len(offsets) >= 2 and offsets[0] > bound:
-                break
-        else:
-            raise AssertionError(f"the leader's snapshots {offsets} never passed {bound}")
-        leader_snapshots = {p.name for p in metadata.glob("*" + SNAPSHOT_SUFFIX)}
+@pytest.mark.quorum(properties={**FAST, "metadata.log.max.record.bytes.between.snapshots": "4096"})
+def test_a_node_far_behind_catches_up_by_fetch_snapshot(quorum: Quorum) -> None:
+    leader, _ = quorum.wait_for_leader(30)
+    behind = next(n for n in quorum.node_ids if n != leader)
+    assert quorum.stop(behind) == 0
+    # What the stopped node can hold at most: the leader's log end now.
+    before = _describe(quorum.broker_address(leader))
+    bound = max(v.log_end_offset for v in before.voters)
+    metadata = quorum.data_dir(leader) / "__cluster_metadata-0"
+    names = []
+    for round_ in range(40):
+        batch = [f"behind-{round_}-{i}" for i in range(5)]
+        admin = AdminClient({"bootstrap.servers": quorum.broker_address(leader), **QUIET})
+        futures = admin.create_topics([NewTopic(name, 1, 1) for name in batch])
+        for future in futures.values():
+            future.result(timeout=40)
+        names += batch
+        offsets = _snapshot_offsets(metadata)
+        # Two snapshots kept past the stopped node's end: the leader's log start
+        # (the older one's end) is past it.
+        if len(offsets) >= 2 and offsets[0] > bound:
+            break
+    else:
+        raise AssertionError(f"the leader's snapshots {offsets} never passed {bound}")
+    leader_snapshots = {p.name for p in metadata.glob("*" + SNAPSHOT_SUFFIX)}
 
-        quorum.start_node(behind)
-        own = quorum.data_dir(behind) / "__cluster_metadata-0"
-        received = {p.name for p in own.glob("*" + SNAPSHOT_SUFFIX)} & leader_snapshots
-        assert any(int(name.split("-")[0]) > bound for name in received), (received, bound)
-        log = quorum.nodes[behind].log()
-        assert "caught up by the leader's metadata snapshot" in log
-        admin = AdminClient({"bootstrap.servers": quorum.broker_address(behind), **QUIET})
-        topics = admin.list_topics(timeout=10).topics
-        assert set(names) <= set(topics)
+    quorum.start_node(behind)
+    own = quorum.data_dir(behind) / "__cluster_metadata-0"
+    received = {p.name for p in own.glob("*" + SNAPSHOT_SUFFIX)} & leader_snapshots
+    assert any(int(name.split("-")[0]) > bound for name in received), (received, bound)
+    log = quorum.nodes[behind].log()
+    assert "caught up by the leader's metadata snapshot" in log
+    admin = AdminClient({"bootstrap.servers": quorum.broker_address(behind), **QUIET})
+    topics = admin.list_topics(timeout=10).topics
+    assert set(names) <= set(topics)
 
 
 @pytest.mark.parametrize("roles", ["broker", "controller"])

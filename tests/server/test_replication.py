@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
@@ -37,15 +36,7 @@ PROPERTIES = {
 }
 LEADER, FOLLOWERS = 1, (2, 3)
 
-pytestmark = pytest.mark.slow
-
-
-def segment_files(quorum: Quorum, node_id: int) -> dict[str, bytes]:
-    """Every ``.log`` segment of the partition on ``node_id``, by name."""
-    directory = quorum.data_dir(node_id) / f"{TOPIC}-0"
-    if not directory.is_dir():
-        return {}
-    return {path.name: path.read_bytes() for path in sorted(directory.glob("*.log"))}
+pytestmark = [pytest.mark.slow, pytest.mark.quorum(properties=PROPERTIES)]
 
 
 def wait_until(check: Callable[[], bool], timeout_s: float, what: str) -> None:
@@ -129,39 +120,40 @@ def consume_all(bootstrap: str, expected: int) -> list[bytes]:
     return values
 
 
-def test_followers_become_byte_identical_and_outlive_the_leader(tmp_path: Path) -> None:
-    with Quorum(tmp_path, properties=PROPERTIES) as quorum:
-        create_topic(quorum.bootstrap)
-        offsets = produce_all(quorum.broker_address(LEADER), range(RECORDS))
-        assert sorted(offsets) == list(range(RECORDS))
+def test_followers_become_byte_identical_and_outlive_the_leader(quorum: Quorum) -> None:
+    create_topic(quorum.bootstrap)
+    offsets = produce_all(quorum.broker_address(LEADER), range(RECORDS))
+    assert sorted(offsets) == list(range(RECORDS))
 
-        def files_equal(nodes: tuple[int, ...]) -> Callable[[], bool]:
-            def check() -> bool:
-                first = segment_files(quorum, nodes[0])
-                return bool(first) and all(segment_files(quorum, n) == first for n in nodes[1:])
+    def files_equal(nodes: tuple[int, ...]) -> Callable[[], bool]:
+        def check() -> bool:
+            first = quorum.segment_files(nodes[0], f"{TOPIC}-0")
+            return bool(first) and all(
+                quorum.segment_files(n, f"{TOPIC}-0") == first for n in nodes[1:]
+            )
 
-            return check
+        return check
 
-        wait_until(files_equal((LEADER, *FOLLOWERS)), 60, "every replica's segment files equal")
-        leader_files = segment_files(quorum, LEADER)
-        assert sum(len(data) for data in leader_files.values()) > RECORDS * 80
+    wait_until(files_equal((LEADER, *FOLLOWERS)), 60, "every replica's segment files equal")
+    leader_files = quorum.segment_files(LEADER, f"{TOPIC}-0")
+    assert sum(len(data) for data in leader_files.values()) > RECORDS * 80
 
-        # kill -9 of the leader: the followers' fetchers fail and back off; once the
-        # controller fences it (broker.session.timeout.ms) a follower leads in a new
-        # epoch and the other fetches from it.
-        quorum.kill(LEADER)
-        survivors = ",".join(quorum.broker_address(n) for n in FOLLOWERS)
-        for node in FOLLOWERS:
-            assert segment_files(quorum, node) == leader_files
-        wait_until(lambda: partition_leader(survivors) in FOLLOWERS, 30, "a new leader")
-        more = produce_all(survivors, range(RECORDS, RECORDS + MORE))
-        assert sorted(more) == list(range(RECORDS, RECORDS + MORE))
-        wait_until(files_equal(FOLLOWERS), 60, "the survivors' segment files equal")
-        values = consume_all(survivors, RECORDS + MORE)
-        assert values == [value(i) for i in range(RECORDS + MORE)]  # nothing lost or doubled
+    # kill -9 of the leader: the followers' fetchers fail and back off; once the
+    # controller fences it (broker.session.timeout.ms) a follower leads in a new
+    # epoch and the other fetches from it.
+    quorum.kill(LEADER)
+    survivors = ",".join(quorum.broker_address(n) for n in FOLLOWERS)
+    for node in FOLLOWERS:
+        assert quorum.segment_files(node, f"{TOPIC}-0") == leader_files
+    wait_until(lambda: partition_leader(survivors) in FOLLOWERS, 30, "a new leader")
+    more = produce_all(survivors, range(RECORDS, RECORDS + MORE))
+    assert sorted(more) == list(range(RECORDS, RECORDS + MORE))
+    wait_until(files_equal(FOLLOWERS), 60, "the survivors' segment files equal")
+    values = consume_all(survivors, RECORDS + MORE)
+    assert values == [value(i) for i in range(RECORDS + MORE)]  # nothing lost or doubled
 
-        # The old leader returns as a follower of the new one and catches up.
-        quorum.start_node(LEADER)
-        wait_until(files_equal((LEADER, *FOLLOWERS)), 60, "the returned node's files equal")
-        for node in (LEADER, *FOLLOWERS):
-            assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()
+    # The old leader returns as a follower of the new one and catches up.
+    quorum.start_node(LEADER)
+    wait_until(files_equal((LEADER, *FOLLOWERS)), 60, "the returned node's files equal")
+    for node in (LEADER, *FOLLOWERS):
+        assert "Traceback" not in quorum.nodes[node].log(), quorum.nodes[node].log()

@@ -13,7 +13,9 @@ naming a proxy in front of it, tests/support/netproxy.py).
 ``start()`` launches all nodes before waiting for any (a node is ready only once a
 majority runs); each node's broker port is kept across restarts, so clients reconnect
 to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
-SIGTERM, then SIGKILL).
+SIGTERM, then SIGKILL); as a context manager it is started on entry and closed on exit,
+or on a start that fails. Tests take one as the ``quorum`` fixture (tests/server/conftest.py,
+configured with ``@pytest.mark.quorum(...)``).
 
 ``quorum_behind_proxies`` builds one whose nodes reach each other only through a
 ``NetProxy`` (tests/support/netproxy.py), for tests that partition the network.
@@ -168,7 +170,11 @@ class Quorum:
                 node.kill()
 
     def __enter__(self) -> Quorum:
-        return self.start()
+        try:
+            return self.start()
+        except BaseException:  # a node that never got ready: stop the ones launched
+            self.close()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -181,6 +187,13 @@ class Quorum:
 
     def broker_address(self, node_id: int) -> str:
         return self.listen[node_id]
+
+    def segment_files(self, node_id: int, partition: str) -> dict[str, bytes]:
+        """Every ``.log`` segment of ``partition`` (``topic-N``) on ``node_id``, by name."""
+        directory = self.data_dir(node_id) / partition
+        if not directory.is_dir():
+            return {}
+        return {path.name: path.read_bytes() for path in sorted(directory.glob("*.log"))}
 
     def pids(self) -> dict[str, int]:
         """``node_name(id)`` -> pid of every node process running now."""

@@ -23,7 +23,7 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 if TYPE_CHECKING:
     from odradek.protocol.messages import Request
@@ -34,6 +34,10 @@ class Plane(enum.Enum):
 
     BROKER = "broker"
     CONTROLLER = "controller"
+
+
+# The admin APIs a node answers on either listener (forwarded or gated on the controller).
+BOTH_PLANES: Final = (Plane.BROKER, Plane.CONTROLLER)
 
 
 # The first argument is the plane's services: ``BrokerServices`` on the broker plane,

@@ -32,12 +32,10 @@ from odradek.metadata.partition_rpc import ALTER_PARTITION_KEY, ELECT_LEADERS_KE
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
-from odradek.server.handlers import Plane, handles
+from odradek.server.handlers import BOTH_PLANES, Plane, handles
 
 if TYPE_CHECKING:
     from odradek.server.services import AdminServices, ControllerServices
-
-BOTH_PLANES = (Plane.BROKER, Plane.CONTROLLER)
 
 
 @handles(ELECT_LEADERS_KEY, *FORWARDED_VERSIONS[ELECT_LEADERS_KEY], plane=BOTH_PLANES)

@@ -28,12 +28,11 @@ from odradek.metadata.partition_rpc import ALTER_REASSIGNMENTS_KEY
 from odradek.metadata.reassignment import ReassignmentRequest, list_reassignments
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.handlers import Plane, handles
+from odradek.server.handlers import BOTH_PLANES, handles
 
 if TYPE_CHECKING:
     from odradek.server.services import AdminServices, ConfigContext
 
-BOTH_PLANES = (Plane.BROKER, Plane.CONTROLLER)
 LIST_REASSIGNMENTS_KEY: Final = 46
 
 

@@ -19,7 +19,7 @@ from odradek.metadata.controller_channel import ControllerError, NewTopic
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.handlers import Plane, handles
+from odradek.server.handlers import BOTH_PLANES, handles
 
 if TYPE_CHECKING:
     from odradek.server.services import AdminServices
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 CREATE_TOPICS_KEY = 19
 DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs ConfigSource.DEFAULT_CONFIG
 TOPIC_CONFIG_SOURCE = 1  # ConfigSource.TOPIC_CONFIG
-BOTH_PLANES = (Plane.BROKER, Plane.CONTROLLER)
 
 
 @handles(CREATE_TOPICS_KEY, *FORWARDED_VERSIONS[CREATE_TOPICS_KEY], plane=BOTH_PLANES)
