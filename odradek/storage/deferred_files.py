@@ -25,6 +25,13 @@ above a truncation point).
 was queued before it (so the recovery point never passes a checkpoint that is not
 durable), and close drains the queue before the directory can be renamed away.
 
+A write may also be queued unsynced (``sync=False``: ``.tmp``, rename, no fsync), as
+the producer snapshot is: on a machine this loaded, the worker's fsyncs of the directory
+made the loop's own file creations (the next segment's files) wait for the journal
+commit. Such a file is complete or absent after a kill (the rename is atomic; a torn
+one after a power loss fails its CRC and is rebuilt), and ``sync_unsynced`` fsyncs it
+where Kafka does (KAFKA-15046): before a flush moves the recovery point, and at close.
+
 A write that fails (a full disk) is logged and dropped: the files written here are
 ones recovery can do without (a missing snapshot is rebuilt from the log, a stale
 epoch checkpoint is trimmed to the log on load), and the next write of the same file
@@ -59,6 +66,7 @@ class _Job:
     seq: int
     path: Path
     data: bytes | None  # None: unlink
+    sync: bool = True  # fsync the file and its directory (else ``sync_unsynced`` does)
 
 
 class DeferredFiles:
@@ -73,6 +81,7 @@ class DeferredFiles:
         self._draining = False  # a drain is submitted or running
         self._last_seq = 0  # seq of the newest job handed in
         self._done_seq = 0  # every job with seq <= this is applied (or dropped)
+        self._unsynced: set[Path] = set()  # written with sync=False, not fsynced since
         self.failures = 0
 
     @property
@@ -86,13 +95,35 @@ class DeferredFiles:
         return self._last_seq
 
     # -- the loop's side ------------------------------------------------------------
-    def write(self, path: Path, data: bytes) -> int:
-        """Replace ``path`` with ``data``, atomically and durably, later; returns a seq."""
-        return self._add(path, data)
+    def write(self, path: Path, data: bytes, *, sync: bool = True) -> int:
+        """Replace ``path`` with ``data`` atomically, later; returns a seq.
+
+        ``sync``: durably (fsync of the file and the directory); else the file waits
+        for ``sync_unsynced``.
+        """
+        return self._add(path, data, sync)
 
     def unlink(self, path: Path) -> int:
         """Remove ``path`` (if present) after every operation queued before."""
-        return self._add(path, None)
+        return self._add(path, None, True)
+
+    def sync_unsynced(self) -> None:
+        """fsync the files written unsynced so far, and their directories (any thread)."""
+        with self._lock:
+            paths, self._unsynced = self._unsynced, set()
+        directories = set()
+        for path in paths:
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # deleted since: nothing to make durable
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            directories.add(path.parent)
+        for directory in directories:
+            fsync_directory(directory)
 
     def write_now(self, path: Path, data: bytes) -> None:
         """Replace ``path`` durably before returning, ordered after earlier operations.
@@ -111,6 +142,8 @@ class DeferredFiles:
         """
         self._take_over(path)
         path.unlink(missing_ok=True)
+        with self._lock:
+            self._unsynced.discard(path)
 
     def _take_over(self, path: Path) -> None:
         """Drop the queued operations on ``path``; wait for a running one to finish."""
@@ -149,10 +182,10 @@ class DeferredFiles:
             return len(self._jobs)
 
     # -- internals --------------------------------------------------------------------
-    def _add(self, path: Path, data: bytes | None) -> int:
+    def _add(self, path: Path, data: bytes | None, sync: bool) -> int:
         if self._submit is None:
             self._last_seq += 1
-            _apply(path, data)
+            self._apply(_Job(self._last_seq, path, data, sync))
             self._done_seq = self._last_seq
             return self._last_seq
         with self._lock:
@@ -160,13 +193,19 @@ class DeferredFiles:
             seq = self._last_seq
             tail = self._jobs[-1] if self._jobs else None
             tail_waiting = tail is not None and not (self._head_started and len(self._jobs) == 1)
-            if tail is not None and tail_waiting and tail.path == path and data is not None:
+            if (
+                tail is not None
+                and tail_waiting
+                and tail.path == path
+                and data is not None
+                and tail.sync == sync
+            ):
                 # The newest queued operation rewrites the same file and has not started:
                 # this content replaces it (fewer fsyncs, same end state, same order).
                 tail.data = data
                 tail.seq = seq
             else:
-                self._jobs.append(_Job(seq, path, data))
+                self._jobs.append(_Job(seq, path, data, sync))
             start = not self._draining
             self._draining = True
         if start:
@@ -196,7 +235,7 @@ class DeferredFiles:
             job = self._jobs[0]
             self._head_started = True
         try:
-            _apply(job.path, job.data)
+            self._apply(job)
         except OSError as error:
             with self._lock:
                 self.failures += 1
@@ -213,16 +252,34 @@ class DeferredFiles:
         with self._lock:
             return [(job.path, job.data) for job in self._jobs]
 
+    def _apply(self, job: _Job) -> None:
+        if job.data is None:
+            job.path.unlink(missing_ok=True)
+            with self._lock:
+                self._unsynced.discard(job.path)
+        elif job.sync:
+            write_durably(job.path, job.data)
+        else:
+            write_atomically(job.path, job.data)
+            with self._lock:
+                self._unsynced.add(job.path)
+
 
 def _what(job: _Job) -> str:
     return "write" if job.data is not None else "unlink"
 
 
-def _apply(path: Path, data: bytes | None) -> None:
-    if data is None:
-        path.unlink(missing_ok=True)
-    else:
-        write_durably(path, data)
+def write_atomically(path: Path, data: bytes) -> None:
+    """``<path>.tmp`` then rename over ``path``, no fsync: whole or absent after a kill."""
+    tmp = path.with_name(path.name + ".tmp")
+    try:
+        with open(tmp, "wb") as file:
+            file.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 def write_durably(path: Path, data: bytes) -> None:

@@ -20,9 +20,10 @@ split form (``prepare_flush`` / ``LogSegment.fsync`` / ``files.wait(flush_barrie
 ``mark_flushed``) so the slow fsync can run on a worker thread while the loop keeps
 appending. The small files (producer snapshots, the leader-epoch checkpoint) are written
 and deleted through ``files`` (deferred_files.py): the loop builds their bytes, a
-worker writes them durably and in order, so a roll or a retention pass no longer waits
-for an fsync. A flush waits for the files queued before it, so the recovery point
-never passes a snapshot or checkpoint that is not on disk; ``close`` drains them.
+worker writes them in order, so a roll or a retention pass no longer waits for an
+fsync. A flush waits for the files queued before it and fsyncs the snapshots, so the
+recovery point never passes a snapshot or checkpoint that is not on disk; ``close``
+drains and syncs them.
 """
 
 from __future__ import annotations
@@ -349,8 +350,6 @@ class Log:
         else:
             old.on_become_inactive()
         self.producer_state.map_end_offset = self.log_end_offset if self._segments else base
-        if old.size:
-            self.producer_state.take_snapshot()
         segment = LogSegment(
             self.directory,
             base,
@@ -360,6 +359,10 @@ class Log:
         )
         self._segments.append(segment)
         self._bases.append(base)
+        if old.size:
+            # Queued after the new files exist: creating them while the worker fsyncs
+            # the directory waited for that journal commit (roll p90 1.3 -> 7 ms).
+            self.producer_state.take_snapshot()
         return segment
 
     # -- reads -----------------------------------------------------------------------
@@ -629,6 +632,7 @@ class Log:
         for segment in segments:
             segment.fsync()
         self.files.drain()
+        self.files.sync_unsynced()
         self.mark_flushed(target)
 
     @property
@@ -653,10 +657,13 @@ class Log:
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot()
         self.files.drain()  # nothing may land in the directory after close
-        self.purge_deleted_segments(force=True)
-        for segment in self._segments:
-            segment.close()
-        self.closed = True
+        try:
+            self.files.sync_unsynced()  # a failure (full disk) still closes the files
+        finally:
+            self.purge_deleted_segments(force=True)
+            for segment in self._segments:
+                segment.close()
+            self.closed = True
 
     def delete_files(self) -> None:
         """Close and remove every file of this log (the directory itself stays)."""

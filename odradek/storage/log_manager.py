@@ -429,6 +429,10 @@ class LogManager:
             # The snapshots and checkpoints queued before are durable too (or dropped
             # after a logged failure: recovery does without them).
             log.files.wait(barrier)
+            try:
+                log.files.sync_unsynced()
+            except OSError as error:
+                return error
             return None
 
         failure = await asyncio.get_running_loop().run_in_executor(None, fsync_all)

@@ -24,8 +24,8 @@ does not)::
 
 Snapshots are written at each segment roll, and deleted with the segments below them
 and above a truncation point. The loop only builds a snapshot's bytes; the write
-(temporary file, fsync, rename, fsync of the directory) and the deletions below the
-log start go through the log's ``DeferredFiles``, in order, on a worker thread. A
+(temporary file, rename; fsynced by the next flush or close) and the deletions below
+the log start go through the log's ``DeferredFiles``, in order, on a worker thread. A
 deletion above a truncation point is done at once (``unlink_now``, which also drops a
 queued write of that file): the log may grow past that offset again, and the old
 snapshot would then be loaded for a log it does not describe. A snapshot may therefore
@@ -226,7 +226,9 @@ class ProducerStateManager:
     def take_snapshot(self) -> Path:
         """Queue the current state as ``<map_end_offset>.snapshot`` (durable, atomic)."""
         path = snapshot_path(self.directory, self.map_end_offset)
-        self.files.write(path, self.snapshot_bytes())
+        # Unsynced: fsynced by the log's next flush (before its recovery point moves)
+        # or close; a snapshot lost to a power failure only lengthens the replay.
+        self.files.write(path, self.snapshot_bytes(), sync=False)
         return path
 
     def snapshot_bytes(self) -> bytes:
