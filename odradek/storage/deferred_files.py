@@ -1,11 +1,12 @@
 """Ordered, durable writes of a log's small files, off the event loop.
 
 How this works and why: a segment roll writes the producer-state snapshot and a
-retention pass rewrites the leader-epoch checkpoint. Each is a complete small file
-that must be written atomically and durably — ``<name>.tmp``, fsync, rename over
-``<name>``, fsync the directory — and each fsync blocked the event loop that owns
-the log, stalling every request on the node for a few ms (tens at load; Kafka moved
-the same fsyncs off its request path, KAFKA-15046 and KAFKA-16541). Here the loop
+retention pass (or a follower's log start following the leader's) rewrites the
+leader-epoch checkpoint. Each is a complete small file written atomically — the
+checkpoint durably: ``<name>.tmp``, fsync, rename over ``<name>``, fsync the directory
+— and done on the event loop that owns the log, the checkpoint's fsyncs stalled every
+request on the node for a few ms (tens at load; Kafka moved the same fsyncs off its
+request path, KAFKA-15046 and KAFKA-16541). Here the loop
 only decides *what* to write: it hands the complete bytes to the log's
 ``DeferredFiles``, a first-in-first-out queue of file operations (write a whole file,
 or unlink one) that a worker thread applies one at a time, in order. Order is what
@@ -37,7 +38,8 @@ ones recovery can do without (a missing snapshot is rebuilt from the log, a stal
 epoch checkpoint is trimmed to the log on load), and the next write of the same file
 carries the whole state again.
 
-Concurrency: the loop (the log's owner) calls every method but ``_drain``; one drain
+Concurrency: the loop (the log's owner) calls every method but ``_drain`` and
+``apply_next`` (the worker's) and ``sync_unsynced`` (any thread, a flush's); one drain
 at a time runs on the worker given at construction (``submit``, e.g. an executor's
 ``submit``), so a log's operations never run in parallel with each other, while
 different logs' queues drain in parallel on a shared pool. ``submit=None`` applies
