@@ -81,7 +81,12 @@ def _span(owner, name, tag, detail=None):
 
 def _install():
     from odradek.replica import fetcher_state, partition, replica_manager
-    from odradek.storage import checkpoint, log, segment
+    from odradek.storage import checkpoint, epoch_cache, log, segment
+
+    try:  # absent before the deferred writes (to trace older code with this script)
+        from odradek.storage import deferred_files
+    except ImportError:
+        deferred_files = None
 
     P = partition.Partition
     _span(P, "append_as_leader", "LAPP", lambda a, r: f"{a[0].index} {r.last_offset + 1}")
@@ -125,6 +130,9 @@ def _install():
     _span(segment.LogSegment, "_write_all", "WRITE", lambda a, r: str(a[2]))
     _span(log.Log, "roll", "ROLL")
     _span(checkpoint, "_write_atomically", "CHECKPOINT")
+    if deferred_files is not None:
+        _span(deferred_files, "write_durably", "CHECKPOINT")  # epoch cache, snapshots
+    _span(epoch_cache.LeaderEpochCache, "_replace", "EPOCH")
 
 
 if _DIR:
@@ -263,7 +271,8 @@ def main(argv: list[str]) -> int:
         ("FAPPLY", "follower applies (whole responses)"),
         ("WRITE", "pwritev into a segment"),
         ("ROLL", "segment rolls"),
-        ("CHECKPOINT", "fsynced checkpoint files"),
+        ("CHECKPOINT", "fsynced checkpoint files (any thread)"),
+        ("EPOCH", "epoch cache changes on the loop"),
         ("AWAIT", "acks=all waits"),
     ):
         print(summary(label, [d for rows in traces.values() for d in durations(rows, tag)]))

@@ -38,13 +38,12 @@ does that.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Final
 
+from odradek.storage.deferred_files import write_durably
 from odradek.storage.errors import StorageError
 
 OFFSET_CHECKPOINT_VERSION: Final = 0
@@ -80,10 +79,15 @@ class CheckpointError(StorageError):
 
 def write_checkpoint_lines(path: Path, version: int, lines: Sequence[str]) -> None:
     """Atomically and durably replace ``path`` with a version, a count and ``lines``."""
+    _write_atomically(path, checkpoint_bytes(version, lines))
+
+
+def checkpoint_bytes(version: int, lines: Sequence[str]) -> bytes:
+    """The content of a checkpoint file: version, count, ``lines`` (for deferred writes)."""
     for line in lines:
         assert line and "\n" not in line, f"bad checkpoint line {line!r}"
     rows = [str(version), str(len(lines)), *lines]
-    _write_atomically(path, "".join(f"{row}\n" for row in rows).encode())
+    return "".join(f"{row}\n" for row in rows).encode()
 
 
 def read_checkpoint_lines(path: Path, expected_version: int) -> list[list[str]] | None:
@@ -174,26 +178,7 @@ def _tmp_path(path: Path) -> Path:
 
 
 def _write_atomically(path: Path, data: bytes) -> None:
-    tmp = _tmp_path(path)
-    try:
-        with open(tmp, "wb") as file:
-            file.write(data)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
-    _fsync_directory(path.parent)
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    write_durably(path, data)
 
 
 def _split_rows(path: Path, data: bytes) -> list[str]:

@@ -19,11 +19,27 @@ It follows Kafka's LeaderEpochFileCache:
 
 On-disk format: ``<partition dir>/leader-epoch-checkpoint`` in the checkpoint format
 of ``checkpoint.py`` (version ``0``, entry count, one ``epoch startOffset`` line per
-entry, oldest first). Every change to the entries rewrites the file synchronously and
-atomically: it is a few lines long and changes only on leader changes, truncation and
-retention, never per batch.
+entry, oldest first). Every change to the entries rewrites the whole file atomically
+and durably (temporary file, fsync, rename, fsync of the directory), in the order of
+the changes, through the log's ``DeferredFiles``; the memory is the truth and the file
+is only read when the log is opened. When it is written follows Kafka (KAFKA-15046,
+KAFKA-16541):
 
-Concurrency: single owner, the partition's log on the event loop; no locking needed.
+* a new epoch (``assign``) is written before ``assign`` returns (``write_now``), so
+  the file never lacks an epoch the log has — a missing entry would let
+  OffsetsForLeaderEpoch answer a follower with an offset past the divergence, and the
+  follower would keep records the leader does not have. New epochs come with leader
+  changes, not with the records of an epoch, so this fsync is rare;
+* truncation from the end or the start (``truncate_from_end``, ``truncate_from_start``,
+  ``clear``) is queued and written by a worker: it happens at every retention pass and
+  whenever a follower's log start follows the leader's, and it only ever removes
+  entries or moves the first one up. A crash before it lands leaves a file with entries
+  the log no longer has, which loading trims again (``truncate_from_end`` to the log
+  end, ``truncate_from_start`` to the log start; log_loader.py), and a new epoch
+  written later replaces the queued truncations (same file, newer full content).
+
+Concurrency: single owner, the partition's log on the event loop; no locking needed
+(the queued writes carry a copy of the entries).
 """
 
 from __future__ import annotations
@@ -38,12 +54,13 @@ from odradek.storage.checkpoint import (
     INT32_MAX,
     INT64_MAX,
     CheckpointError,
+    checkpoint_bytes,
     entry_line,
     expect_fields,
     parse_int_field,
     read_checkpoint_lines,
-    write_checkpoint_lines,
 )
+from odradek.storage.deferred_files import DeferredFiles
 
 UNDEFINED_EPOCH: Final = -1
 UNDEFINED_EPOCH_OFFSET: Final = -1
@@ -62,9 +79,10 @@ class EpochEntry:
 class LeaderEpochCache:
     """The (epoch, start offset) history of one partition, persisted at ``path``."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, files: DeferredFiles | None = None) -> None:
         """Load ``path`` if it exists; CheckpointError if it is malformed."""
         self._path = path
+        self._files = files if files is not None else DeferredFiles()
         self._entries: list[EpochEntry] = _load(path)
 
     # -- queries ------------------------------------------------------------------
@@ -132,7 +150,7 @@ class LeaderEpochCache:
         # Only reachable after a truncation went wrong: entries at or above the new
         # start offset would break the ordering, so the new epoch supersedes them.
         kept = [entry for entry in self._entries if entry.start_offset < start_offset]
-        self._replace([*kept, EpochEntry(epoch, start_offset)])
+        self._replace([*kept, EpochEntry(epoch, start_offset)], durable_now=True)
         return True
 
     def truncate_from_end(self, end_offset: int) -> None:
@@ -156,16 +174,23 @@ class LeaderEpochCache:
         self._replace([])
 
     def flush(self) -> None:
-        """Atomically write the entries to ``path``."""
-        lines = [f"{entry.epoch} {entry.start_offset}" for entry in self._entries]
-        write_checkpoint_lines(self._path, LEADER_EPOCH_CHECKPOINT_VERSION, lines)
+        """Write the entries to ``path`` atomically and durably, before returning."""
+        self._files.write_now(self._path, self._file_bytes())
 
     # -- helpers ------------------------------------------------------------------
 
-    def _replace(self, entries: list[EpochEntry]) -> None:
-        if entries != self._entries:
-            self._entries = entries
+    def _file_bytes(self) -> bytes:
+        lines = [f"{entry.epoch} {entry.start_offset}" for entry in self._entries]
+        return checkpoint_bytes(LEADER_EPOCH_CHECKPOINT_VERSION, lines)
+
+    def _replace(self, entries: list[EpochEntry], *, durable_now: bool = False) -> None:
+        if entries == self._entries:
+            return
+        self._entries = entries
+        if durable_now:
             self.flush()
+        else:
+            self._files.write(self._path, self._file_bytes())
 
     def _last_starting_at_or_below(self, offset: int) -> int:
         """Index of the last entry with start_offset <= ``offset``; -1 if there is none."""

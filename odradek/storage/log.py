@@ -16,8 +16,14 @@ Directory ``<topic>-<partition>/``: segments (segment.py), ``<offset>.snapshot``
 log_loader.py, header validation and recompression in log_validator.py.
 
 Concurrency: every method runs on the event loop that owns the log. ``flush`` has a
-split form (``prepare_flush`` / ``LogSegment.fsync`` / ``mark_flushed``) so the slow
-fsync can run on a worker thread while the loop keeps appending.
+split form (``prepare_flush`` / ``LogSegment.fsync`` / ``files.wait(flush_barrier)`` /
+``mark_flushed``) so the slow fsync can run on a worker thread while the loop keeps
+appending. The small files (producer snapshots, the leader-epoch checkpoint) are written
+and deleted through ``files`` (deferred_files.py): the loop builds their bytes, a
+worker writes them in order, so a roll or a retention pass no longer waits for an
+fsync. A flush waits for the files queued before it and fsyncs the snapshots, so the
+recovery point never passes a snapshot or checkpoint that is not on disk; ``close``
+drains and syncs them.
 """
 
 from __future__ import annotations
@@ -43,6 +49,7 @@ from odradek.records.batch import (
 )
 from odradek.records.errors import CorruptRecordError
 from odradek.records.file_range import FileRange
+from odradek.storage.deferred_files import DeferredFiles
 from odradek.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from odradek.storage.errors import (
     InvalidRecordError,
@@ -119,6 +126,8 @@ class Log:
         self._high_watermark = self.log_start_offset
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
+        # The queue of small-file writes the epoch cache and producer state share.
+        self.files: DeferredFiles = producer_state.files
         self.unflushed_messages = 0
         self.last_flush_ms = clock()
         self.pending_deletions: list[tuple[int, LogSegment]] = []
@@ -341,8 +350,6 @@ class Log:
         else:
             old.on_become_inactive()
         self.producer_state.map_end_offset = self.log_end_offset if self._segments else base
-        if old.size:
-            self.producer_state.take_snapshot()
         segment = LogSegment(
             self.directory,
             base,
@@ -352,6 +359,10 @@ class Log:
         )
         self._segments.append(segment)
         self._bases.append(base)
+        if old.size:
+            # Queued after the new files exist: creating them while the worker fsyncs
+            # the directory waited for that journal commit (roll p90 1.3 -> 7 ms).
+            self.producer_state.take_snapshot()
         return segment
 
     # -- reads -----------------------------------------------------------------------
@@ -605,6 +616,11 @@ class Log:
             segment.write_indexes()
         return segments, target
 
+    @property
+    def flush_barrier(self) -> int:
+        """Taken with ``prepare_flush``: ``files.wait`` on it before ``mark_flushed``."""
+        return self.files.last_seq
+
     def mark_flushed(self, target: int) -> None:
         self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
         self.unflushed_messages = 0
@@ -615,6 +631,8 @@ class Log:
         segments, target = self.prepare_flush()
         for segment in segments:
             segment.fsync()
+        self.files.drain()
+        self.files.sync_unsynced()
         self.mark_flushed(target)
 
     @property
@@ -638,13 +656,18 @@ class Log:
             segment.write_indexes()
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot()
-        self.purge_deleted_segments(force=True)
-        for segment in self._segments:
-            segment.close()
-        self.closed = True
+        self.files.drain()  # nothing may land in the directory after close
+        try:
+            self.files.sync_unsynced()  # a failure (full disk) still closes the files
+        finally:
+            self.purge_deleted_segments(force=True)
+            for segment in self._segments:
+                segment.close()
+            self.closed = True
 
     def delete_files(self) -> None:
         """Close and remove every file of this log (the directory itself stays)."""
+        self.files.drain()
         self.purge_deleted_segments(force=True)
         for segment in self._segments:
             segment.delete_files()

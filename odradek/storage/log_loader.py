@@ -11,6 +11,16 @@ to the page cache before the ack) survives a process kill.
 
 Then the log end offset is known, so the leader epoch cache is trimmed to it and the
 producer state is rebuilt from the newest snapshot plus the batch headers after it.
+Both files are written off the event loop after the fact (deferred_files.py), so a
+crash can leave them behind the log, and loading is built for that: a snapshot that is
+missing, older than the roll that made it, or torn only makes the replay longer (the
+state is a function of the log); the epoch checkpoint may still hold entries a queued
+truncation removed, which the trim to the log end and start drops, and after a crash
+the epochs of every recovered segment are taken from its batches again (as Kafka's
+segment recovery does), so the cache there matches what the batches say; below them
+each entry is checked against the batch at its start offset, and a disagreement (a
+truncation that never landed, then the log grown again) rebuilds the cache from every
+batch.
 A strict load (the metadata log, whose loss would empty the cluster) never cuts below
 the recovery point: damage there raises CommittedDataCorruptError naming the file and
 position, before any file is changed. Leftovers of interrupted operations
@@ -28,6 +38,7 @@ from pathlib import Path
 
 from odradek.records.errors import CorruptRecordError
 from odradek.storage.checkpoint import CheckpointError
+from odradek.storage.deferred_files import DeferredFiles, Submit
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from odradek.storage.errors import CommittedDataCorruptError
 from odradek.storage.index import IndexCorruptError
@@ -91,6 +102,7 @@ def open_log(
     producer_id_expiration_ms: int = 86_400_000,
     strict: bool = False,
     recovery_chunk_bytes: int = RECOVERY_CHUNK_BYTES,
+    background: Submit | None = None,
 ) -> tuple[Log, LoadStats]:
     """Open (creating if needed) the log in ``directory``; recover it if not clean.
 
@@ -98,6 +110,9 @@ def open_log(
     damage below ``recovery_point`` — a bad batch, a cut or missing file, a gap
     between segments — raises CommittedDataCorruptError before anything is cut or
     deleted. A torn tail above the recovery point is still truncated.
+
+    ``background`` runs the log's snapshot and checkpoint writes (an executor's
+    ``submit``); None writes them at once on the caller.
     """
     started = time.monotonic()
     if strict and recovery_point > 0 and not any(directory.glob(f"*{LOG_SUFFIX}")):
@@ -122,6 +137,7 @@ def open_log(
         if segment.base_offset <= recovery_point:
             first_unflushed = index
     kept: list[LogSegment] = []
+    first_recovered: int | None = None  # base offset of the first segment re-read
     for index, segment in enumerate(segments):
         if stats.corruption is not None:
             segment.delete_files()  # everything after a corrupt batch is dropped
@@ -136,6 +152,8 @@ def open_log(
                 logger.warning("%s: %s; rebuilding from the log", directory.name, error)
                 needs_recovery = True
         if needs_recovery:
+            if first_recovered is None:
+                first_recovered = segment.base_offset
             following = segments[index + 1].base_offset if index + 1 < len(segments) else None
             result = segment.recover(
                 next_segment_base=following,
@@ -159,10 +177,11 @@ def open_log(
     # A missing (or zero-byte) checkpoint after a crash is rebuilt from the batch headers too.
     epoch_path = directory / LEADER_EPOCH_CHECKPOINT
     epoch_file_missing = not epoch_path.exists() or epoch_path.stat().st_size == 0
-    epoch_cache, rebuild_epochs = _open_epoch_cache(directory)
+    files = DeferredFiles(background)
+    epoch_cache, rebuild_epochs = _open_epoch_cache(directory, files)
     rebuild_epochs = rebuild_epochs or (epoch_file_missing and not clean_shutdown)
     log_start_offset = _clamp_log_start(directory, log_start_offset, kept[-1].next_offset)
-    producer_state = ProducerStateManager(directory, producer_id_expiration_ms)
+    producer_state = ProducerStateManager(directory, producer_id_expiration_ms, files)
     log = Log(
         directory,
         config,
@@ -174,11 +193,28 @@ def open_log(
         clock=clock,
     )
     if rebuild_epochs:
-        for header in log.iter_headers(log.log_start_offset):
-            if header.partition_leader_epoch >= 0:
-                epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+        _assign_epochs(log, log.log_start_offset)
+    elif first_recovered is not None and not clean_shutdown:
+        # The checkpoint may lag the log by queued truncations: from the first re-read
+        # segment on, the batches say which epoch wrote what.
+        start = max(first_recovered, log.log_start_offset)
+        epoch_cache.truncate_from_end(start)
+        _assign_epochs(log, start)
     epoch_cache.truncate_from_end(log.log_end_offset)
     epoch_cache.truncate_from_start(log.log_start_offset)
+    if not clean_shutdown and not rebuild_epochs and not _epochs_match_batches(log):
+        # Below the re-read segments a truncation that had not landed left an entry
+        # in the middle of another epoch's batches: the batches are the truth.
+        logger.warning(
+            "%s: the leader epoch checkpoint disagrees with the batches; rebuilding it",
+            directory.name,
+        )
+        epoch_cache.clear()
+        _assign_epochs(log, log.log_start_offset)
+        epoch_cache.truncate_from_start(log.log_start_offset)
+    if not clean_shutdown:
+        # An emptied log (truncated fully, the clear not landed) keeps no epoch at its end.
+        epoch_cache.truncate_from_end(log.log_end_offset)
     log.rebuild_producer_state()
     if not clean_shutdown:
         # Recovered data is now validated; it was already on disk, only maybe not synced.
@@ -226,15 +262,36 @@ def _check_committed(segments: list[LogSegment], recovery_point: int) -> None:
         )
 
 
-def _open_epoch_cache(directory: Path) -> tuple[LeaderEpochCache, bool]:
+def _epochs_match_batches(log: Log) -> bool:
+    """Whether the batch at each epoch entry's start offset carries that epoch.
+
+    One header read per entry (a partition has few): enough to see an entry that a
+    queued truncation should have removed before the log grew again in older epochs.
+    """
+    for entry in log.epoch_cache.entries:
+        if not log.log_start_offset <= entry.start_offset < log.log_end_offset:
+            continue
+        header = next(log.iter_headers(entry.start_offset), None)
+        if header is None or header.partition_leader_epoch != entry.epoch:
+            return False
+    return True
+
+
+def _assign_epochs(log: Log, start: int) -> None:
+    for header in log.iter_headers(start):
+        if header.partition_leader_epoch >= 0:
+            log.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
+
+
+def _open_epoch_cache(directory: Path, files: DeferredFiles) -> tuple[LeaderEpochCache, bool]:
     """The epoch cache; a damaged file is replaced by one rebuilt from batch headers."""
     path = directory / LEADER_EPOCH_CHECKPOINT
     try:
-        return LeaderEpochCache(path), False
+        return LeaderEpochCache(path, files), False
     except CheckpointError as error:
         logger.warning("%s; rebuilding the leader epoch cache from the log", error)
         path.unlink(missing_ok=True)
-        return LeaderEpochCache(path), True
+        return LeaderEpochCache(path, files), True
 
 
 def _new_segment(

@@ -7,7 +7,10 @@ logs are recovered from their recovery points (log_loader.py); the marker is rem
 while the broker runs and written back by a clean ``shutdown``. A background task
 (``run``) applies retention, time-based flushes, checkpoint writes, delayed file
 deletion and producer-id expiry; slow blocking work (fsync, deleting directories)
-runs on worker threads so the event loop that owns the logs keeps serving.
+runs on worker threads so the event loop that owns the logs keeps serving. Each log's
+producer snapshots and leader-epoch checkpoint are written in order by a pool of
+``background.threads`` workers (deferred_files.py): a roll or a retention pass only
+queues them, and a flush waits for them before it moves the recovery point.
 
 Files per log dir (Kafka's names and text formats): ``meta.properties``,
 ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
@@ -32,6 +35,7 @@ here, discarded otherwise; ``recover_swaps`` first finishes any swap a crash int
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import errno
 import fcntl
 import logging
@@ -97,6 +101,9 @@ class LogManagerSettings:
     producer_id_expiration_check_interval_ms: int = 600_000
     # How often the background task wakes; each job runs when its own interval is due.
     tick_ms: int = 1_000
+    # Workers writing the logs' snapshots and epoch checkpoints (Kafka's pool for its
+    # background jobs, among them the same writes, has this name and default).
+    background_threads: int = 10  # Kafka's background.threads default (not yet a broker config)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +167,10 @@ class LogManager:
         self._last_run: dict[str, int] = {}
         self._started_ms = clock()
         self.started = False
+        self._file_writers = concurrent.futures.ThreadPoolExecutor(
+            max_workers=max(1, self.settings.background_threads),
+            thread_name_prefix="log-files",
+        )
         # Checkpoint files are written both on the loop (a log deleted or renamed away)
         # and on a worker thread (the periodic write): one writer at a time (they share
         # the ``.tmp`` name), and a snapshot taken before one already written is dropped
@@ -265,6 +276,7 @@ class LogManager:
                 clean_shutdown=clean,
                 clock=self.clock,
                 producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+                background=self._file_writers.submit,
             )
             log.high_watermark = high_watermarks.get(tp, 0)
             self.logs[tp] = log
@@ -319,6 +331,7 @@ class LogManager:
             self.config_for(topic),
             clock=self.clock,
             producer_id_expiration_ms=self.settings.producer_id_expiration_ms,
+            background=self._file_writers.submit,
         )
         if topic_id is not None:
             try:
@@ -458,6 +471,7 @@ class LogManager:
     async def flush_log(self, log: Log) -> None:
         """fsync a log on a worker thread; the loop keeps appending meanwhile."""
         segments, target = log.prepare_flush()
+        barrier = log.flush_barrier
 
         def fsync_all() -> OSError | None:
             for segment in segments:
@@ -466,6 +480,13 @@ class LogManager:
                 except OSError as error:
                     if error.errno != errno.EBADF:  # EBADF: closed by a concurrent truncation
                         return error
+            # The snapshots and checkpoints queued before are durable too (or dropped
+            # after a logged failure: recovery does without them).
+            log.files.wait(barrier)
+            try:
+                log.files.sync_unsynced()
+            except OSError as error:
+                return error
             return None
 
         failure = await asyncio.get_running_loop().run_in_executor(None, fsync_all)
@@ -561,6 +582,7 @@ class LogManager:
         for fd in self._lock_fds:
             os.close(fd)
         self._lock_fds.clear()
+        self._file_writers.shutdown(wait=True)
         self.started = False
         if failures:
             for failure in failures:

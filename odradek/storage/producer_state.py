@@ -22,14 +22,26 @@ does not)::
                   batchCount int8, then batchCount × (firstSeq int32, lastSeq int32,
                   firstOffset int64, lastOffset int64, timestamp int64)
 
-Concurrency: owned by the log's event loop. Snapshot files are written atomically
-(temporary file + rename).
+Snapshots are written at each segment roll, and deleted with the segments below them
+and above a truncation point. The loop only builds a snapshot's bytes; the write
+(temporary file, rename; fsynced by the next flush or close) and the deletions below
+the log start go through the log's ``DeferredFiles``, in order, on a worker thread. A
+deletion above a truncation point is done at once (``unlink_now``, which also drops a
+queued write of that file): the log may grow past that offset again, and the old
+snapshot would then be loaded for a log it does not describe. A snapshot may therefore
+land on disk after the roll, or never (a crash first): recovery does not depend on
+it, because the newest snapshot found at or below the log end is only a starting
+point for the replay, and a damaged one is deleted in favour of an older one or of a
+replay from the log start. While files are queued the directory is not the truth:
+the list of snapshots and their contents are read through ``DeferredFiles.planned``.
+
+Concurrency: owned by the log's event loop (the file operations it queues run on a
+worker, see deferred_files.py).
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import struct
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -39,6 +51,7 @@ from typing import Final
 from crc32c import crc32c
 
 from odradek.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
+from odradek.storage.deferred_files import DeferredFiles
 from odradek.storage.errors import (
     InvalidProducerEpochError,
     OutOfOrderSequenceError,
@@ -111,9 +124,15 @@ def snapshot_path(directory: Path, offset: int) -> Path:
 class ProducerStateManager:
     """Per-log producer table with validation, staging, snapshots and expiry."""
 
-    def __init__(self, directory: Path, producer_id_expiration_ms: int = 86_400_000) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        producer_id_expiration_ms: int = 86_400_000,
+        files: DeferredFiles | None = None,
+    ) -> None:
         self.directory = directory
         self.producer_id_expiration_ms = producer_id_expiration_ms
+        self.files = files if files is not None else DeferredFiles()
         self.producers: dict[int, ProducerEntry] = {}
         # State reflects every batch below this offset.
         self.map_end_offset = 0
@@ -191,15 +210,29 @@ class ProducerStateManager:
 
     # -- snapshots ----------------------------------------------------------------
     def snapshot_offsets(self) -> list[int]:
-        offsets = []
-        for path in self.directory.glob(f"*{SNAPSHOT_SUFFIX}"):
+        """Offsets of the snapshots there are, counting queued writes and deletions."""
+        offsets = set()
+        paths = set(self.directory.glob(f"*{SNAPSHOT_SUFFIX}"))
+        for path, data in self.files.planned(self.directory).items():
+            if data is None:
+                paths.discard(path)
+            elif path.name.endswith(SNAPSHOT_SUFFIX):
+                paths.add(path)
+        for path in paths:
             with contextlib.suppress(ValueError):
-                offsets.append(int(path.name[: -len(SNAPSHOT_SUFFIX)]))
+                offsets.add(int(path.name[: -len(SNAPSHOT_SUFFIX)]))
         return sorted(offsets)
 
     def take_snapshot(self) -> Path:
-        """Write the current state as ``<map_end_offset>.snapshot`` (atomically)."""
+        """Queue the current state as ``<map_end_offset>.snapshot`` (durable, atomic)."""
         path = snapshot_path(self.directory, self.map_end_offset)
+        # Unsynced: fsynced by the log's next flush (before its recovery point moves)
+        # or close; a snapshot lost to a power failure only lengthens the replay.
+        self.files.write(path, self.snapshot_bytes(), sync=False)
+        return path
+
+    def snapshot_bytes(self) -> bytes:
+        """The current state in the snapshot format (built on the loop, cheap)."""
         body = bytearray(struct.pack(">i", len(self.producers)))
         for entry in self.producers.values():
             body += _PRODUCER.pack(
@@ -214,23 +247,30 @@ class ProducerStateManager:
                 body += _BATCH.pack(
                     b.first_seq, b.last_seq, b.first_offset, b.last_offset, b.timestamp
                 )
-        data = struct.pack(">hI", SNAPSHOT_VERSION, crc32c(bytes(body))) + body
-        tmp = path.with_suffix(".snapshot.tmp")
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-        os.replace(tmp, path)
-        return path
+        return struct.pack(">hI", SNAPSHOT_VERSION, crc32c(bytes(body))) + bytes(body)
 
     def load_snapshot(self, path: Path) -> None:
         """Replace the state with the snapshot's; SnapshotCorruptError if it is damaged."""
-        producers = read_snapshot(path)
+        planned = self.files.planned(self.directory)
+        if path in planned:
+            data = planned[path]
+            if data is None:
+                raise FileNotFoundError(f"{path}: deleted")
+            producers = _decode_snapshot(path, data)
+        else:
+            producers = read_snapshot(path)
         self.producers = {entry.producer_id: entry for entry in producers}
         self.map_end_offset = int(path.name[: -len(SNAPSHOT_SUFFIX)])
 
     def delete_snapshots(self, *, below: int | None = None, above: int | None = None) -> None:
         for offset in self.snapshot_offsets():
-            if (below is not None and offset < below) or (above is not None and offset > above):
-                snapshot_path(self.directory, offset).unlink(missing_ok=True)
+            path = snapshot_path(self.directory, offset)
+            if above is not None and offset > above:
+                # Now, not queued: the log may grow past this offset again, and a snapshot
+                # of the log before the truncation must not be there to be loaded.
+                self.files.unlink_now(path)
+            elif below is not None and offset < below:
+                self.files.unlink(path)  # below the log start: never loaded again
 
     def load_latest_snapshot(self, not_after: int) -> None:
         """Load the newest readable snapshot at or below ``not_after``; reset if none.
@@ -246,7 +286,7 @@ class ProducerStateManager:
                 self.load_snapshot(path)
                 return
             except (SnapshotCorruptError, OSError):
-                path.unlink(missing_ok=True)
+                self.files.unlink(path)
         self.reset(0)
 
 

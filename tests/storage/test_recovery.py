@@ -26,6 +26,7 @@ from hypothesis import strategies as st
 
 from odradek.records.batch import GZIP, LZ4, NO_COMPRESSION, SNAPPY, ZSTD
 from odradek.records.codec import Record, decode_batches, encode_batch
+from odradek.storage.deferred_files import Submit
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
@@ -77,10 +78,15 @@ def make_config(segment_bytes: int, interval: int) -> LogConfig:
 
 
 def write_workload(
-    directory: Path, config: LogConfig, seed: int, count: int, clock: Clock
+    directory: Path,
+    config: LogConfig,
+    seed: int,
+    count: int,
+    clock: Clock,
+    background: Submit | None = None,
 ) -> tuple[Log, list[Written]]:
     rng = random.Random(seed)
-    log, _ = open_log(directory, config, clock=clock)
+    log, _ = open_log(directory, config, clock=clock, background=background)
     _opened.append(log)
     leader_epoch = rng.randint(0, 3)
     producers = {pid: [rng.randint(0, 2), 0] for pid in PIDS}  # epoch, next sequence
