@@ -13,11 +13,9 @@ the ISR; a consumer reads every acknowledged record once, in order.
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from tests.server.test_kraft_reassignment import (
@@ -29,7 +27,7 @@ from tests.server.test_kraft_reassignment import (
     value,
     wait_until,
 )
-from tests.support.kraft import Quorum, odradek
+from tests.support.kraft import Quorum, odradek, read_partition
 
 pytestmark = pytest.mark.slow
 
@@ -88,23 +86,6 @@ def test_a_follower_replica_moves_to_its_brokers_other_dir(tmp_path: Path) -> No
         metadata = admin.list_topics(TOPIC, timeout=10).topics[TOPIC].partitions[0]
         assert sorted(metadata.isrs) == [1, 2, 3]
 
-        consumer = Consumer(
-            {
-                "bootstrap.servers": quorum.bootstrap,
-                "group.id": "log-dir-check",
-                "auto.offset.reset": "earliest",
-                "enable.auto.commit": False,
-            }
-        )
-        values: list[bytes] = []
-        try:
-            consumer.assign([TopicPartition(TOPIC, 0, 0)])
-            deadline = time.monotonic() + 60
-            while len(values) < len(writer.acked) and time.monotonic() < deadline:
-                message = consumer.poll(0.5)
-                if message is not None and message.error() is None:
-                    values.append(message.value() or b"")
-        finally:
-            consumer.close()
+        values = read_partition(quorum.bootstrap, TOPIC, len(writer.acked), "log-dir-check")
         assert values == writer.acked
         assert values == [value(i) for i in range(len(values))]

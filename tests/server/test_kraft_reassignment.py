@@ -27,13 +27,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 from kafka import KafkaAdminClient
 from kafka import TopicPartition as KafkaTopicPartition
 from kafka import errors as kafka_errors
 
-from tests.support.kraft import Quorum, odradek
+from tests.support.kraft import Quorum, odradek, read_partition
 
 TOPIC = "moving"
 FIRST = 500
@@ -171,24 +171,7 @@ def test_a_partition_moves_from_1_2_to_2_3_with_no_record_lost(
         lambda: not (quorum.data_dir(1) / f"{TOPIC}-0").exists(), 30, "broker 1's replica gone"
     )
 
-    consumer = Consumer(
-        {
-            "bootstrap.servers": quorum.bootstrap,
-            "group.id": "reassignment-check",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
-        deadline = time.monotonic() + 60
-        while len(values) < len(writer.acked) and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-    finally:
-        consumer.close()
+    values = read_partition(quorum.bootstrap, TOPIC, len(writer.acked), "reassignment-check")
     # every acknowledged record once, in the order produced (nothing lost or doubled)
     assert values == writer.acked
     assert values == [value(i) for i in range(len(values))]

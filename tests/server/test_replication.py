@@ -21,10 +21,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from tests.support.kraft import Quorum
+from tests.support.kraft import Quorum, read_partition
 
 TOPIC = "replicated"
 RECORDS = 1000
@@ -99,25 +99,7 @@ def partition_leader(bootstrap: str) -> int:
 
 
 def consume_all(bootstrap: str, expected: int) -> list[bytes]:
-    consumer = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "replication-check",
-            "auto.offset.reset": "earliest",
-            "enable.auto.commit": False,
-        }
-    )
-    values: list[bytes] = []
-    try:
-        consumer.assign([TopicPartition(TOPIC, 0, 0)])
-        deadline = time.monotonic() + 60
-        while len(values) < expected and time.monotonic() < deadline:
-            message = consumer.poll(0.5)
-            if message is not None and message.error() is None:
-                values.append(message.value() or b"")
-    finally:
-        consumer.close()
-    return values
+    return read_partition(bootstrap, TOPIC, expected, "replication-check")
 
 
 def test_followers_become_byte_identical_and_outlive_the_leader(quorum: Quorum) -> None:

@@ -276,3 +276,31 @@ def _read_properties(path: Path) -> dict[str, str]:
             key, _, value = line.partition("=")
             properties[key.strip()] = value.strip()
     return properties
+
+
+def read_partition(
+    bootstrap: str, topic: str, expected: int, group: str = "read-back", timeout_s: float = 60.0
+) -> list[bytes]:
+    """The values of ``topic`` partition 0 from offset 0, read with confluent-kafka until
+    ``expected`` arrived or ``timeout_s`` passed (the caller compares what came)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": group,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+        }
+    )
+    values: list[bytes] = []
+    try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
+        deadline = time.monotonic() + timeout_s
+        while len(values) < expected and time.monotonic() < deadline:
+            message = consumer.poll(0.5)
+            if message is not None and message.error() is None:
+                values.append(message.value() or b"")
+    finally:
+        consumer.close()
+    return values
