@@ -187,8 +187,12 @@ class DeferredFiles:
     def _add(self, path: Path, data: bytes | None, sync: bool) -> int:
         if self._submit is None:
             self._last_seq += 1
-            self._apply(_Job(self._last_seq, path, data, sync))
-            self._done_seq = self._last_seq
+            try:
+                self._apply(_Job(self._last_seq, path, data, sync))
+            finally:
+                # Done either way: a failure (a full disk) is the caller's to see, and
+                # must not leave a later drain() waiting for ever for this seq.
+                self._done_seq = self._last_seq
             return self._last_seq
         with self._lock:
             self._last_seq += 1

@@ -491,3 +491,13 @@ def test_flush_fsyncs_the_snapshots_before_the_recovery_point_moves(tmp_path: Pa
     log.flush()
     assert not log.files._unsynced and log.recovery_point == log.log_end_offset
     log.close()
+
+
+def test_a_failed_write_without_a_worker_does_not_leave_drain_waiting(tmp_path: Path) -> None:
+    """Without a worker (the metadata log) a write happens at once; one that failed (a
+    full disk) still counts as done, else the shutdown's flush waited for it for ever
+    (a broker on a full disk never exited after SIGTERM)."""
+    files = DeferredFiles()
+    with pytest.raises(OSError):
+        files.write(tmp_path / "no-such-dir" / "snapshot", b"x")
+    assert files.drain(timeout=1.0)
