@@ -64,6 +64,7 @@ from odradek.storage.checkpoint import (
     read_checkpoint_lines,
     write_checkpoint_lines,
 )
+from odradek.storage.deferred_files import fsync_directory
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_loader import LoadStats, open_log
@@ -382,7 +383,7 @@ class DiskRaftLog:
         """Delete every segment and restart the log empty at ``start``, durably."""
         log = self._log
         log.truncate_fully_and_start_at(start)
-        _fsync_directory(log.directory)
+        fsync_directory(log.directory)
         log.active_segment.fsync()
         log.mark_flushed(start)
         self._start_offset = start
@@ -486,14 +487,6 @@ def _read_start(path: Path) -> tuple[int, int]:
     start = parse_int_field(path, 0, fields[0], "start offset", 0, INT64_MAX)
     epoch = parse_int_field(path, 0, fields[1], "start epoch", 0, INT32_MAX)
     return start, epoch
-
-
-def _fsync_directory(directory: Path) -> None:
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 __all__ = [

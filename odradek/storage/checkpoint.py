@@ -79,7 +79,7 @@ class CheckpointError(StorageError):
 
 def write_checkpoint_lines(path: Path, version: int, lines: Sequence[str]) -> None:
     """Atomically and durably replace ``path`` with a version, a count and ``lines``."""
-    _write_atomically(path, checkpoint_bytes(version, lines))
+    write_durably(path, checkpoint_bytes(version, lines))
 
 
 def checkpoint_bytes(version: int, lines: Sequence[str]) -> bytes:
@@ -171,14 +171,6 @@ def _parse_offset_entry(path: Path, index: int, fields: list[str]) -> tuple[tupl
 
 
 # -- helpers ----------------------------------------------------------------------
-
-
-def _tmp_path(path: Path) -> Path:
-    return path.with_name(path.name + ".tmp")
-
-
-def _write_atomically(path: Path, data: bytes) -> None:
-    write_durably(path, data)
 
 
 def _split_rows(path: Path, data: bytes) -> list[str]:
