@@ -67,6 +67,18 @@ class InvalidProducerEpochError(StorageError):
     code = "INVALID_PRODUCER_EPOCH"
 
 
+class InvalidTxnStateError(StorageError):
+    """A non-transactional batch from a producer whose transaction is still open."""
+
+    code = "INVALID_TXN_STATE"
+
+
+class TransactionCoordinatorFencedError(StorageError):
+    """A transaction marker from a coordinator epoch older than the producer last saw."""
+
+    code = "TRANSACTION_COORDINATOR_FENCED"
+
+
 class LogConfigError(StorageError):
     """A bad configuration value; the message names the key."""
 

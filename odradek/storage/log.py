@@ -8,7 +8,8 @@ validates each batch's header and CRC, checks idempotent producers' sequences,
 assigns offsets by rewriting the 16-byte prefix of each batch (base offset, length,
 leader epoch, all outside the CRC), and writes prefix + original bytes with one
 ``pwritev``. Records are decoded only when the topic demands it (a compression type
-other than ``producer``).
+other than ``producer``). Transactions (open ones, markers, the last stable offset,
+aborted lists from the ``.txnindex`` files) are kept by transactions.py.
 
 Directory ``<topic>-<partition>/``: segments (segment.py), ``<offset>.snapshot``
 (producer_state.py), ``leader-epoch-checkpoint`` (epoch_cache.py),
@@ -60,6 +61,15 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_validator import recompress, target_codec, validate_client_batches
 from odradek.storage.producer_state import ProducerEntry, ProducerStateManager
 from odradek.storage.segment import BatchMeta, LogSegment
+from odradek.storage.transactions import (
+    Marker,
+    TransactionTracker,
+    collect_aborted,
+    disk_marker_of,
+    marker_batch,
+    markers_in,
+)
+from odradek.storage.txn_index import AbortedTxn, TransactionIndex
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +136,7 @@ class Log:
         self._high_watermark = self.log_start_offset
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
+        self.transactions = TransactionTracker()
         # The queue of small-file writes the epoch cache and producer state share.
         self.files: DeferredFiles = producer_state.files
         self.unflushed_messages = 0
@@ -162,6 +173,7 @@ class Log:
     def high_watermark(self, offset: int) -> None:
         """Set by the replication layer; clamped to [log start offset, log end offset]."""
         self._high_watermark = min(max(offset, self.log_start_offset), self.log_end_offset)
+        self.transactions.on_high_watermark(self._high_watermark)
 
     def segment_for(self, offset: int) -> LogSegment | None:
         index = bisect.bisect_right(self._bases, offset) - 1
@@ -169,13 +181,26 @@ class Log:
 
     # -- appends ---------------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes | bytearray | memoryview, leader_epoch: int
+        self,
+        records: bytes | bytearray | memoryview,
+        leader_epoch: int,
+        *,
+        coordinator: bool = False,
     ) -> AppendInfo:
-        """Validate client batches, assign offsets from the log end, append."""
+        """Validate client batches, assign offsets from the log end, append.
+
+        ``coordinator``: the batches are a coordinator's own writes to its internal
+        topic (Kafka's AppendOrigin.COORDINATOR), whose transactional ones — the group
+        coordinator's TxnOffsetCommit — carry a producer id and epoch but no sequence."""
         view = memoryview(records)
         now_ms = self.clock()
         headers = validate_client_batches(
-            view, self.config, now_ms, check_time=not self._log_append_time, name=self.name
+            view,
+            self.config,
+            now_ms,
+            check_time=not self._log_append_time,
+            name=self.name,
+            coordinator=coordinator,
         )
         if len(headers) == 1:  # what every produce request v3+ carries
             idempotent = headers[0].producer_id >= 0
@@ -218,11 +243,9 @@ class Log:
                 max_timestamp = header.max_timestamp
             record_count += header.record_count
         self._append(headers, metas, buffers, len(view), now_ms, max_timestamp, record_count)
-        latest = self.epoch_cache.latest_epoch
-        if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
-            self.epoch_cache.assign(leader_epoch, first_offset)
+        self._assign_leader_epoch(leader_epoch, first_offset)
         if idempotent:
-            self.producer_state.replay(headers, next_offset)
+            self.transactions.apply(self.producer_state, headers, next_offset)
         else:
             self.producer_state.map_end_offset = next_offset
         return AppendInfo(
@@ -258,6 +281,34 @@ class Log:
             self.producer_state.stage(header, staged)  # sequences of later batches
         return None
 
+    def _assign_leader_epoch(self, leader_epoch: int, offset: int) -> None:
+        latest = self.epoch_cache.latest_epoch
+        if leader_epoch >= 0 and (latest is None or leader_epoch > latest):
+            self.epoch_cache.assign(leader_epoch, offset)
+
+    def append_marker(
+        self,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        leader_epoch: int,
+    ) -> AppendInfo:
+        """Append a COMMIT/ABORT control batch ending the producer's transaction (the
+        checks and the format: transactions.marker_batch)."""
+        now_ms, offset = self.clock(), self.log_end_offset
+        marker = Marker(commit, coordinator_epoch)
+        data = marker_batch(
+            self.producer_state, producer_id, producer_epoch, marker, offset, leader_epoch, now_ms
+        )
+        header = batch_format.check_batch(data)
+        meta = BatchMeta(offset, offset, now_ms, len(data))
+        self._append([header], [meta], [data], len(data), now_ms, now_ms, 1)
+        self._assign_leader_epoch(leader_epoch, offset)
+        state, index_for = self.producer_state, self._active_txn_index
+        self.transactions.apply(state, [header], offset + 1, lambda _: marker, index_for)
+        return AppendInfo(offset, offset, now_ms, -1, self.log_start_offset, 1, len(data))
+
     def append_as_follower(self, records: bytes | bytearray | memoryview) -> AppendInfo:
         """Append batches that already carry offsets and epochs (replication, recovery tools)."""
         view = memoryview(records)
@@ -273,6 +324,7 @@ class Log:
             if header.last_offset_delta < 0:
                 raise CorruptRecordError(f"{self.name}: negative last offset delta")
             expected = header.next_offset
+        marker_of = markers_in(view, headers)
         metas = [BatchMeta(h.base_offset, h.last_offset, h.max_timestamp, h.size) for h in headers]
         max_timestamp = max(h.max_timestamp for h in headers)
         record_count = sum(h.record_count for h in headers)
@@ -280,7 +332,8 @@ class Log:
         for header in headers:
             if header.partition_leader_epoch >= 0:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
-        self.producer_state.replay(headers, self.log_end_offset)
+        state, end = self.producer_state, self.log_end_offset
+        self.transactions.apply(state, headers, end, marker_of, self._active_txn_index)
         return AppendInfo(
             headers[0].base_offset,
             headers[-1].last_offset,
@@ -443,6 +496,28 @@ class Log:
                 best = (segment.max_timestamp, segment.offset_of_max_timestamp)
         return best
 
+    # -- transactions (transactions.py) ---------------------------------------------
+    @property
+    def first_unstable_offset(self) -> int | None:
+        """First offset of the oldest open transaction, or completed with marker >= HW."""
+        first = self.transactions.first_unstable_offset
+        return None if first is None else max(first, self.log_start_offset)
+
+    @property
+    def last_stable_offset(self) -> int:
+        first = self.first_unstable_offset
+        return self._high_watermark if first is None else min(first, self._high_watermark)
+
+    def collect_aborted_transactions(
+        self, start_offset: int, upper_bound_offset: int
+    ) -> list[AbortedTxn]:
+        """Aborted transactions overlapping [start, upper bound) (read_committed fetch)."""
+        index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
+        return collect_aborted(self._segments[index:], start_offset, upper_bound_offset)
+
+    def _active_txn_index(self, offset: int) -> TransactionIndex:
+        return self._segments[-1].txn_index  # where every append lands
+
     # -- epochs ----------------------------------------------------------------------
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
         """OffsetForLeaderEpoch: (largest epoch <= ``epoch``, its end offset)."""
@@ -518,7 +593,9 @@ class Log:
         start = max(state.map_end_offset, self.log_start_offset)
         if state.map_end_offset < self.log_start_offset:
             state.reset(self.log_start_offset)
-        state.replay(self.iter_headers(start), end)
+        self.transactions.reset(state.producers.values(), start)
+        self.transactions.apply(state, self.iter_headers(start), end, disk_marker_of(self))
+        self.transactions.on_high_watermark(self._high_watermark)
 
     # -- retention and log start offset ------------------------------------------------
     def increment_log_start_offset(self, offset: int) -> bool:

@@ -10,7 +10,11 @@ crash therefore disappears, and every batch that was whole and acknowledged (wri
 to the page cache before the ack) survives a process kill.
 
 Then the log end offset is known, so the leader epoch cache is trimmed to it and the
-producer state is rebuilt from the newest snapshot plus the batch headers after it.
+producer state is rebuilt from the newest snapshot plus the batch headers after it
+(which also rebuilds the set of open transactions, transactions.py). The ``.txnindex``
+of every segment that was re-read is deleted by its recovery and rebuilt from the
+producer state at the first such segment and the markers after it, as Kafka's segment
+recovery does.
 Both files are written off the event loop after the fact (deferred_files.py), so a
 crash can leave them behind the log, and loading is built for that: a snapshot that is
 missing, older than the roll that made it, or torn only makes the replay longer (the
@@ -53,6 +57,8 @@ from odradek.storage.segment import (
     TIME_INDEX_SUFFIX,
     LogSegment,
 )
+from odradek.storage.transactions import rebuild_txn_indexes
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX
 
 logger = logging.getLogger(__name__)
 
@@ -84,7 +90,7 @@ def _remove_leftovers(directory: Path) -> set[int]:
         base = _base_offset(path, LOG_SUFFIX)
         if base is not None:
             bases.add(base)
-    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX):
+    for suffix in (INDEX_SUFFIX, TIME_INDEX_SUFFIX, TXN_INDEX_SUFFIX):
         for path in directory.glob(f"*{suffix}"):
             if _base_offset(path, suffix) not in bases:
                 path.unlink(missing_ok=True)  # an index without its log
@@ -215,6 +221,8 @@ def open_log(
     if not clean_shutdown:
         # An emptied log (truncated fully, the clear not landed) keeps no epoch at its end.
         epoch_cache.truncate_from_end(log.log_end_offset)
+    if first_recovered is not None:
+        rebuild_txn_indexes(log, first_recovered)
     log.rebuild_producer_state()
     if not clean_shutdown:
         # Recovered data is now validated; it was already on disk, only maybe not synced.

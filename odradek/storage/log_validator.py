@@ -64,11 +64,19 @@ def target_codec(config: LogConfig) -> int | None:
 
 
 def validate_client_batches(
-    view: memoryview, config: LogConfig, now_ms: int, *, check_time: bool, name: str
+    view: memoryview,
+    config: LogConfig,
+    now_ms: int,
+    *,
+    check_time: bool,
+    name: str,
+    coordinator: bool = False,
 ) -> list[BatchHeader]:
     """Header checks only (records stay opaque); raw attribute tests, as this is hot.
 
     ``check_time`` is false for LogAppendTime topics, whose timestamps the broker sets.
+    ``coordinator``: a coordinator's own write, whose batches may carry a producer id
+    without a sequence (TxnOffsetCommit's transactional offsets).
     """
     if not len(view):
         raise InvalidRecordError(f"{name}: empty produce data")
@@ -98,7 +106,7 @@ def validate_client_batches(
         if header.producer_id < 0:
             if attributes & TRANSACTIONAL_MASK:
                 raise InvalidRecordError("transactional batch without a producer id")
-        elif header.base_sequence < 0 or header.producer_epoch < 0:
+        elif header.producer_epoch < 0 or (header.base_sequence < 0 and not coordinator):
             raise InvalidRecordError("idempotent batch without sequence or epoch")
         if check_time and not attributes & TIMESTAMP_TYPE_MASK:
             check_timestamps(header, config, now_ms)

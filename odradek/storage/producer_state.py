@@ -54,6 +54,7 @@ from odradek.records.batch import NO_PRODUCER_EPOCH, NO_SEQUENCE, BatchHeader
 from odradek.storage.deferred_files import DeferredFiles
 from odradek.storage.errors import (
     InvalidProducerEpochError,
+    InvalidTxnStateError,
     OutOfOrderSequenceError,
     StorageError,
 )
@@ -142,7 +143,8 @@ class ProducerStateManager:
         """Validate a client batch against the current (or staged) entry.
 
         Returns the original batch's metadata when this batch is a retry of it.
-        Raises InvalidProducerEpochError or OutOfOrderSequenceError.
+        Raises InvalidProducerEpochError, OutOfOrderSequenceError, or InvalidTxnStateError
+        for a non-transactional batch while the producer's transaction is open.
         """
         producer_id = header.producer_id
         entry = staged.get(producer_id) or self.producers.get(producer_id)
@@ -156,6 +158,13 @@ class ProducerStateManager:
         duplicate = entry.find_duplicate(epoch, first_seq, header.last_sequence)
         if duplicate is not None:
             return duplicate
+        if entry.current_txn_first_offset >= 0 and not header.is_transactional:
+            raise InvalidTxnStateError(
+                f"producer {producer_id} sent a non-transactional batch while its transaction "
+                f"from offset {entry.current_txn_first_offset} is open"
+            )
+        if first_seq == NO_SEQUENCE:
+            return None  # a coordinator's write (TxnOffsetCommit): no sequence to follow
         if epoch != entry.epoch:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(
@@ -170,8 +179,17 @@ class ProducerStateManager:
         return None
 
     # -- updates ------------------------------------------------------------------
-    def stage(self, header: BatchHeader, staged: dict[int, ProducerEntry]) -> None:
-        """Record an appended batch (offsets already assigned) into ``staged``."""
+    def stage(
+        self,
+        header: BatchHeader,
+        staged: dict[int, ProducerEntry],
+        coordinator_epoch: int | None = None,
+    ) -> ProducerEntry:
+        """Record an appended batch (offsets already assigned) into ``staged``.
+
+        ``coordinator_epoch``: that of a transaction marker (a control batch).
+        Returns the producer's staged entry.
+        """
         producer_id = header.producer_id
         entry = staged.get(producer_id)
         if entry is None:
@@ -179,6 +197,9 @@ class ProducerStateManager:
             entry = current.copy() if current else ProducerEntry(producer_id)
             staged[producer_id] = entry
         _apply(entry, header)
+        if coordinator_epoch is not None:
+            entry.coordinator_epoch = coordinator_epoch
+        return entry
 
     def commit(self, staged: dict[int, ProducerEntry], end_offset: int) -> None:
         self.producers.update(staged)

@@ -10,7 +10,8 @@ from the entry found, so their cost depends on the index interval, not the segme
 size. Reads return a byte range ``(fd, position, length)`` for ``os.sendfile``;
 nothing is read into Python on the fetch path.
 
-Files: ``<base>.log``, ``<base>.index``, ``<base>.timeindex`` (formats in index.py);
+Files: ``<base>.log``, ``<base>.index``, ``<base>.timeindex`` (formats in index.py)
+and, once the segment holds an ABORT marker, ``<base>.txnindex`` (txn_index.py);
 a segment being deleted has ``.deleted`` appended to each name, and its descriptor
 stays open until the delete delay passes so in-flight sendfile ranges stay valid.
 
@@ -43,6 +44,7 @@ from odradek.storage.index import (
     OffsetIndex,
     TimeIndex,
 )
+from odradek.storage.txn_index import TXN_INDEX_SUFFIX, TransactionIndex
 
 LOG_SUFFIX: Final = ".log"
 INDEX_SUFFIX: Final = ".index"
@@ -108,6 +110,9 @@ class LogSegment:
             directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
             base_offset,
             max(1, max_index_bytes // TIME_ENTRY_SIZE),
+        )
+        self.txn_index = TransactionIndex(
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)
         )
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -175,10 +180,12 @@ class LogSegment:
         ``next_segment_base`` (baseOffset is outside the CRC, so a flipped bit there
         is only caught by these bounds). If the valid batches end below
         ``committed_offset`` (data known to have been flushed), nothing is cut:
-        CommittedDataCorruptError names the file and position instead.
+        CommittedDataCorruptError names the file and position instead. The transaction
+        index is removed: the log rebuilds it from the producer state (log_loader.py).
         """
         self.offset_index.reset()
         self.time_index.reset()
+        self.txn_index.reset()
         self.next_offset = self.base_offset
         self.max_timestamp = NO_TIMESTAMP
         self.offset_of_max_timestamp = self.base_offset
@@ -429,6 +436,7 @@ class LogSegment:
         self.size = position
         self.offset_index.truncate_to_position(position)
         self.time_index.truncate_to(header.base_offset)
+        self.txn_index.truncate_to(header.base_offset)
         self._reload_tail_state()
         return removed
 
@@ -458,6 +466,7 @@ class LogSegment:
     def write_indexes(self) -> None:
         self.offset_index.write_pending()
         self.time_index.write_pending()
+        self.txn_index.write_pending()
 
     def fsync(self) -> None:
         """Make the log and both indexes durable (may run on a worker thread).
@@ -468,6 +477,7 @@ class LogSegment:
         os.fsync(self.fd)
         self.offset_index.fsync()
         self.time_index.fsync()
+        self.txn_index.fsync()
 
     def close(self) -> None:
         if self.fd < 0:
@@ -476,6 +486,7 @@ class LogSegment:
             self.time_index.maybe_append(self.max_timestamp, self.offset_of_max_timestamp, True)
         self.offset_index.close()
         self.time_index.close()
+        self.txn_index.close()
         os.close(self.fd)
         self.fd = -1
 
@@ -486,7 +497,7 @@ class LogSegment:
         deleted_log = self.log_path.with_name(self.log_path.name + DELETED_SUFFIX)
         os.rename(self.log_path, deleted_log)
         self.log_path = deleted_log
-        for index in (self.offset_index, self.time_index):
+        for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
 
     def delete_files(self) -> None:
@@ -496,6 +507,7 @@ class LogSegment:
         self.log_path.unlink(missing_ok=True)
         self.offset_index.path.unlink(missing_ok=True)
         self.time_index.path.unlink(missing_ok=True)
+        self.txn_index.path.unlink(missing_ok=True)
 
     def __repr__(self) -> str:
         return (
