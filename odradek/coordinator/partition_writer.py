@@ -9,6 +9,9 @@ in ``server/coordinator_io.py``):
 - ``PartitionWriter.append(tp, records)``: an awaitable that completes once the batch
   is written — at the high watermark once replication exists, so an answer the
   coordinator gives after it survives a leader change — with the batch's last offset;
+- ``PartitionWriter.append_marker(tp, producer id, epoch, coordinator epoch, commit)``:
+  the same for a transaction's end marker (the group coordinator's TxnOffsetCommit
+  offsets count from the COMMIT marker on);
 - ``PartitionWriter.read(tp, start, end)``: the partition's batches for a load, with a
   ``Damage`` in place of what cannot be read (``group/loader.py``). A load reads to
   ``log_end_offset(tp)``, not to the high watermark: a new leader's HW may trail
@@ -49,6 +52,17 @@ class PartitionWriteError(Exception):
 class PartitionWriter(Protocol):
     async def append(self, tp: TopicPartition, records: bytes) -> int:
         """Append one batch as leader; the offset of its last record, once written."""
+        ...
+
+    async def append_marker(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> int:
+        """Append a transaction's COMMIT/ABORT marker as leader; its offset, once written."""
         ...
 
     def read(

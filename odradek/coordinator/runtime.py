@@ -57,10 +57,11 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from odradek.aio import cancel_and_wait
-from odradek.coordinator.group.loader import Damage
+from odradek.coordinator.group.loader import Damage, ReplayBatch
 from odradek.coordinator.partition_writer import PartitionWriteError, PartitionWriter
 from odradek.metadata.delta import MetadataDelta
-from odradek.records.codec import Record, encode_batch
+from odradek.records.codec import Record, decode_end_txn_marker, encode_batch
+from odradek.records.errors import CorruptRecordError
 
 logger = logging.getLogger(__name__)
 
@@ -82,15 +83,30 @@ class CoordinatorError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class TxnMarker:
+    """A transaction's end, written into a coordinator's own partition: the
+    COMMIT/ABORT control batch of ``producer_id`` (TxnOffsetCommit's offsets there)."""
+
+    producer_id: int
+    producer_epoch: int
+    coordinator_epoch: int
+    commit: bool
+
+
+@dataclass(frozen=True, slots=True)
 class CoordinatorResult(Generic[T]):
     """What a write op decided: records to append, then ``apply`` and ``response``;
     on a failed append ``rollback(error)`` undoes the op and gives the answer
-    (None: the error is raised to the caller)."""
+    (None: the error is raised to the caller). ``producer`` (id, epoch) makes the
+    records one transactional batch of that producer (TxnOffsetCommit); ``marker``
+    appends that control batch instead of records."""
 
     response: T
     records: Sequence[KeyValue] = ()
     apply: Callable[[], None] | None = None
     rollback: Callable[[CoordinatorError], T] | None = None
+    producer: tuple[int, int] | None = None
+    marker: TxnMarker | None = None
 
 
 class CoordinatorShard(Protocol):
@@ -317,9 +333,7 @@ class CoordinatorRuntime(Generic[S]):
                     item.describe(),
                 )
                 continue
-            for record in item:
-                count += 1
-                shard.replay(record)
+            count += _replay_batch(shard, item)
             await asyncio.sleep(0)  # let other work run during long loads
             if not self._current(context):
                 return  # unloaded or superseded meanwhile: discard
@@ -408,8 +422,10 @@ class CoordinatorRuntime(Generic[S]):
                 write.future.set_exception(error)
                 continue
             try:
-                if result.records:
-                    await self._append(context, result.records)
+                if result.marker is not None:
+                    await self._append_marker(context, result.marker)
+                elif result.records:
+                    await self._append(context, result.records, result.producer)
                 if result.apply is not None:
                     result.apply()
                 answer = result.response
@@ -430,14 +446,36 @@ class CoordinatorRuntime(Generic[S]):
                 continue
             _settle(write.future, answer)
 
-    async def _append(self, context: _Context[S], records: Sequence[KeyValue]) -> None:
+    async def _append(
+        self,
+        context: _Context[S],
+        records: Sequence[KeyValue],
+        producer: tuple[int, int] | None = None,
+    ) -> None:
         now = self.clock()
-        batch = encode_batch([Record(i, now, k, v) for i, (k, v) in enumerate(records)])
+        entries = [Record(i, now, k, v) for i, (k, v) in enumerate(records)]
+        if producer is None:
+            batch = encode_batch(entries)
+        else:  # a transactional batch of the coordinator's origin: no sequence
+            batch = encode_batch(
+                entries, producer_id=producer[0], producer_epoch=producer[1], is_transactional=True
+            )
         try:
             await self.writer.append((self.topic, context.partition), batch)
         except PartitionWriteError as error:
-            code = "NOT_COORDINATOR" if error.code == "NOT_LEADER_OR_FOLLOWER" else None
-            raise CoordinatorError(code or "COORDINATOR_NOT_AVAILABLE", str(error)) from None
+            raise _coordinator_error(error) from None
+
+    async def _append_marker(self, context: _Context[S], marker: TxnMarker) -> None:
+        try:
+            await self.writer.append_marker(
+                (self.topic, context.partition),
+                marker.producer_id,
+                marker.producer_epoch,
+                marker.coordinator_epoch,
+                marker.commit,
+            )
+        except PartitionWriteError as error:
+            raise _coordinator_error(error) from None
 
     # -- timers ----------------------------------------------------------------------
     def next_tick_s(self) -> float:
@@ -486,6 +524,40 @@ def _ticker_op(
         return shard.tick(clock())
 
     return op
+
+
+def _coordinator_error(error: PartitionWriteError) -> CoordinatorError:
+    code = "NOT_COORDINATOR" if error.code == "NOT_LEADER_OR_FOLLOWER" else None
+    return CoordinatorError(code or "COORDINATOR_NOT_AVAILABLE", str(error))
+
+
+def _replay_batch(shard: CoordinatorShard, batch: list[Record]) -> int:
+    """Replay one batch into ``shard``; the number of records. A transactional batch
+    (``ReplayBatch``) goes to the shard's ``replay_transactional`` and a marker to its
+    ``replay_end_transaction``: only a shard whose partition takes TxnOffsetCommit has
+    them, and one that does not gets neither kind of batch (logged and skipped)."""
+    if isinstance(batch, ReplayBatch) and (batch.control or batch.transactional):
+        if batch.control:
+            handler = getattr(shard, "replay_end_transaction", None)
+        else:
+            handler = getattr(shard, "replay_transactional", None)
+        if handler is None:
+            logger.warning("skipping a transactional batch a %s cannot hold", type(shard).__name__)
+            return 0
+        for record in batch:
+            if batch.control:
+                try:
+                    commit, _ = decode_end_txn_marker(record)
+                except CorruptRecordError as error:
+                    logger.warning("skipping a control record: %s", error)
+                    continue
+                handler(batch.producer_id, commit)
+            else:
+                handler(batch.producer_id, record)
+        return len(batch)
+    for record in batch:
+        shard.replay(record)
+    return len(batch)
 
 
 def _settle(

@@ -8,17 +8,17 @@ from collections.abc import Iterator
 from dataclasses import replace
 from typing import Any
 
-from odradek.coordinator.group.loader import Damage
+from odradek.coordinator.group.loader import Damage, ReplayBatch
 from odradek.coordinator.partition_writer import PartitionWriteError
 from odradek.coordinator.runtime import CoordinatorError, CoordinatorResult
-from odradek.records.codec import Record, decode_batch
+from odradek.records.codec import Record, decode_batch, encode_batch, encode_end_txn_marker
 
 TopicPartition = tuple[str, int]
 
 
 class FakeLog:
     def __init__(self) -> None:
-        self.batches: list[list[Record]] = []
+        self.batches: list[list[Record]] = []  # ReplayBatch for transactional ones
         self.high_watermark = 0
 
     @property
@@ -66,7 +66,9 @@ class FakeWriter:
     async def append(self, tp: TopicPartition, records: bytes) -> int:
         if self.fail is not None:
             raise PartitionWriteError(self.fail)
-        decoded = decode_batch(records).records
+        batch = decode_batch(records)
+        decoded = batch.records
+        header = batch.header
         if self.hold:
             gate: asyncio.Future[None] = asyncio.get_running_loop().create_future()
             self.held.append(gate)
@@ -75,11 +77,32 @@ class FakeWriter:
                 raise PartitionWriteError(self.fail)
         log = self.log(tp)
         start = log.log_end_offset
-        log.batches.append([replace(r, offset=start + i) for i, r in enumerate(decoded)])
+        stored = [replace(r, offset=start + i) for i, r in enumerate(decoded)]
+        if header.is_transactional:
+            stored = ReplayBatch(stored, header.producer_id, True, header.is_control)
+        log.batches.append(stored)
         self.appended.append((tp, decoded))
         if self.auto_hw:
             self.set_high_watermark(tp, log.log_end_offset)
         return log.log_end_offset - 1
+
+    async def append_marker(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> int:
+        marker = encode_end_txn_marker(commit, coordinator_epoch)
+        batch = encode_batch(
+            [marker],
+            producer_id=producer_id,
+            producer_epoch=producer_epoch,
+            is_transactional=True,
+            is_control=True,
+        )
+        return await self.append(tp, batch)
 
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None
@@ -89,7 +112,9 @@ class FakeWriter:
         stop = log.high_watermark if end is None else end
         for batch in list(log.batches):
             kept = [r for r in batch if start <= r.offset < stop]
-            if kept:
+            if kept and isinstance(batch, ReplayBatch):
+                yield ReplayBatch(kept, batch.producer_id, batch.transactional, batch.control)
+            elif kept:
                 yield kept
 
     def leader_epoch(self, tp: TopicPartition) -> int:

@@ -53,7 +53,12 @@ from odradek.coordinator.group.records import (
 from odradek.coordinator.group.shard import OFFSETS_TOPIC, GroupShard, deliver
 from odradek.coordinator.internal_topic import InternalTopic, InternalTopicCreator
 from odradek.coordinator.partition_writer import PartitionWriter, TopicCreator
-from odradek.coordinator.runtime import CoordinatorError, CoordinatorResult, CoordinatorRuntime
+from odradek.coordinator.runtime import (
+    CoordinatorError,
+    CoordinatorResult,
+    CoordinatorRuntime,
+    TxnMarker,
+)
 from odradek.metadata.image import MetadataImage
 
 if TYPE_CHECKING:
@@ -300,6 +305,85 @@ class GroupCoordinator:
             )
 
         return await self.runtime.write(self._partition(group_id), op)
+
+    async def txn_commit_offsets(
+        self,
+        group_id: str,
+        producer_id: int,
+        producer_epoch: int,
+        generation_id: int,
+        member_id: str,
+        group_instance_id: str | None,
+        commits: Sequence[OffsetCommit],
+    ) -> Results:
+        """TxnOffsetCommit (KIP-98, KIP-447): the offsets are written in a transactional
+        batch of the producer and stay pending until its transaction's marker. A request
+        naming a member (v3+) is checked against the group as an OffsetCommit would be;
+        one without (generation -1) is accepted, and creates the group if need be."""
+
+        def op(shard: GroupShard) -> CoordinatorResult[Results]:
+            consumer = shard.consumer_groups.get(group_id)
+            group = shard.classic(group_id, create=False) if consumer is None else None
+            if group is None and consumer is None:
+                if generation_id >= 0:
+                    return CoordinatorResult(
+                        {(c.topic, c.partition): "ILLEGAL_GENERATION" for c in commits}
+                    )
+                group = shard.classic(group_id, create=True)
+            validator = consumer if consumer is not None else group
+            assert validator is not None
+            if generation_id >= 0 or member_id:
+                error = validator.validate_offset_commit(
+                    generation_id, member_id, group_instance_id
+                )
+                if error != "NONE":
+                    return CoordinatorResult({(c.topic, c.partition): error for c in commits})
+            return shard.offsets.txn_commit(
+                group_id,
+                (producer_id, producer_epoch),
+                commits,
+                self.metadata.image,
+                self.settings.metadata_max_bytes,
+                self.clock(),
+            )
+
+        return await self.runtime.write(self._partition(group_id), op)
+
+    async def complete_transaction(
+        self,
+        partition: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> str:
+        """WriteTxnMarkers for a ``__consumer_offsets`` partition: the marker goes through
+        the partition's write queue (after the TxnOffsetCommit writes before it), and
+        the producer's pending offsets are committed or dropped once it is written.
+        Returns the Kafka error name for the marker's answer."""
+
+        def op(shard: GroupShard) -> CoordinatorResult[str]:
+            def apply() -> None:
+                shard.offsets.end_transaction(producer_id, commit)
+
+            return CoordinatorResult(
+                "NONE",
+                marker=TxnMarker(producer_id, producer_epoch, coordinator_epoch, commit),
+                apply=apply,
+            )
+
+        try:
+            return await self.runtime.write(partition, op)
+        except CoordinatorError as error:
+            if error.code == "NOT_COORDINATOR":
+                return "NOT_LEADER_OR_FOLLOWER"
+            if error.code in ("COORDINATOR_LOAD_IN_PROGRESS", "COORDINATOR_NOT_AVAILABLE"):
+                return "NOT_ENOUGH_REPLICAS"  # retriable for the transaction coordinator
+            return error.code
+
+    def unstable_offsets(self, group_id: str) -> set[tuple[str, int]]:
+        """The group's partitions whose offset waits for an open transaction's end."""
+        return self._shard(group_id).offsets.unstable(group_id)
 
     def fetch_offsets(
         self,

@@ -33,6 +33,22 @@ from odradek.storage.log import Log
 from odradek.storage.segment import LogSegment
 
 
+class ReplayBatch(list[Record]):
+    """One batch's records, with the header fields a transactional replay needs: a
+    transactional batch's records count only once its producer's COMMIT marker (a
+    control batch) is replayed, and an ABORT marker drops them."""
+
+    __slots__ = ("control", "producer_id", "transactional")
+
+    def __init__(
+        self, records: list[Record], producer_id: int, transactional: bool, control: bool
+    ) -> None:
+        super().__init__(records)
+        self.producer_id = producer_id
+        self.transactional = transactional
+        self.control = control
+
+
 @dataclass(frozen=True, slots=True)
 class Damage:
     """A stretch of a segment that could not be replayed."""
@@ -52,8 +68,8 @@ class Damage:
 
 
 def scan(log: Log, start_offset: int, end_offset: int) -> Iterator[list[Record] | Damage]:
-    """The records of each batch holding offsets in [start_offset, end_offset), in order,
-    with a ``Damage`` in place of each part that cannot be read."""
+    """The records of each batch holding offsets in [start_offset, end_offset), in order
+    (each a ``ReplayBatch``), with a ``Damage`` in place of each part that cannot be read."""
     for segment in list(log.segments):
         if segment.base_offset >= end_offset:
             return
@@ -93,7 +109,9 @@ def _scan_segment(
                     )
                     continue
                 last_good = header.last_offset
-                yield records
+                yield ReplayBatch(
+                    records, header.producer_id, header.is_transactional, header.is_control
+                )
             return False
         except CorruptRecordError as error:
             failed = position

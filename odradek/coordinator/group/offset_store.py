@@ -46,16 +46,61 @@ def tombstones(group_id: str, partitions: Iterable[TopicPartition]) -> list[KeyV
 
 
 class OffsetStore:
+    """Committed offsets, and the transactional ones still waiting for their marker.
+
+    TxnOffsetCommit (KIP-98) writes offsets in a transactional batch of the producer;
+    they are *pending* — invisible to OffsetFetch, which answers UNSTABLE_OFFSET_COMMIT
+    for them when asked for stable offsets (KIP-447) — until the transaction
+    coordinator's COMMIT marker lands in this partition (``end_transaction``), which
+    makes them committed, or its ABORT, which drops them. A pending offset does not
+    replace one committed by a plain OffsetCommit written after it (Kafka's rule):
+    ``_serial`` orders the two by when each was written.
+    """
+
     def __init__(self) -> None:
         self.committed: dict[str, dict[TopicPartition, OffsetValue]] = {}
+        # producer id -> group -> (topic, partition) -> (value, serial)
+        self.pending: dict[int, dict[str, dict[TopicPartition, tuple[OffsetValue, int]]]] = {}
+        self._serial = 0  # counts writes, in log order
+        self._written: dict[tuple[str, TopicPartition], int] = {}  # serial of committed ones
 
     # -- load ----------------------------------------------------------------------------
     def replay(self, key: OffsetKey, value: OffsetValue | None) -> None:
         committed = self.committed.setdefault(key.group, {})
+        self._serial += 1
+        self._written[(key.group, (key.topic, key.partition))] = self._serial
         if value is None:
             committed.pop((key.topic, key.partition), None)
         else:
             committed[(key.topic, key.partition)] = value
+
+    def replay_pending(self, producer_id: int, key: OffsetKey, value: OffsetValue | None) -> None:
+        """A TxnOffsetCommit record: pending until its producer's marker."""
+        if value is None:
+            return  # coordinators never write transactional tombstones
+        self._serial += 1
+        groups = self.pending.setdefault(producer_id, {})
+        groups.setdefault(key.group, {})[(key.topic, key.partition)] = (value, self._serial)
+
+    def end_transaction(self, producer_id: int, commit: bool) -> int:
+        """The producer's marker: its pending offsets become committed (COMMIT) or are
+        dropped (ABORT). Returns how many were committed."""
+        groups = self.pending.pop(producer_id, None)
+        if not commit or not groups:
+            return 0
+        count = 0
+        for group_id, values in groups.items():
+            committed = self.committed.setdefault(group_id, {})
+            for tp, (value, serial) in values.items():
+                if self._written.get((group_id, tp), 0) < serial:
+                    committed[tp] = value
+                    self._written[(group_id, tp)] = serial
+                    count += 1
+        return count
+
+    def unstable(self, group_id: str) -> set[TopicPartition]:
+        """The group's partitions with an offset pending in an open transaction."""
+        return {tp for groups in self.pending.values() for tp in groups.get(group_id, {})}
 
     # -- views ---------------------------------------------------------------------------
     def has_group(self, group_id: str) -> bool:
@@ -97,9 +142,8 @@ class OffsetStore:
         accepted = [(k.topic, k.partition) for k, _ in values]
 
         def apply() -> None:
-            committed = self.committed.setdefault(group_id, {})
             for key, value in values:
-                committed[(key.topic, key.partition)] = value
+                self.replay(key, value)
 
         def failed(error: CoordinatorError) -> Results:
             return results | dict.fromkeys(accepted, error.code)
@@ -109,6 +153,33 @@ class OffsetStore:
             [(encode_offset_key(k), encode_offset_value(v)) for k, v in values],
             apply,
             failed,
+        )
+
+    def txn_commit(
+        self,
+        group_id: str,
+        producer: tuple[int, int],
+        commits: Sequence[OffsetCommit],
+        image: MetadataImage,
+        metadata_max_bytes: int,
+        now_ms: int,
+    ) -> CoordinatorResult[Results]:
+        """TxnOffsetCommit: as ``commit``, but written as a transactional batch of
+        ``producer`` (id, epoch) and pending until its marker."""
+        planned = self.commit(group_id, commits, image, metadata_max_bytes, now_ms)
+        values = [
+            (OffsetKey(group_id, c.topic, c.partition), c)
+            for c in commits
+            if planned.response.get((c.topic, c.partition)) == "NONE"
+        ]
+
+        def apply() -> None:
+            for key, c in values:
+                value = OffsetValue(c.offset, c.leader_epoch, c.metadata or "", now_ms)
+                self.replay_pending(producer[0], key, value)
+
+        return CoordinatorResult(
+            planned.response, planned.records, apply, planned.rollback, producer=producer
         )
 
     def delete(
@@ -135,6 +206,8 @@ class OffsetStore:
 
     def forget(self, group_id: str) -> None:
         self.committed.pop(group_id, None)
+        for groups in self.pending.values():
+            groups.pop(group_id, None)
 
     def expire(
         self, horizon_ms: int, has_members: Callable[[str], bool]

@@ -6,7 +6,9 @@ It holds the partition's classic groups (classic.py), KIP-848 consumer groups
 (consumer.py; a disjoint id set) and committed offsets (offset_store.py), and meets
 the runtime's ``CoordinatorShard`` Protocol:
 
-- ``replay`` during a load: offset records go to the store; group records are kept
+- ``replay`` during a load: offset records go to the store (TxnOffsetCommit's,
+  in transactional batches, through ``replay_transactional``, pending until their
+  producer's marker reaches ``replay_end_transaction``); group records are kept
   by group id, last one winning (a tombstone deletes the group and its offsets), and
   ``on_loaded`` restores the classic groups from them — Stable with their members, so
   clients that reconnect keep their assignment without a rebalance. A malformed
@@ -94,6 +96,27 @@ class GroupShard:
                 record.offset,
                 error,
             )
+
+    def replay_transactional(self, producer_id: int, record: Record) -> None:
+        """A TxnOffsetCommit record: pending in the store until its producer's marker."""
+        if record.key is None:
+            return
+        try:
+            key = decode_key(record.key)
+            if isinstance(key, OffsetKey):
+                value = None if record.value is None else decode_offset_value(record.value)
+                self.offsets.replay_pending(producer_id, key, value)
+        except RecordFormatError as error:
+            logger.warning(
+                "skipping malformed %s-%d transactional record at %d: %s",
+                OFFSETS_TOPIC,
+                self.partition,
+                record.offset,
+                error,
+            )
+
+    def replay_end_transaction(self, producer_id: int, commit: bool) -> None:
+        self.offsets.end_transaction(producer_id, commit)
 
     def on_loaded(self) -> None:
         for group_id, value in self._replayed_groups.items():
