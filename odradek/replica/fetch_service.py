@@ -101,6 +101,7 @@ class FetchService:
                         max_bytes=min(position.max_bytes, budget),
                         min_one_batch=total == 0,
                         leader_only=params.leader_only,
+                        isolation_level=params.isolation_level,
                     )
                     if params.from_follower:  # KIP-73 hook: no records while over quota
                         read = leader_throttled(

@@ -60,6 +60,8 @@ from odradek.replica.reads import (
     LATEST,
     MAX_TIMESTAMP,
     NOT_FOUND,
+    READ_COMMITTED,
+    READ_UNCOMMITTED,
     FetchPosition,
     PartitionRead,
     diverging_epoch,
@@ -227,7 +229,9 @@ class Partition(IsrTracking):
             )
 
     # -- leader: produce ----------------------------------------------------------------
-    def append_as_leader(self, records: bytes, acks: int) -> AppendInfo:
+    def append_as_leader(
+        self, records: bytes, acks: int, *, coordinator: bool = False
+    ) -> AppendInfo:
         """Validate and append client batches in this leader's epoch. acks=all needs
         ``min.insync.replicas`` in the (committed) ISR first: NOT_ENOUGH_REPLICAS."""
         self.check_leader()
@@ -237,7 +241,27 @@ class Partition(IsrTracking):
                 "NOT_ENOUGH_REPLICAS",
                 f"ISR {list(self.isr)} is smaller than min.insync.replicas={min_insync}",
             )
-        info = self.log.append_as_leader(records, self._leader_epoch)  # StorageError, OSError
+        # StorageError, OSError
+        info = self.log.append_as_leader(records, self._leader_epoch, coordinator=coordinator)
+        self.fetches.on_log_end()
+        self.maybe_increment_high_watermark()
+        return info
+
+    def append_marker(
+        self, producer_id: int, producer_epoch: int, coordinator_epoch: int, commit: bool
+    ) -> AppendInfo:
+        """A transaction coordinator's COMMIT/ABORT marker, in this leader's epoch (Kafka
+        appends it with acks=all: NOT_ENOUGH_REPLICAS below ``min.insync.replicas``)."""
+        self.check_leader()
+        min_insync = self.log.config.min_insync_replicas
+        if len(self.isr) < min_insync:
+            raise PartitionError(
+                "NOT_ENOUGH_REPLICAS",
+                f"ISR {list(self.isr)} is smaller than min.insync.replicas={min_insync}",
+            )
+        info = self.log.append_marker(
+            producer_id, producer_epoch, coordinator_epoch, commit, self._leader_epoch
+        )
         self.fetches.on_log_end()
         self.maybe_increment_high_watermark()
         return info
@@ -289,10 +313,12 @@ class Partition(IsrTracking):
         max_bytes: int,
         min_one_batch: bool,
         leader_only: bool = True,
+        isolation_level: int = READ_UNCOMMITTED,
     ) -> PartitionRead:
         """One partition of a Fetch. Followers (``replica_id`` >= 0) read to the log end
-        and report their position; consumers read below the HW (read_committed too:
-        the LSO is the HW until transactions exist). A consumer that may read from a
+        and report their position; consumers read below the HW, read_committed ones
+        below the last stable offset, with the aborted transactions that overlap what
+        they read (the client skips those records). A consumer that may read from a
         follower (``leader_only`` False: Fetch v11+, KIP-392) is served by a follower
         too, below that follower's own HW, with the same epoch checks. An offset out
         of range there is OFFSET_OUT_OF_RANGE for a client that sent its leader epoch
@@ -312,7 +338,7 @@ class Partition(IsrTracking):
         log = self.log
         result = PartitionRead(
             high_watermark=log.high_watermark,
-            last_stable_offset=log.high_watermark,
+            last_stable_offset=log.last_stable_offset,
             log_start_offset=log.log_start_offset,
         )
         if position.last_fetched_epoch >= 0:
@@ -332,19 +358,34 @@ class Partition(IsrTracking):
             self.update_follower_fetch_state(
                 replica_id, position.fetch_offset, broker_epoch, now_ms, position.log_start_offset
             )
+        committed = isolation_level == READ_COMMITTED and not follower
+        if follower:
+            visible = None
+        else:
+            visible = log.last_stable_offset if committed else log.high_watermark
         try:
             info = log.read(
                 position.fetch_offset,
                 max(max_bytes, 0),
-                max_offset=None if follower else log.high_watermark,
+                max_offset=visible,
                 min_one_batch=min_one_batch,
             )
         except OffsetOutOfRangeError:
             result.error = out_of_range
             return result
         result.ranges = info.ranges
-        result.high_watermark = result.last_stable_offset = log.high_watermark
+        result.high_watermark = log.high_watermark
+        result.last_stable_offset = log.last_stable_offset
         result.log_start_offset = log.log_start_offset
+        if committed and info.ranges and visible is not None:
+            # Every aborted transaction overlapping [fetch offset, LSO): a superset of
+            # what the returned bytes need, which a client ignores past its data.
+            result.aborted = [
+                (txn.producer_id, txn.first_offset)
+                for txn in log.collect_aborted_transactions(position.fetch_offset, visible)
+            ]
+        elif committed:
+            result.aborted = []
         return result
 
     def _check_readable(self, current_leader_epoch: int) -> None:
@@ -378,14 +419,19 @@ class Partition(IsrTracking):
         self, timestamp: int, current_leader_epoch: int, isolation_level: int | None
     ) -> tuple[int, int, int]:
         """ListOffsets: (timestamp, offset, leader epoch). A consumer (an isolation
-        level given) sees up to the HW (read_committed: the LSO, the HW until
-        transactions exist); a broker or a debug tool (None) up to the log end, as
-        Kafka. A consumer asking for the latest offset, or for a record above the HW,
-        of a leader whose HW has not reached the start of its epoch gets
-        OFFSET_NOT_AVAILABLE: the records below that start may still be committed."""
+        level given) sees up to the HW (read_committed: the last stable offset); a
+        broker or a debug tool (None) up to the log end, as Kafka. A consumer asking
+        for the latest offset, or for a record above the HW, of a leader whose HW has
+        not reached the start of its epoch gets OFFSET_NOT_AVAILABLE: the records below
+        that start may still be committed."""
         self.check_leader(current_leader_epoch)
         consumer = isolation_level is not None
-        visible = self.log.high_watermark if consumer else self.log.log_end_offset
+        if not consumer:
+            visible = self.log.log_end_offset
+        elif isolation_level == READ_COMMITTED:
+            visible = self.log.last_stable_offset
+        else:
+            visible = self.log.high_watermark
         lagging = consumer and self.leader_epoch_start_offset > visible
         if timestamp == LATEST and not lagging:
             return -1, visible, self._leader_epoch

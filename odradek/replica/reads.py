@@ -55,6 +55,9 @@ class PartitionRead:
     ranges: list[FileRange] = field(default_factory=list)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): truncate there
     preferred_read_replica: int = -1  # v11+, KIP-392: read from this follower instead
+    # read_committed only: (producer id, first offset) of each aborted transaction the
+    # records may hold; None for read_uncommitted and followers (encoded as null).
+    aborted: list[tuple[int, int]] | None = None
 
     @property
     def size(self) -> int:

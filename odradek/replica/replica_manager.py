@@ -88,6 +88,18 @@ class ProduceStatus:
 logger = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, slots=True)
+class ProducerView:
+    """One row of DescribeProducers."""
+
+    producer_id: int
+    epoch: int
+    last_sequence: int
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int
+
+
 class ReplicaManager(FetchService):
     def __init__(
         self,
@@ -301,26 +313,39 @@ class ReplicaManager(FetchService):
         return partition
 
     # -- produce -------------------------------------------------------------------
-    def append(self, topic: str, index: int, records: bytes, acks: int) -> AppendInfo:
-        """Append as the leader (phase one of a produce); PartitionError on failure."""
+    def append(
+        self, topic: str, index: int, records: bytes, acks: int, *, coordinator: bool = False
+    ) -> AppendInfo:
+        """Append as the leader (phase one of a produce); PartitionError on failure.
+        ``coordinator``: a coordinator's write to its own internal topic."""
         partition = self.leader_partition(topic, index)
+        return self._guarded(
+            partition, lambda: partition.append_as_leader(records, acks, coordinator=coordinator)
+        )
+
+    def _guarded(self, partition: Partition, append: Callable[[], AppendInfo]) -> AppendInfo:
+        """Run a leader append: a StorageError becomes the PartitionError of its code;
+        an OSError takes the partition offline."""
         try:
-            return partition.append_as_leader(records, acks)
+            return append()
         except StorageError as error:
             raise PartitionError(error.code, str(error)) from None
         except OSError as error:
             # Not a clean failure (a write that failed is cut back and raises
             # StorageError): a roll, an fsync or an index write. What reached the disk
             # is unknown, so the partition stops serving until a restart recovers it.
+            topic, index = partition.topic, partition.index
             reason = f"{topic}-{index} is offline: {_reason(error)}; restart to recover it"
             self.offline[(topic, index)] = reason
             partition.go_offline()
             logger.error("%s", reason)
             raise PartitionError("KAFKA_STORAGE_ERROR", reason) from None
 
-    def append_records(self, topic: str, index: int, records: bytes, acks: int) -> ProduceStatus:
+    def append_records(
+        self, topic: str, index: int, records: bytes, acks: int, *, coordinator: bool = False
+    ) -> ProduceStatus:
         """Append, and for acks=all park a waiter until the HW passes the batch."""
-        info = self.append(topic, index, records, acks)
+        info = self.append(topic, index, records, acks, coordinator=coordinator)
         partition = self.partitions[(topic, index)]
         status = ProduceStatus(info, partition=partition)
         if acks == -1:
@@ -374,11 +399,40 @@ class ReplicaManager(FetchService):
         timeout_ms: int = COORDINATOR_APPEND_TIMEOUT_MS,
     ) -> AppendInfo:
         """A coordinator's acks=all append: returns once the HW passed it."""
-        status = self.append_records(topic, index, records, -1)
+        status = self.append_records(topic, index, records, -1, coordinator=True)
         await self.await_replication([status], timeout_ms)
         if status.error != "NONE":
             raise PartitionError(status.error, f"{topic}-{index}: append not replicated")
         return status.info
+
+    async def write_marker(
+        self,
+        topic: str,
+        index: int,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+        timeout_ms: int = COORDINATOR_APPEND_TIMEOUT_MS,
+    ) -> AppendInfo:
+        """WriteTxnMarkers for one partition led here: append the control batch and
+        return once the HW passed it (acks=all, as Kafka); PartitionError otherwise."""
+        partition = self.leader_partition(topic, index)
+        info = self._guarded(
+            partition,
+            lambda: partition.append_marker(producer_id, producer_epoch, coordinator_epoch, commit),
+        )
+        status = ProduceStatus(info, partition=partition)
+        required = info.last_offset + 1
+        result = partition.replication_result(required)
+        if result is None:
+            status.waiter = asyncio.get_running_loop().create_future()
+            partition.delay_produce(required, status.waiter)
+            await self.await_replication([status], timeout_ms)
+            result = status.error
+        if result != "NONE":
+            raise PartitionError(result, f"{topic}-{index}: marker not replicated ({result})")
+        return info
 
     async def wait_for_high_watermark(self, topic: str, index: int, offset: int) -> None:
         """Return once the partition's HW is at least ``offset``, woken by the advance
@@ -398,6 +452,21 @@ class ReplicaManager(FetchService):
             raise PartitionError(
                 result, f"{topic}-{index}: {result} before the HW reached {offset}"
             )
+
+    def describe_producers(self, topic: str, index: int) -> list[ProducerView]:
+        """DescribeProducers: the active producers of a partition led here."""
+        partition = self.leader_partition(topic, index)
+        return [
+            ProducerView(
+                e.producer_id,
+                e.epoch,
+                e.last_seq,
+                e.last_timestamp,
+                e.coordinator_epoch,
+                e.current_txn_first_offset,
+            )
+            for e in partition.log.producer_state.producers.values()
+        ]
 
     def conversion(self, topic: str, index: int, records: bytes) -> Callable[[], bytes] | None:
         """Recompression to run on a worker thread before ``append``, or None (see

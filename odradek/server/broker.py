@@ -63,6 +63,10 @@ from typing import Any
 
 from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
 from odradek.coordinator.runtime import leadership_changes
+from odradek.coordinator.transaction.coordinator import (
+    TRANSACTION_STATE_TOPIC,
+    TransactionCoordinator,
+)
 from odradek.coordinator.transaction.producer_id_manager import ProducerIdManager
 from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import ControllerChannel, LocalControllerChannel
@@ -96,6 +100,7 @@ from odradek.server.broker_settings import (
     coordinator_settings,
     fetcher_settings,
     replication_quotas,
+    transaction_settings,
 )
 from odradek.server.broker_shutdown import stop_broker
 from odradek.server.broker_views import BrokerConfigs, BrokerMetadata
@@ -115,6 +120,7 @@ from odradek.server.handlers import Plane
 from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.services import Services
+from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
@@ -228,18 +234,37 @@ class Broker:
             coordinator_settings(config),
             wall_clock_ms,
         )
+        # Transaction markers: into partitions led here, or to their leaders.
+        self.txn_markers = TxnMarkerWriter(
+            metadata,
+            self.replica_manager,
+            lambda: self.group_coordinator,
+            self._inter_broker_endpoint,
+        )
+        producer_ids = ProducerIdManager(self.node_id, self.controller_channel)
+        self.txn_coordinator = TransactionCoordinator(
+            metadata,
+            ReplicaPartitionWriter(self.replica_manager),
+            ChannelTopicCreator(self.controller_channel),
+            transaction_settings(config),
+            wall_clock_ms,
+            producer_ids,
+            self.txn_markers,
+        )
         self.services = Services(
             metadata=metadata,
             config=configs,
             replicas=self.replica_manager,
             controller=self.controller_channel,
             groups=self.group_coordinator,
-            producer_ids=ProducerIdManager(self.node_id, self.controller_channel),
+            producer_ids=producer_ids,
+            txns=self.txn_coordinator,
             log_dirs=self.log_manager,
             # DescribeQuorum on a broker listener: forwarded to the active controller,
             # or answered by the zero-config node's own quorum.
             quorum=self.remote_channel or LocalQuorumDescriber(lambda: self.raft_driver),
             log_dir_moves=self.log_dir_mover,
+            txn_markers=self.txn_markers,
         )
         self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
         self.dispatcher = self.dispatchers[Plane.BROKER]
@@ -329,6 +354,7 @@ class Broker:
         self.metadata_loader.subscribe(self._on_metadata)
         self._feed_coordinators(between(MetadataImage(), self.image), self.image)
         self.group_coordinator.start()
+        self.txn_coordinator.start()
         self.server.quotas.update(self.connection_limits())
         self.server.reserve_files()
         assert self.lifecycle is not None
@@ -403,10 +429,13 @@ class Broker:
             self.server.reserve_files()  # new partitions hold files: keep them a reserve
 
     def _feed_coordinators(self, delta: MetadataDelta, image: MetadataImage) -> None:
-        """Coordinator ownership follows __consumer_offsets leadership with its epoch."""
+        """Coordinator ownership follows the leadership of __consumer_offsets and
+        __transaction_state partitions, with their epochs."""
         for partition, epoch in leadership_changes(delta, OFFSETS_TOPIC, self.node_id):
             self.group_coordinator.on_leadership(partition, epoch)
         self.group_coordinator.on_metadata(image)
+        for partition, epoch in leadership_changes(delta, TRANSACTION_STATE_TOPIC, self.node_id):
+            self.txn_coordinator.on_leadership(partition, epoch)
 
     def plane_of(self, listener: str) -> Plane:
         """A listener named in controller.listener.names serves the controller plane."""

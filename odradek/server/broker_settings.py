@@ -2,7 +2,7 @@
 
 How this works and why: the group coordinator, the replica fetchers and the
 replication quotas take plain settings dataclasses (CoordinatorSettings,
-FetcherSettings, QuotaSettings) rather than the broker's
+TransactionSettings, FetcherSettings, QuotaSettings) rather than the broker's
 config table, so they can be built in tests without one; these functions are the one
 place that maps Kafka's config names onto those fields. Split from broker.py, the
 composition root, which calls them when it builds the parts.
@@ -15,6 +15,7 @@ from collections.abc import Callable
 from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
 from odradek.coordinator.group.coordinator import CoordinatorSettings
+from odradek.coordinator.transaction.coordinator import TransactionSettings
 from odradek.replica.fetcher_state import FetcherSettings
 from odradek.replica.replication_quota import (
     ALTER_LOG_DIRS_RATE,
@@ -57,6 +58,33 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
             assignors=config["group.consumer.assignors"],
             max_size=config["group.consumer.max.size"],
         ),
+    )
+
+
+def internal_min_isr(config: BrokerConfig, name: str) -> int:
+    """An internal topic's min.insync.replicas config (transaction.state.log.min.isr):
+    1 on the zero-config single node unless set, beside its replication factor of 1."""
+    if not config.quorum_configured and not config.is_set(name):
+        return 1
+    return int(config[name])
+
+
+def transaction_settings(config: BrokerConfig) -> TransactionSettings:
+    return TransactionSettings(
+        partitions=config["transaction.state.log.num.partitions"],
+        replication_factor=internal_replication_factor(
+            config, "transaction.state.log.replication.factor"
+        ),
+        min_isr=internal_min_isr(config, "transaction.state.log.min.isr"),
+        segment_bytes=config["transaction.state.log.segment.bytes"],
+        max_timeout_ms=config["transaction.max.timeout.ms"],
+        id_expiration_ms=config["transactional.id.expiration.ms"],
+        abort_check_interval_ms=config[
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms"
+        ],
+        expiration_check_interval_ms=config[
+            "transaction.remove.expired.transaction.cleanup.interval.ms"
+        ],
     )
 
 

@@ -46,6 +46,8 @@ async def stop_broker(broker: Broker) -> None:
     broker.replica_manager.stop_waiting()
     await broker.replica_fetchers.close()  # no waiting for a leader's long poll
     await broker.group_coordinator.stop()  # parked joins/syncs answer at once
+    await broker.txn_coordinator.stop()  # marker writing resumes on the next leader
+    await broker.txn_markers.close()
     await broker.server.stop()
     for dispatcher in broker.dispatchers.values():
         dispatcher.malformed.close()  # the counts the last interval suppressed

@@ -344,6 +344,15 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("transaction.state.log.num.partitions", _int(1, INT_MAX), "50"),
     BrokerConfigDef("transaction.state.log.replication.factor", _int(1, 32767), "3"),
     BrokerConfigDef("transaction.state.log.min.isr", _int(1, INT_MAX), "2"),
+    BrokerConfigDef("transaction.state.log.segment.bytes", _int(1, INT_MAX), "104857600"),
+    BrokerConfigDef("transaction.max.timeout.ms", _int(1, INT_MAX), "900000"),
+    BrokerConfigDef("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000"),
+    BrokerConfigDef(
+        "transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1, INT_MAX), "10000"
+    ),
+    BrokerConfigDef(
+        "transaction.remove.expired.transaction.cleanup.interval.ms", _int(1, INT_MAX), "3600000"
+    ),
     BrokerConfigDef("group.initial.rebalance.delay.ms", _int(0, INT_MAX), "3000"),
     BrokerConfigDef("group.min.session.timeout.ms", _int(0, INT_MAX), "6000"),
     BrokerConfigDef("group.max.session.timeout.ms", _int(0, INT_MAX), "1800000"),

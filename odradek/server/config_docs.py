@@ -68,6 +68,15 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "transaction.state.log.num.partitions": "partitions of __transaction_state",
     "transaction.state.log.replication.factor": "replication factor of __transaction_state",
     "transaction.state.log.min.isr": "min.insync.replicas of __transaction_state",
+    "transaction.state.log.segment.bytes": "segment.bytes of __transaction_state",
+    "transaction.max.timeout.ms": "largest transaction.timeout.ms a producer may ask for",
+    "transactional.id.expiration.ms": "an idle transactional id is forgotten after this",
+    "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
+        "how often the coordinator aborts transactions past their timeout"
+    ),
+    "transaction.remove.expired.transaction.cleanup.interval.ms": (
+        "how often the coordinator removes expired transactional ids"
+    ),
     "group.initial.rebalance.delay.ms": "wait before a new group's first rebalance",
     "group.min.session.timeout.ms": "smallest session timeout a group member may ask for",
     "group.max.session.timeout.ms": "largest session timeout a group member may ask for",

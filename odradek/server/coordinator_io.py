@@ -44,6 +44,22 @@ class ReplicaPartitionWriter:
             raise PartitionWriteError(error.code, str(error)) from None
         return info.last_offset
 
+    async def append_marker(
+        self,
+        tp: TopicPartition,
+        producer_id: int,
+        producer_epoch: int,
+        coordinator_epoch: int,
+        commit: bool,
+    ) -> int:
+        try:  # acks=all, as any coordinator write
+            info = await self.replicas.write_marker(
+                tp[0], tp[1], producer_id, producer_epoch, coordinator_epoch, commit
+            )
+        except PartitionError as error:
+            raise PartitionWriteError(error.code, str(error)) from None
+        return info.last_offset
+
     def read(
         self, tp: TopicPartition, start: int, end: int | None = None
     ) -> Iterator[list[Record] | Damage]:

@@ -30,6 +30,7 @@ from odradek.metadata.view import Endpoint, MetadataView
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
+    from odradek.coordinator.transaction.coordinator import TransactionCoordinator
     from odradek.metadata.broker_heartbeats import (
         BrokerHeartbeat,
         BrokerRegistration,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from odradek.replica.interfaces import IsrOutcome, IsrProposal
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
+    from odradek.server.txn_markers import TxnMarkerWriter
     from odradek.storage.log import Log
     from odradek.storage.log_config import LogConfig
 
@@ -134,9 +136,15 @@ class BrokerServices(AdminServices, Protocol):
     def groups(self) -> GroupCoordinator: ...
 
     @property
-    def txns(self) -> None:
-        """The transaction coordinator: a placeholder until transactions arrive (None
-        means FindCoordinator/InitProducerId with a transactional id are refused)."""
+    def txns(self) -> TransactionCoordinator | None:
+        """The transaction coordinator (coordinator/transaction/coordinator.py); None
+        until the broker wires one: the transaction APIs, FindCoordinator of a
+        transactional id and InitProducerId with one answer COORDINATOR_NOT_AVAILABLE."""
+        ...
+
+    @property
+    def txn_markers(self) -> TxnMarkerWriter:
+        """Writes transaction markers into partitions led here (WriteTxnMarkers)."""
         ...
 
     @property
@@ -207,9 +215,10 @@ class Services:
     groups: GroupCoordinator
     producer_ids: ProducerIdSource
     log_dirs: LogDirsView
-    txns: None = None
+    txns: TransactionCoordinator | None = None
     quorum: QuorumDescriber | None = None
     log_dir_moves: LogDirMoves | None = None
+    txn_markers: TxnMarkerWriter = None  # type: ignore[assignment]  # tests without txns
 
 
 __all__ = [

@@ -7,7 +7,7 @@ import os
 import uuid
 from pathlib import Path
 
-from odradek.records.codec import encode_batch, new_records
+from odradek.records.codec import decode_batches, encode_batch, new_records
 from odradek.replica.partition import Partition
 from odradek.replica.reads import FetchPosition, PartitionRead
 from odradek.storage.log import Log
@@ -34,6 +34,11 @@ def partition_on(log: Log, local_id: int = LEADER, lag_ms: int = 10_000) -> Part
 
 def records_bytes(read: PartitionRead) -> bytes:
     return b"".join(os.pread(r.fd, r.length, r.position) for r in read.ranges)
+
+
+def read_values(read: PartitionRead) -> list[bytes | None]:
+    """The record values a read returns (decoded: a byte count could match a CRC)."""
+    return [r.value for b in decode_batches(records_bytes(read)) for r in b.records]
 
 
 def follower_fetch(

@@ -108,4 +108,6 @@ def load_all() -> None:
         replica_log_dirs,
         topics,
         topics_admin,
+        transactions,
+        txn_markers,
     )

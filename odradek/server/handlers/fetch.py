@@ -205,6 +205,7 @@ def _encode(index: int, read: PartitionRead) -> PartitionResult:
         read.last_stable_offset,
         read.log_start_offset,
         read.ranges,
+        aborted=read.aborted,
         diverging_epoch=read.diverging_epoch,
         preferred_read_replica=read.preferred_read_replica,
     )

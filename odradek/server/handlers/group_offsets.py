@@ -1,8 +1,12 @@
-"""Committed offsets: OffsetCommit, OffsetFetch (single and multi-group), OffsetDelete.
+"""Committed offsets: OffsetCommit, TxnOffsetCommit, OffsetFetch (single and multi-group),
+OffsetDelete.
 
 The GroupCoordinator checks generation and membership and persists commits in
 ``__consumer_offsets`` before answering; this module only maps the per-version
-request and response shapes.
+request and response shapes. A TxnOffsetCommit's offsets stay pending until their
+transaction's marker; an OffsetFetch asking for stable offsets (v7+ ``require_stable``,
+KIP-447: what read_committed consumers send) gets UNSTABLE_OFFSET_COMMIT for a
+partition with one pending, and retries.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ if TYPE_CHECKING:
 OFFSET_COMMIT_KEY = 8
 OFFSET_FETCH_KEY = 9
 OFFSET_DELETE_KEY = 47
+TXN_OFFSET_COMMIT_KEY = 28
 _ZERO = datetime.timedelta(0)
 
 
@@ -32,17 +37,7 @@ async def offset_commit(services: BrokerServices, request: Request) -> Any:
     generation = getattr(body, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = body.generation_id
-    commits = [
-        OffsetCommit(
-            topic.name,
-            p.partition_index,
-            p.committed_offset,
-            getattr(p, "committed_leader_epoch", -1),
-            p.committed_metadata,
-        )
-        for topic in body.topics
-        for p in topic.partitions
-    ]
+    commits = _commits(body.topics)
     try:
         results = await services.groups.commit_offsets(
             body.group_id,
@@ -72,6 +67,55 @@ async def offset_commit(services: BrokerServices, request: Request) -> Any:
     return make(module.OffsetCommitResponse, throttle_time=_ZERO, topics=topics)
 
 
+@handles(TXN_OFFSET_COMMIT_KEY, 0, 3)
+async def txn_offset_commit(services: BrokerServices, request: Request) -> Any:
+    module = response_module(TXN_OFFSET_COMMIT_KEY, request.header.api_version)
+    body = request.body
+    commits = _commits(body.topics)
+    try:
+        results = await services.groups.txn_commit_offsets(
+            body.group_id,
+            body.producer_id,
+            body.producer_epoch,
+            getattr(body, "generation_id", -1),
+            getattr(body, "member_id", ""),
+            getattr(body, "group_instance_id", None),
+            commits,
+        )
+    except CoordinatorError as failure:
+        results = {(c.topic, c.partition): failure.code for c in commits}
+    topics = tuple(
+        make(
+            module.TxnOffsetCommitResponseTopic,
+            name=topic.name,
+            partitions=tuple(
+                make(
+                    module.TxnOffsetCommitResponsePartition,
+                    partition_index=p.partition_index,
+                    error_code=error_code(results[(topic.name, p.partition_index)]),
+                )
+                for p in topic.partitions
+            ),
+        )
+        for topic in body.topics
+    )
+    return make(module.TxnOffsetCommitResponse, throttle_time=_ZERO, topics=topics)
+
+
+def _commits(topics: Any) -> list[OffsetCommit]:
+    return [
+        OffsetCommit(
+            topic.name,
+            p.partition_index,
+            p.committed_offset,
+            getattr(p, "committed_leader_epoch", -1),
+            p.committed_metadata,
+        )
+        for topic in topics
+        for p in topic.partitions
+    ]
+
+
 @handles(OFFSET_FETCH_KEY, 1, 9)
 async def offset_fetch(services: BrokerServices, request: Request) -> Any:
     module = response_module(OFFSET_FETCH_KEY, request.header.api_version)
@@ -86,11 +130,19 @@ async def offset_fetch(services: BrokerServices, request: Request) -> Any:
                 True,
                 getattr(g, "member_id", None),
                 getattr(g, "member_epoch", -1),
+                body.require_stable,
             )
             for g in body.groups
         )
         return make(module.OffsetFetchResponse, throttle_time=_ZERO, groups=groups)
-    topics, error = _fetch_group(services, module, body.group_id, body.topics, grouped=False)
+    topics, error = _fetch_group(
+        services,
+        module,
+        body.group_id,
+        body.topics,
+        grouped=False,
+        require_stable=getattr(body, "require_stable", False),
+    )
     return make(
         module.OffsetFetchResponse, throttle_time=_ZERO, topics=topics, error_code=error_code(error)
     )
@@ -104,13 +156,18 @@ def _fetch_group(
     grouped: bool,
     member_id: str | None = None,  # v9 (KIP-848): checked against consumer groups
     member_epoch: int = -1,
+    require_stable: bool = False,
 ) -> Any:
     partitions = None
     if wanted is not None:
         partitions = [(t.name, p) for t in wanted for p in t.partition_indexes]
     error = "NONE"
+    unstable: set[tuple[str, int]] = set()
     try:
         found = services.groups.fetch_offsets(group_id, partitions, member_id, member_epoch)
+        if require_stable:
+            unstable = services.groups.unstable_offsets(group_id)
+            found.update(dict.fromkeys(unstable - found.keys()) if partitions is None else {})
     except CoordinatorError as failure:
         error, found = failure.code, {}
         # v8+ says a group's error once, with no topics (as Kafka): partitions listed
@@ -133,7 +190,9 @@ def _fetch_group(
                 committed_offset=value.offset if value else -1,
                 committed_leader_epoch=value.leader_epoch if value else -1,
                 metadata=value.metadata if value else "",
-                error_code=error_code("NONE" if grouped or error == "NONE" else error),
+                error_code=error_code(
+                    _partition_error(error, grouped, (topic, partition), unstable)
+                ),
             )
         )
     topics = tuple(make(topic_class, name=t, partitions=tuple(ps)) for t, ps in by_topic.items())
@@ -145,6 +204,14 @@ def _fetch_group(
             error_code=error_code(error),
         )
     return topics, error
+
+
+def _partition_error(
+    error: str, grouped: bool, tp: tuple[str, int], unstable: set[tuple[str, int]]
+) -> str:
+    if error != "NONE":
+        return "NONE" if grouped else error
+    return "UNSTABLE_OFFSET_COMMIT" if tp in unstable else "NONE"
 
 
 @handles(OFFSET_DELETE_KEY, 0, 0)

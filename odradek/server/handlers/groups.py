@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 from odradek.coordinator.group.classic import JoinRequest, JoinResult
 from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, CoordinatorError
+from odradek.coordinator.transaction.shard import TRANSACTION_STATE_TOPIC
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server.authorized_operations import ResourceType, requested
@@ -79,17 +80,19 @@ async def _locate(
     services: BrokerServices, request: Request, key_type: int, key: str
 ) -> tuple[str, int, str, int]:
     missing = ("COORDINATOR_NOT_AVAILABLE", -1, "", -1)
-    if key_type == TRANSACTION_KEY_TYPE:
-        return missing  # transactions arrive with their own issue
-    if key_type != GROUP_KEY_TYPE:
+    if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) or not key:
         return ("INVALID_REQUEST", -1, "", -1)
-    if not key:
-        return ("INVALID_REQUEST", -1, "", -1)
-    coordinator = services.groups
-    if not await coordinator.ensure_offsets_topic():
-        return missing
-    topic = services.metadata.image.topics.get(OFFSETS_TOPIC)
-    partition = topic.partitions.get(coordinator.partition_for(key)) if topic else None
+    if key_type == TRANSACTION_KEY_TYPE:  # the transaction coordinator's partition
+        txns = services.txns
+        if txns is None or not await txns.ensure_state_topic():
+            return missing
+        topic_name, index = TRANSACTION_STATE_TOPIC, txns.partition_for(key)
+    else:
+        if not await services.groups.ensure_offsets_topic():
+            return missing
+        topic_name, index = OFFSETS_TOPIC, services.groups.partition_for(key)
+    topic = services.metadata.image.topics.get(topic_name)
+    partition = topic.partitions.get(index) if topic else None
     if partition is None:
         return missing
     for endpoint in services.metadata.endpoints(

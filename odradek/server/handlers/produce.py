@@ -72,13 +72,6 @@ async def produce(services: BrokerServices, request: Request) -> Any:
                     "INVALID_TOPIC_EXCEPTION",
                     f"cannot append to internal topic {topic.name}",
                 )
-            elif body.transactional_id is not None:
-                result = _error(
-                    module,
-                    data.index,
-                    "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
-                    "transactions are not supported yet",
-                )
             else:
                 result = _check(module, data.index, data.records)
                 if result is None:

@@ -3,10 +3,12 @@
 Ids come from blocks reserved in the metadata log (ProducerIds records), so no id is
 ever handed out twice, even across restarts. As in Kafka, a producer without a
 transactional id always gets a fresh id with epoch 0 (also when it asks again after
-OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID). Transactional ids need the
-transaction coordinator (the transactions issue); until then they are answered with
-COORDINATOR_NOT_AVAILABLE. A broker of a quorum gets its blocks from the active
-controller with AllocateProducerIds (67), served here on the controller plane.
+OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID). A transactional id goes to the
+transaction coordinator (coordinator/transaction/), which bumps its epoch (v3+: KIP-360's
+current producer id/epoch); PRODUCER_FENCED is INVALID_PRODUCER_EPOCH before v4, and a
+broker without a coordinator answers COORDINATOR_NOT_AVAILABLE. A broker of a quorum
+gets its blocks from the active controller with AllocateProducerIds (67), served here
+on the controller plane.
 """
 
 from __future__ import annotations
@@ -40,8 +42,15 @@ async def init_producer_id(services: BrokerServices, request: Request) -> Any:
             producer_epoch=epoch,
         )
 
-    if body.transactional_id is not None:
-        return respond("COORDINATOR_NOT_AVAILABLE")
+    if body.transactional_id is not None:  # the transaction coordinator's (KIP-98/360)
+        if services.txns is None:
+            return respond("COORDINATOR_NOT_AVAILABLE")
+        timeout_ms = int(body.transaction_timeout.total_seconds() * 1000)
+        pid, epoch = getattr(body, "producer_id", -1), getattr(body, "producer_epoch", -1)
+        result = await services.txns.init_producer_id(body.transactional_id, timeout_ms, pid, epoch)
+        fenced = result.error == "PRODUCER_FENCED" and request.header.api_version < 4
+        error = "INVALID_PRODUCER_EPOCH" if fenced else result.error
+        return respond(error, result.producer_id, result.producer_epoch)
     try:
         return respond("NONE", await services.producer_ids.next_producer_id(), 0)
     except ControllerError as error:  # the id block could not be committed (disk full)
