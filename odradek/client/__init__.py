@@ -39,6 +39,7 @@ from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.consumer_aio import AIOKafkaConsumer
 from odradek.client.consumer_sync import Consumer
 from odradek.client.producer import AIOKafkaProducer, AsyncProducer
+from odradek.client.transactions import ConsumerGroupMetadata
 from odradek.client.types import KafkaError, KafkaException, Message, RecordMetadata, TopicPartition
 
 __all__ = [
@@ -57,6 +58,7 @@ __all__ = [
     "Consumer",
     "ConsumerGroupDescription",
     "ConsumerGroupListing",
+    "ConsumerGroupMetadata",
     "ConsumerGroupState",
     "ConsumerGroupTopicPartitions",
     "ConsumerGroupType",

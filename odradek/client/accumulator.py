@@ -384,6 +384,14 @@ class RecordAccumulator:
                     out.append(queue.popleft())
         return out
 
+    def take_all(self) -> list[ProducerBatch]:
+        """Remove and return every queued batch (abort_transaction drops them)."""
+        with self.lock:
+            out = [batch for queue in self.queues.values() for batch in queue]
+            for queue in self.queues.values():
+                queue.clear()
+        return out
+
     def all_batches(self) -> list[ProducerBatch]:
         with self.lock:
             return [batch for queue in self.queues.values() for batch in queue]

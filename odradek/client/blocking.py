@@ -16,6 +16,15 @@ user callbacks run in the caller's thread, inside ``poll`` or ``flush``, exactly
 librdkafka's delivery reports; a record without a callback costs nothing there but
 a count. ``len(producer)`` counts records whose delivery report has not been served
 yet.
+
+Transactions (``transactional.id``): confluent-kafka's calls — ``init_transactions``,
+``begin_transaction``, ``send_offsets_to_transaction``, ``commit_transaction``,
+``abort_transaction`` — run on the loop (transaction_manager.py) and raise
+``KafkaException(KafkaError)`` with ``fatal()``/``txn_requires_abort()``/``retriable()``
+as librdkafka classifies the error. A timeout (seconds; None or negative: no limit)
+leaves the call running: it raises a retriable ``_TIMED_OUT`` and calling it again
+goes on waiting. ``commit_transaction`` first flushes, serving delivery callbacks on
+the caller's thread as librdkafka does.
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from odradek.client.accumulator import BufferFullError, ProducerBatch, record_si
 from odradek.client.cluster import KafkaError
 from odradek.client.config import ClientConfig
 from odradek.client.producer import AsyncProducer, HeadersLike, encode_headers
+from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike
 from odradek.client.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -88,7 +98,8 @@ class Producer:
         self._max_block_s = self._config["max.block.ms"] / 1000
         # Finished batches (and records that failed before reaching one), served by
         # poll/flush on the caller's thread.
-        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord] = queue.SimpleQueue()
+        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord | _Fatal]
+        self._reports = queue.SimpleQueue()
         self._produced = 0  # records accepted by produce(), under the accumulator lock
         self._served = 0  # records whose report poll() served, under _served_lock
         self._served_lock = threading.Lock()
@@ -106,6 +117,8 @@ class Producer:
             raise
         assert self._core.accumulator is not None
         self._accumulator = self._core.accumulator
+        if self._core.transactions is not None:
+            self._core.transactions.on_fatal = lambda error: self._reports.put(_Fatal(error))
 
     def produce(
         self,
@@ -124,6 +137,12 @@ class Producer:
         callback."""
         if self._closed:
             raise RuntimeError("producer is closed")
+        manager = self._core.transactions
+        if manager is not None:
+            try:
+                manager.check_send()
+            except KafkaError as error:
+                raise KafkaException(error) from None
         report = on_delivery or callback or self._default_callback
         key_bytes = key if key is None or type(key) is bytes else as_bytes(key, "key")
         value_bytes = value if value is None or type(value) is bytes else as_bytes(value, "value")
@@ -234,7 +253,8 @@ class Producer:
     def poll(self, timeout: float | None = None) -> int:
         """Serve delivery callbacks; waits up to ``timeout`` s for the first report.
 
-        Returns the number of records whose delivery was reported.
+        Returns the number of records whose delivery was reported. Once after the
+        transactional producer failed fatally, raises that error (as confluent-kafka).
         """
         served = 0
         wait = timeout is None or timeout > 0
@@ -246,6 +266,8 @@ class Producer:
                     report = self._reports.get_nowait()
             except queue.Empty:
                 return served
+            if isinstance(report, _Fatal):
+                raise KafkaException(report.error)
             with self._served_lock:
                 self._served += report.count
             served += report.count
@@ -283,6 +305,54 @@ class Producer:
         """Records produced whose delivery report has not been served yet."""
         return self._produced - self._served
 
+    # -- transactions ------------------------------------------------------------------
+    def _transactional(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        try:
+            return self._thread.run(coroutine)
+        except KafkaError as error:
+            raise KafkaException(error) from None
+
+    def init_transactions(self, timeout: float | None = -1) -> None:
+        """Get the producer id and epoch from the transaction coordinator, fencing any
+        older instance with the same transactional.id (whose open transaction the
+        coordinator aborts)."""
+        self._transactional(self._core.init_transactions(_seconds(timeout)))
+
+    def begin_transaction(self) -> None:
+        async def begin() -> None:
+            self._core.begin_transaction()
+
+        self._transactional(begin())
+
+    def send_offsets_to_transaction(
+        self,
+        positions: OffsetsLike,
+        group_metadata: ConsumerGroupMetadata | str,
+        timeout: float | None = -1,
+    ) -> None:
+        """Commit the consumer's ``positions`` (TopicPartitions, offset = the next
+        record to consume) with the transaction; ``group_metadata`` from
+        ``Consumer.consumer_group_metadata()``."""
+        self._transactional(
+            self._core.send_offsets_to_transaction(positions, group_metadata, _seconds(timeout))
+        )
+
+    def commit_transaction(self, timeout: float | None = -1) -> None:
+        """Flush (serving delivery callbacks), wait for every record's acknowledgement,
+        then commit. A failed record makes the error abortable (txn_requires_abort)."""
+        limit = _seconds(timeout)
+        deadline = None if limit is None else time.monotonic() + limit
+        manager = self._core.transactions
+        if manager is not None and manager.txn.in_transaction:
+            self.flush(limit)
+        left = None if deadline is None else max(0.0, deadline - time.monotonic())
+        self._transactional(self._core.commit_transaction(left))
+
+    def abort_transaction(self, timeout: float | None = -1) -> None:
+        """Drop records not yet sent (reported with _PURGE_QUEUE), wait for those in
+        flight, abort."""
+        self._transactional(self._core.abort_transaction(_seconds(timeout)))
+
     def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
         assert self._core.cluster is not None
         return self._thread.run(self._core.cluster.refresh([topic] if topic else None))
@@ -291,12 +361,16 @@ class Producer:
         """Flush (up to ``timeout``), stop the background loop; records left undelivered."""
         if self._closed:
             return len(self)
-        left = self.flush(timeout)
+        try:
+            left = self.flush(timeout)
+        except KafkaException:  # the fatal error, already raised by the calls
+            left = self.flush(timeout)
         self._closed = True
         with contextlib.suppress(Exception):
             self._thread.run(self._core.close(0 if left else None), 30)
         self._thread.stop()
-        self.poll(0)
+        with contextlib.suppress(KafkaException):
+            self.poll(0)
         return left
 
     def __del__(self) -> None:
@@ -304,6 +378,11 @@ class Producer:
             if not self._closed:
                 self._closed = True
                 self._thread.stop()
+
+
+def _seconds(timeout: float | None) -> float | None:
+    """confluent's timeouts: seconds, -1 (or None) for no limit."""
+    return None if timeout is None or timeout < 0 else float(timeout)
 
 
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared, never mutated
@@ -333,6 +412,16 @@ def _serve_batch(batch: ProducerBatch) -> None:
             )
         message = Message(batch.topic, batch.partition, offset, key, value, headers, stamp, error)
         callback(error, message)
+
+
+class _Fatal:
+    """The transactional producer failed fatally: poll() raises it, once."""
+
+    __slots__ = ("error",)
+    count = 0
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
 
 
 class _FailedRecord:

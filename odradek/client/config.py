@@ -112,6 +112,7 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("max.request.size", _int(1), 1_048_576, _P),
     Prop("partitioner", _any, "murmur2_random", _P),
     Prop("transactional.id", _any, None, _P),
+    Prop("transaction.timeout.ms", _int(1, 2**31 - 1), 60_000, _P),
     Prop("on_delivery", _any, None, _P),
     # consumer
     Prop("group.id", _any, None, _C),

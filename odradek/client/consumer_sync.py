@@ -59,6 +59,7 @@ from odradek.client.consumer import (
     committable_position,
 )
 from odradek.client.consumer_group import GroupMember
+from odradek.client.transactions import ConsumerGroupMetadata
 from odradek.client.types import (
     KafkaException,
     Message,
@@ -272,6 +273,23 @@ class Consumer:
 
     def assignment(self) -> list[TopicPartition]:
         return _tps(self._core.assignment())
+
+    def consumer_group_metadata(self) -> ConsumerGroupMetadata:
+        """For ``Producer.send_offsets_to_transaction``: the group, and this member's
+        generation, member id and instance id as of now (confluent's opaque object)."""
+        member = self._member
+        if member is None:
+            raise KafkaException(KafkaError(ErrorCode.invalid_group_id, "no group.id"))
+
+        async def read() -> ConsumerGroupMetadata:
+            return ConsumerGroupMetadata(
+                str(self._core.group_id),
+                member.generation_id,
+                member.member_id,
+                member.instance_id,
+            )
+
+        return self._run(read())
 
     # -- records ----------------------------------------------------------------------
     def poll(self, timeout: float | None = None) -> Message | None:

@@ -12,11 +12,17 @@ the accumulator's lock) and is told once per finished batch (``on_complete``).
 Idempotence is on by default, as in Kafka 3+: it needs acks=all, retries and at most
 5 in flight; when those were *chosen* otherwise it is an error, when they were
 defaults it is quietly turned off.
+
+With ``transactional.id`` the core has a ``TransactionManager`` (transaction_manager.py)
+as the sender's hook, idempotence is required, records may only be sent between
+``begin_transaction`` and the end of the transaction, and the transactional calls
+(confluent-kafka's and aiokafka's names) are methods of the core and of both faces.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -24,7 +30,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator, record_size
-from odradek.client.cluster import Cluster, KafkaError
+from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.partitioner import (
     DefaultPartitioner,
@@ -33,10 +39,13 @@ from odradek.client.partitioner import (
     as_partitioner,
 )
 from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
+from odradek.client.transaction_manager import TransactionManager
+from odradek.client.transaction_requests import TRANSACTION_VERSIONS
+from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike, TxnState
 from odradek.client.types import RecordMetadata, as_bytes
 from odradek.records.batch import COMPRESSION_BY_NAME
 
-PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4)}
+PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4), **TRANSACTION_VERSIONS}
 HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
 DEFAULT_PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "random", "default")
 ROUND_ROBIN_PARTITIONERS = ("round_robin", "roundrobin")
@@ -66,9 +75,12 @@ def encode_headers(headers: HeadersLike) -> list[Header]:
 
 def _idempotence(config: ClientConfig) -> bool:
     wanted = config["enable.idempotence"]
+    transactional = config["transactional.id"] is not None
+    if transactional and not wanted:
+        raise ConfigError("enable.idempotence", "must be true when transactional.id is set")
     if not wanted:
         return False
-    explicit = "enable.idempotence" in config.explicit
+    explicit = "enable.idempotence" in config.explicit or transactional
     conflicts = []
     if config["acks"] != -1:
         conflicts.append(("acks", "must be all"))
@@ -103,7 +115,18 @@ class AsyncProducer:
         self._partition_lists: dict[str, tuple[Any, list[int], list[int]]] = {}
         self.compression = COMPRESSION_BY_NAME[config["compression.type"]]
         self.max_block_s = config["max.block.ms"] / 1000
+        transactional_id = config["transactional.id"]
+        if transactions is None and transactional_id is not None:
+            if not isinstance(transactional_id, str) or not transactional_id:
+                raise ConfigError("transactional.id", "expected a non-empty string")
+            transactions = TransactionManager(
+                transactional_id,
+                transaction_timeout_ms=config["transaction.timeout.ms"],
+                retry_backoff_ms=config["retry.backoff.ms"],
+                retry_backoff_max_ms=config["retry.backoff.max.ms"],
+            )
         self._transactions = transactions
+        self.transactions = transactions if isinstance(transactions, TransactionManager) else None
         self._on_complete = on_complete or self._resolve_futures
         self.cluster: Cluster | None = None
         self.accumulator: RecordAccumulator | None = None
@@ -143,6 +166,8 @@ class AsyncProducer:
             max_request_size=config["max.request.size"],
             transactions=self._transactions,
         )
+        if self.transactions is not None:
+            self.transactions.attach(self.cluster, self.accumulator, self.sender)
         await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
         self._task = asyncio.get_running_loop().create_task(self.sender.run())
 
@@ -166,6 +191,8 @@ class AsyncProducer:
     ) -> asyncio.Future[RecordMetadata]:
         """Queue one record; the returned future resolves when it is acknowledged."""
         cluster, accumulator = self._check_running()
+        if self.transactions is not None:
+            self.transactions.check_send()
         key_bytes = as_bytes(key, "key")
         value_bytes = as_bytes(value, "value")
         header_list = encode_headers(headers)
@@ -310,10 +337,57 @@ class AsyncProducer:
     def __len__(self) -> int:
         return self.accumulator.records_pending if self.accumulator else 0
 
+    # -- transactions (the calls of transaction_manager.TransactionManager) -------------
+    def _manager(self) -> TransactionManager:
+        self._check_running()
+        if self.transactions is None:
+            raise KafkaError(
+                LocalError.not_configured, "the producer has no transactional.id configured"
+            )
+        return self.transactions
+
+    async def init_transactions(self, timeout: float | None = None) -> None:
+        await self._manager().init_transactions(timeout)
+
+    def begin_transaction(self) -> None:
+        self._manager().begin_transaction()
+
+    async def commit_transaction(self, timeout: float | None = None) -> None:
+        await self._manager().commit_transaction(timeout)
+
+    async def abort_transaction(self, timeout: float | None = None) -> None:
+        await self._manager().abort_transaction(timeout)
+
+    async def send_offsets_to_transaction(
+        self,
+        offsets: OffsetsLike,
+        group: ConsumerGroupMetadata | str,
+        timeout: float | None = None,
+    ) -> None:
+        await self._manager().send_offsets_to_transaction(offsets, group, timeout)
+
+    async def _end_open_transaction(self, timeout: float | None) -> None:
+        """Closing inside a transaction aborts it (as the Java client does); what is
+        still queued then cannot be sent outside a transaction and fails."""
+        assert self.transactions is not None and self.accumulator is not None
+        if self.transactions.txn.state in (
+            TxnState.IN_TRANSACTION,
+            TxnState.ABORTABLE_ERROR,
+            TxnState.ABORTING,
+        ):
+            with contextlib.suppress(Exception):
+                await self.transactions.abort_transaction(timeout)
+        if self.transactions.txn.state is not TxnState.COMMITTING:
+            closed = KafkaError(LocalError.purge_queue, "producer closed outside a transaction")
+            for batch in self.accumulator.take_all():
+                self.accumulator.complete(batch, error=closed)
+
     async def close(self, timeout: float | None = None) -> None:
         """Deliver what is queued (up to ``timeout``), then stop and disconnect."""
         if self.accumulator is None or self.accumulator.closing:
             return
+        if self.transactions is not None:
+            await self._end_open_transaction(timeout)
         self.accumulator.closing = True
         self.accumulator.wakeup.set()
         if self._task is not None:
@@ -323,6 +397,8 @@ class AsyncProducer:
                 self._task.cancel()
             except Exception:  # the sender's failure was reported per record
                 pass
+        if self.transactions is not None:
+            await self.transactions.close()
         if self.sender is not None:
             await self.sender.close()
             failed = RuntimeError("producer closed before delivery")
@@ -374,10 +450,41 @@ class AIOKafkaProducer:
         self._core = AsyncProducer(config)
 
     async def start(self) -> None:
+        """Connect; a transactional producer also gets its producer id and epoch
+        (``init_transactions``), as aiokafka's start does."""
         await self._core.start()
+        if self._core.transactions is not None:
+            try:
+                await self._core.init_transactions()
+            except BaseException:
+                await self._core.close()
+                raise
 
     async def stop(self) -> None:
         await self._core.close()
+
+    # -- transactions (aiokafka's names) ---------------------------------------------
+    async def begin_transaction(self) -> None:
+        self._core.begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        await self._core.commit_transaction()
+
+    async def abort_transaction(self) -> None:
+        await self._core.abort_transaction()
+
+    async def send_offsets_to_transaction(
+        self, offsets: OffsetsLike, group_id: str | ConsumerGroupMetadata
+    ) -> None:
+        """``offsets``: {TopicPartition: offset or OffsetAndMetadata}, the next record
+        to consume of each partition; committed with the transaction."""
+        await self._core.send_offsets_to_transaction(offsets, group_id)
+
+    def transaction(self) -> TransactionContext:
+        """``async with producer.transaction():`` begins a transaction, commits it when
+        the block ends and aborts it when the block raises (unless the producer
+        failed fatally: nothing can be sent any more then, abort included)."""
+        return TransactionContext(self._core)
 
     async def __aenter__(self) -> AIOKafkaProducer:
         await self.start()
@@ -419,3 +526,23 @@ class AIOKafkaProducer:
     async def partitions_for(self, topic: str) -> set[int]:
         assert self._core.cluster is not None
         return set(await self._core.cluster.partitions_for(topic))
+
+
+class TransactionContext:
+    """What ``AIOKafkaProducer.transaction()`` returns (an async context manager)."""
+
+    def __init__(self, core: AsyncProducer) -> None:
+        self._core = core
+
+    async def __aenter__(self) -> TransactionContext:
+        self._core.begin_transaction()
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        manager = self._core.transactions
+        if exc_type is None:
+            await self._core.commit_transaction()
+            return
+        if manager is not None and manager.txn.state is TxnState.FATAL_ERROR:
+            return  # the block's own error says why
+        await self._core.abort_transaction()

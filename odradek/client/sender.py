@@ -15,7 +15,16 @@ sent. OUT_OF_ORDER_SEQUENCE_NUMBER or UNKNOWN_PRODUCER_ID on the first unacknowl
 batch of a partition (or a batch failing for good, which leaves a gap) means the
 broker and client disagree: the sender stops sending, waits for in-flight requests,
 bumps the epoch with a new InitProducerId and renumbers every queued batch from 0 —
-as the Java client does. ``TransactionHook`` is the seam for the transactional API.
+as the Java client does.
+
+Transactions (``TransactionHook``, filled by ``transaction_manager.TransactionManager``):
+the hook says which partitions may be sent (``sendable``: only those the transaction
+coordinator has added), is told once per loop to add the new ones
+(``after_ready``) and hears of every batch that failed for good
+(``on_batch_failed``: the transaction must abort). A transactional producer never
+asks for a producer id or bumps its epoch itself — the transaction manager does, at
+its coordinator — and a sequence error inside a transaction fails the batch (the
+transaction aborts, and the abort bumps the epoch).
 """
 
 from __future__ import annotations
@@ -45,14 +54,31 @@ _EPOCH_ZERO = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
 
 
 class TransactionHook:
-    """Seam for the transactional producer (a later issue).
+    """Seam for the transactional producer (``transaction_manager.TransactionManager``).
 
-    The sender asks it for the ``transactional_id`` of Produce requests and tells it
-    which partitions a batch is about to be sent to (AddPartitionsToTxn goes there).
-    The default hook is non-transactional.
+    The sender asks it for the ``transactional_id`` of Produce requests, whether a
+    partition's batches may be sent now (``sendable``, called under the accumulator's
+    lock: no I/O, no accumulator calls), lets it start AddPartitionsToTxn once per
+    loop (``after_ready``) and tells it of batches that failed for good. The default
+    hook is non-transactional.
     """
 
     transactional_id: str | None = None
+    transaction_timeout_ms: int = 60_000
+
+    def sendable(self, tp: tuple[str, int]) -> bool:
+        return True
+
+    def after_ready(self) -> None:
+        return None
+
+    def on_batch_failed(self, batch: ProducerBatch, error: BaseException) -> None:
+        return None
+
+    def queued_error(self) -> BaseException | None:
+        """Not None when queued batches can no longer be sent (the transaction is
+        aborting or failed): the sender fails them with this error."""
+        return None
 
     async def before_send(self, batches: list[ProducerBatch]) -> None:
         return None
@@ -115,7 +141,9 @@ class Sender:
                 INIT_PRODUCER_ID_KEY,
                 version,
                 transactional_id=self.transactions.transactional_id,
-                transaction_timeout=datetime.timedelta(milliseconds=60_000),
+                transaction_timeout=datetime.timedelta(
+                    milliseconds=self.transactions.transaction_timeout_ms
+                ),
                 producer_id=self.producer_id if bump else -1,
                 producer_epoch=self.producer_epoch if bump else -1,
             )
@@ -128,6 +156,19 @@ class Sender:
         self.producer_id = response.producer_id
         self.producer_epoch = response.producer_epoch
         logger.debug("producer id %d epoch %d", self.producer_id, self.producer_epoch)
+
+    def reset_producer_state(self, producer_id: int, producer_epoch: int) -> None:
+        """A new producer id or epoch (from the transaction manager): every partition's
+        sequence starts again at 0, queued batches are renumbered when sent."""
+        self.producer_id = producer_id
+        self.producer_epoch = producer_epoch
+        self.need_epoch_bump = False
+        for state in self.partitions.values():
+            state.next_sequence = 0
+            state.acked_next = 0
+        for batch in self.accumulator.all_batches():
+            batch.set_producer_state(-1, -1, -1)
+        self.accumulator.wakeup.set()
 
     async def _bump_epoch(self) -> None:
         """Every in-flight request has answered: new epoch, renumber queued batches."""
@@ -147,10 +188,17 @@ class Sender:
             now = time.monotonic()
             for batch in accumulator.expired(now):
                 self._fail(batch, KafkaError(ErrorCode.request_timed_out, "delivery.timeout.ms"))
+            dropped = self.transactions.queued_error()
+            if dropped is not None:
+                for batch in accumulator.take_all():
+                    self._fail(batch, dropped)
             if accumulator.closing and not accumulator.has_queued() and not self.requests:
                 return
             next_check = now + 1.0
-            if self.idempotent and (self.producer_id < 0 or self.need_epoch_bump):
+            waiting = self.idempotent and (self.producer_id < 0 or self.need_epoch_bump)
+            if waiting and self.transactions.transactional_id is not None:
+                pass  # the transaction manager gets the id, and bumps the epoch on abort
+            elif waiting:
                 if not self.requests:
                     try:
                         await self._bump_epoch()
@@ -162,11 +210,14 @@ class Sender:
                 ready, next_check = accumulator.ready(now, self._sendable)
                 if ready:
                     self._send_ready(ready)
+                self.transactions.after_ready()
             timeout = max(0.0, next_check - time.monotonic())
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(accumulator.wakeup.wait(), timeout)
 
     def _sendable(self, tp: tuple[str, int]) -> bool:
+        if not self.transactions.sendable(tp):
+            return False
         state = self.partitions.get(tp)
         if state is None:
             return True
@@ -319,6 +370,8 @@ class Sender:
             self.need_epoch_bump = True
             if code == ErrorCode.unknown_producer_id or batch.base_sequence != state.acked_next:
                 retriable = True
+            if self.transactions.transactional_id is not None:
+                retriable = False  # the transaction aborts; the abort bumps the epoch
         if (
             retriable
             and batch.attempts <= self.retries
@@ -334,6 +387,7 @@ class Sender:
                 self.need_epoch_bump = True
             elif self.idempotent and batch.base_sequence >= 0:
                 self.need_epoch_bump = True  # its sequences are now a gap
+            self.transactions.on_batch_failed(batch, error)
             self.accumulator.complete(batch, error=error)
         self._maybe_unblock(batch.tp, state)
 
@@ -352,6 +406,7 @@ class Sender:
     def _fail(self, batch: ProducerBatch, error: BaseException) -> None:
         if self.idempotent and batch.base_sequence >= 0:
             self.need_epoch_bump = True
+        self.transactions.on_batch_failed(batch, error)
         self.accumulator.complete(batch, error=error)
 
     async def close(self) -> None:
