@@ -47,6 +47,7 @@ class Options:
     max_bytes: int | None = None
     offsets_decoder: bool = False  # decode keys/values as __consumer_offsets records
     metadata_decoder: bool = False  # decode keys/values as __cluster_metadata records
+    transaction_decoder: bool = False  # decode keys/values as __transaction_state records
 
 
 class DumpError(Exception):

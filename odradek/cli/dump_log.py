@@ -24,6 +24,12 @@ Each FILE is dispatched on its name: ``.log``, ``.index``, ``.timeindex``,
   ``metadata/snapshot.py`` and printed as header, batches (records through the
   cluster-metadata decoder with ``--print-data-log``) and footer.
 
+With ``--print-data-log`` the records of internal topics are decoded by the decoder
+their directory implies (or that a flag names): ``__consumer_offsets`` (offsets_decoder.py),
+``__transaction_state`` (transaction_log_decoder.py; ``--transaction-log-decoder``
+also implies ``--print-data-log``, as in Kafka) and ``__cluster_metadata``; control
+batches show their marker (``endTxnMarker: COMMIT coordinatorEpoch: N``).
+
 Index dumping and verification live in dump_index.py; the file reading both share
 (read-ahead window, header scan, error types) in dump_common.py.
 
@@ -41,7 +47,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final, TextIO
 
-from odradek.cli import metadata_decoder, offsets_decoder
+from odradek.cli import metadata_decoder, offsets_decoder, transaction_log_decoder
 from odradek.cli.dump_common import (
     DumpError,
     InvalidBatch,
@@ -135,6 +141,12 @@ def add_parser(subparsers: Subparsers) -> None:
         "(automatic for files under a __consumer_offsets-N directory)",
     )
     parser.add_argument(
+        "--transaction-log-decoder",
+        action="store_true",
+        help="decode records as __transaction_state transaction metadata "
+        "(automatic for files under a __transaction_state-N directory)",
+    )
+    parser.add_argument(
         "--cluster-metadata-decoder",
         action="store_true",
         help="decode records as __cluster_metadata changes "
@@ -161,11 +173,13 @@ def _positive_int(text: str) -> int:
 
 def run(args: argparse.Namespace) -> int:
     options = Options(
-        args.print_data_log,
+        # Kafka's --transaction-log-decoder implies --print-data-log
+        args.print_data_log or args.transaction_log_decoder,
         args.verify_index_only,
         args.max_bytes,
         args.offsets_decoder,
         args.cluster_metadata_decoder,
+        args.transaction_log_decoder,
     )
     for stream in (sys.stdout, sys.stderr):  # odd file names or terminals never crash a dump
         if isinstance(stream, io.TextIOWrapper):
@@ -304,13 +318,16 @@ def _batch_line(header: BatchHeader, crc_ok: bool) -> str:
 
 def _decoder(target: Target) -> str | None:
     """Which record decoder applies: asked for, or implied by the partition directory."""
+    options = target.options
+    if options.transaction_decoder:  # the only flag naming a decoder against its directory
+        return "transactions"
     directory = target.path.parent.name
-    if target.options.metadata_decoder or directory.startswith(
-        metadata_decoder.METADATA_TOPIC_PREFIX
-    ):
+    if options.metadata_decoder or directory.startswith(metadata_decoder.METADATA_TOPIC_PREFIX):
         return "metadata"
-    if target.options.offsets_decoder or directory.startswith(offsets_decoder.OFFSETS_TOPIC_PREFIX):
+    if options.offsets_decoder or directory.startswith(offsets_decoder.OFFSETS_TOPIC_PREFIX):
         return "offsets"
+    if directory.startswith(transaction_log_decoder.TRANSACTION_TOPIC_PREFIX):
+        return "transactions"
     return None
 
 
@@ -325,6 +342,9 @@ def _record_line(record: Record, header: BatchHeader, decoder: str | None = None
         return f"{line} {_control_text(record)}"
     if decoder == "offsets":
         key, payload = offsets_decoder.describe(record.key, record.value)
+        return f"{line} key: {key} payload: {payload}"
+    if decoder == "transactions":
+        key, payload = transaction_log_decoder.describe(record.key, record.value)
         return f"{line} key: {key} payload: {payload}"
     if decoder == "metadata":
         return f"{line} payload: {metadata_decoder.describe(record.key, record.value)}"

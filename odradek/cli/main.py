@@ -34,6 +34,7 @@ from odradek.cli import (
     reassign_partitions,
     serve,
     storage,
+    transactions,
 )
 from odradek.cli.subcommand import Subcommand
 
@@ -50,6 +51,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     log_dirs,
     dump_log,
     cluster,
+    transactions,
 )
 # The client tools are click commands (odradek/cli/tools.py), imported only when used.
 TOOL_COMMANDS: dict[str, str] = {

@@ -513,7 +513,7 @@ def test_producer_snapshot(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -
     assert code == 0
     assert lines == [
         f"Dumping {snapshot}",
-        f"producerId: 9 producerEpoch: 2 coordinatorEpoch: -1 currentTxnFirstOffset: 4 "
+        f"producerId: 9 producerEpoch: 2 coordinatorEpoch: 5 currentTxnFirstOffset: 4 "
         f"lastTimestamp: {NOW_MS + 12} batches: [0-2@0-2, 3-5@4-6]",
     ]
 
