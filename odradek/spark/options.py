@@ -43,6 +43,10 @@ _REJECTED_FOR_PRODUCER: Final[dict[str, str]] = {
     "key.serializer": "keys are always written as binary (cast the 'key' column)",
     "value.serializer": "values are always written as binary (cast the 'value' column)",
     "interceptor.classes": "interceptors are not supported",
+    "transactional.id": (
+        "the sink owns transactions; deliveryGuarantee=exactly-once derives one id per "
+        "query and task"
+    ),
 }
 # Accepted from Spark users but meaningless to a connector that plans its own offsets.
 _IGNORED_FOR_CONSUMER: Final = frozenset({"group.id", "group.instance.id"})

@@ -1,4 +1,4 @@
-"""The write side of ``format("odradek")``: batch and streaming writes, at-least-once.
+"""The write side of ``format("odradek")``: batch and streaming writes.
 
 How this works and why: Spark calls ``writer()`` / ``streamWriter()`` on the driver while
 it plans the query; ``plan_write`` checks the DataFrame's schema and the options there,
@@ -22,13 +22,16 @@ fails the task, naming the column. Only append is possible: a topic cannot be
 truncated, so batch ``mode("overwrite")`` and streaming ``outputMode("complete")``
 (both reach the sink as ``overwrite``) are refused.
 
-Delivery guarantee: at-least-once. A retried task or a replayed micro-batch sends its
-records again, so readers may see duplicates — the same guarantee as Spark's own Kafka
-sink. ``TaskDelivery`` is the seam for exactly-once: a streaming task knows its
-``(queryId, batchId, partitionId)`` (``TaskIdentity``), and the driver learns about a
-batch in ``commit(messages, batchId)``. ``ExactlyOnceDelivery``'s docstring describes
-the transactional sink that will plug in there once odradek's client has transactions;
-until then the ``deliveryGuarantee`` option accepts only ``at-least-once``.
+Delivery guarantee (option ``deliveryGuarantee``): ``at-least-once`` by default. A
+retried task or a replayed micro-batch sends its records again, so readers may see
+duplicates - the same guarantee as Spark's own Kafka sink. ``exactly-once`` (streaming
+writes only) makes every task of a micro-batch one Kafka transaction with a batch marker
+and skips tasks a replayed batch already committed; see ``write_exactly_once``. A batch
+(non-streaming) write cannot be exactly-once: Spark gives its tasks no identity that
+survives a re-run of the job, so a re-run could not tell what an earlier run committed,
+and it is refused at planning. ``TaskDelivery`` is the seam between the two: a task knows
+its ``(queryId, batchId, partitionId)`` (``TaskIdentity``), and the driver learns about a
+batch in ``commit(messages, batchId)``.
 """
 
 from __future__ import annotations
@@ -96,6 +99,7 @@ class WritePlan:
     partition: str | None
     headers: str | None
     guarantee: str = AT_LEAST_ONCE
+    marker_topic: str | None = None  # exactly-once: where the batch markers are kept
 
 
 def _describe(data_type: DataType) -> str:
@@ -138,7 +142,9 @@ def _typed_column(schema: StructType, name: str, allowed: tuple[DataType, ...]) 
     return real_name
 
 
-def plan_write(options: Mapping[str, str], schema: StructType, overwrite: bool) -> WritePlan:
+def plan_write(
+    options: Mapping[str, str], schema: StructType, overwrite: bool, streaming: bool = True
+) -> WritePlan:
     """Check the schema, options and mode of a write; raise ``OptionError`` naming the culprit."""
     if overwrite:
         raise opts.OptionError(
@@ -147,14 +153,15 @@ def plan_write(options: Mapping[str, str], schema: StructType, overwrite: bool) 
             "use mode('append') / outputMode('append')"
         )
     guarantee = str(opts.get(options, "deliveryGuarantee", AT_LEAST_ONCE)).strip().lower()
-    if guarantee == EXACTLY_ONCE:
+    if guarantee not in (AT_LEAST_ONCE, EXACTLY_ONCE):
         raise opts.OptionError(
-            "option 'deliveryGuarantee': exactly-once needs Kafka transactions, which "
-            "odradek's client does not have yet; only 'at-least-once' is available"
+            f"option 'deliveryGuarantee' must be 'at-least-once' or 'exactly-once', "
+            f"got {guarantee!r}"
         )
-    if guarantee != AT_LEAST_ONCE:
+    if guarantee == EXACTLY_ONCE and not streaming:
         raise opts.OptionError(
-            f"option 'deliveryGuarantee' must be 'at-least-once', got {guarantee!r}"
+            "option 'deliveryGuarantee': exactly-once is for streaming writes only (a batch "
+            "job has no identity a re-run could check); use 'at-least-once' here"
         )
     config = opts.client_config(options, for_producer=True)
     try:
@@ -186,6 +193,15 @@ def plan_write(options: Mapping[str, str], schema: StructType, overwrite: bool) 
                 f"column '{headers}' must be array<struct<key:string,value:binary>> for "
                 f"the odradek sink, got {_describe(data_type)}"
             )
+    marker_topic = None
+    if guarantee == EXACTLY_ONCE:
+        marker_topic = topic_option or opts.get(options, "exactlyOnceMarkerTopic")
+        if marker_topic is None or not str(marker_topic).strip():
+            raise opts.OptionError(
+                "option 'exactlyOnceMarkerTopic' must name an existing topic when "
+                "deliveryGuarantee=exactly-once writes rows to their 'topic' column "
+                "(partition 0 of it keys the batch markers); or set the option 'topic'"
+            )
     return WritePlan(
         config=config,
         topic=None if topic_option is None else str(topic_option),
@@ -195,6 +211,7 @@ def plan_write(options: Mapping[str, str], schema: StructType, overwrite: bool) 
         partition=_typed_column(schema, "partition", (IntegerType(),)),
         headers=headers,
         guarantee=guarantee,
+        marker_topic=None if marker_topic is None else str(marker_topic),
     )
 
 
@@ -249,6 +266,7 @@ class OdradekCommitMessage(WriterCommitMessage):
     task: TaskIdentity
     records: int
     written: dict[tuple[str, int], PartitionWritten] = field(default_factory=dict)
+    replayed: bool = False  # exactly-once: this task had committed the batch before
 
 
 class TaskDelivery:
@@ -257,8 +275,8 @@ class TaskDelivery:
     An executor task calls ``send`` for each record, then ``finish`` (which returns the
     commit message only once every record is safely delivered under the guarantee) or
     ``abandon`` if the task fails. The driver calls ``commit_batch``/``abort_batch``
-    with all tasks' messages. ``AtLeastOnceDelivery`` is the implementation today;
-    ``ExactlyOnceDelivery`` (see its docstring) is where the transactional one goes.
+    with all tasks' messages. ``AtLeastOnceDelivery`` is here; ``ExactlyOnceDelivery``
+    (transactional) is in ``write_exactly_once``.
     """
 
     def __init__(self, plan: WritePlan, task: TaskIdentity) -> None:
@@ -274,6 +292,11 @@ class TaskDelivery:
         headers: list[tuple[str, bytes | None]] | None,
     ) -> None:
         raise NotImplementedError
+
+    @property
+    def wants_records(self) -> bool:
+        """False when the task has nothing to write (a replay): rows are not converted."""
+        return True
 
     def after_batch(self) -> None:
         """Called after each Arrow batch of the task (a chance to serve reports)."""
@@ -366,33 +389,13 @@ class AtLeastOnceDelivery(TaskDelivery):
         self._producer.close(ABANDON_TIMEOUT_S)
 
 
-class ExactlyOnceDelivery(TaskDelivery):
-    """Seam for the exactly-once streaming sink; needs Kafka transactions (not there yet).
+def delivery_class(guarantee: str) -> type[TaskDelivery]:
+    """The ``TaskDelivery`` of a guarantee (the transactional one imported on demand)."""
+    if guarantee == EXACTLY_ONCE:
+        from odradek.spark.write_exactly_once import ExactlyOnceDelivery
 
-    The design it will implement, keyed by ``(queryId, batchId)``:
-
-    - Each task uses ``transactional.id = odradek-spark-<queryId>-<partitionId>``, so a
-      retried or zombie attempt of the same task is fenced by InitProducerId.
-    - ``send`` produces inside a transaction; ``finish`` flushes and commits it together
-      with a marker offset commit (TxnOffsetCommit to the group
-      ``odradek-spark-<queryId>``, partition ``partitionId``, metadata ``batchId``), so
-      records and marker become visible atomically.
-    - Before writing, a task reads that marker: if it already records this ``batchId``
-      (the batch is replayed after a driver failure), the task writes nothing and returns
-      the same commit message. Replays are deterministic for replayable sources (Spark
-      re-plans the same offsets and partitions for a batch id), which makes this sound.
-    - ``commit_batch`` then has nothing to do; readers use isolation.level=read_committed.
-
-    ``plan_write`` refuses ``deliveryGuarantee=exactly-once`` until the client has the
-    transactional producer (``odradek.client.sender.TransactionHook`` is its seam), so
-    this class is never instantiated today.
-    """
-
-    def __init__(self, plan: WritePlan, task: TaskIdentity) -> None:
-        raise NotImplementedError("exactly-once delivery needs Kafka transactions")
-
-
-DELIVERIES: Final[dict[str, type[TaskDelivery]]] = {AT_LEAST_ONCE: AtLeastOnceDelivery}
+        return ExactlyOnceDelivery
+    return AtLeastOnceDelivery
 
 
 # -- Arrow batches to records (executors) ----------------------------------------------
@@ -412,11 +415,13 @@ def _headers_list(raw: list[dict[str, Any]] | None) -> list[tuple[str, bytes | N
 
 def write_batches(plan: WritePlan, batches: Iterator[pa.RecordBatch]) -> OdradekCommitMessage:
     """Executor: send every row of ``batches``; the commit message once all are delivered."""
-    delivery = DELIVERIES[plan.guarantee](plan, TaskIdentity.current())
+    delivery = delivery_class(plan.guarantee)(plan, TaskIdentity.current())
     try:
         for batch in batches:
-            _send_batch(plan, delivery, batch)
-            delivery.after_batch()
+            if delivery.wants_records:
+                _send_batch(plan, delivery, batch)
+                delivery.after_batch()
+            # else: drain the input unread, so the worker's stream ends where Spark expects
         return delivery.finish()
     except BaseException:
         delivery.abandon()
@@ -465,10 +470,10 @@ class BatchWriter(DataSourceArrowWriter):
         return write_batches(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
-        DELIVERIES[self.plan.guarantee].commit_batch(messages, None)
+        delivery_class(self.plan.guarantee).commit_batch(messages, None)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        DELIVERIES[self.plan.guarantee].abort_batch(messages, None)
+        delivery_class(self.plan.guarantee).abort_batch(messages, None)
 
 
 class StreamWriter(DataSourceStreamArrowWriter):
@@ -481,15 +486,15 @@ class StreamWriter(DataSourceStreamArrowWriter):
         return write_batches(self.plan, iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        DELIVERIES[self.plan.guarantee].commit_batch(messages, batchId)
+        delivery_class(self.plan.guarantee).commit_batch(messages, batchId)
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        DELIVERIES[self.plan.guarantee].abort_batch(messages, batchId)
+        delivery_class(self.plan.guarantee).abort_batch(messages, batchId)
 
 
 def batch_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> BatchWriter:
-    return BatchWriter(plan_write(options, schema, overwrite))
+    return BatchWriter(plan_write(options, schema, overwrite, streaming=False))
 
 
 def stream_writer(options: Mapping[str, str], schema: StructType, overwrite: bool) -> StreamWriter:
-    return StreamWriter(plan_write(options, schema, overwrite))
+    return StreamWriter(plan_write(options, schema, overwrite, streaming=True))
