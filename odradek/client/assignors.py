@@ -31,11 +31,16 @@ owned partitions up to its quota (``partitions // members``, one more for the fi
 robin to the members below the minimum quota, then one each to members at it, in the
 order they reached it. With different subscriptions, owned partitions are kept, the
 rest go one by one to the least loaded subscribed member (partitions with the fewest
-possible owners first), then a partition moves to a subscribed member with two fewer
-while there is one — partitions nobody kept move first. Ties may break differently
-from Java's or librdkafka's; that is harmless, as every member takes what the leader
-sends. Cooperative: a partition is withheld while any newest-generation member other
-than its new owner claims it (double claims included, where Java lets one through).
+possible owners first), then, while a chain of members can pass partitions along (each
+taking one of a topic it subscribes to) from a member to one with two fewer, the chain
+moving the fewest kept partitions moves. That ends as even as any assignment can be,
+where Java's ``AbstractStickyAssignor`` stops once no single partition can move to a
+member with two fewer: that can leave an uneven state a later generation evens out, and
+cooperatively that means revoking again (KAFKA-8767) — here the generation after one
+that withheld partitions only hands them over. Ties may break differently from Java's
+or librdkafka's; that is harmless, as every member takes what the leader sends.
+Cooperative: a partition is withheld while any newest-generation member other than its
+new owner claims it (double claims included, where Java lets one through).
 Member order (range, roundrobin, ties elsewhere) is Java's ``MemberInfo`` order: static
 members (with a ``group.instance.id``) first by instance id, then the others by member
 id; strings compare by UTF-16 code units like ``String.compareTo``. Racks (KIP-881) are
@@ -302,38 +307,188 @@ def _general(
     free.sort(key=lambda tp: (len(eligible[tp.topic]), *_tp_key(tp)))
     # Among the least loaded, the member that could take the fewest partitions: a member
     # with a wider subscription can still even out later with partitions of its other
-    # topics, and a wrong choice here would have to be undone by moving (in cooperative
-    # rebalancing: revoking) a partition somebody kept.
+    # topics, and a wrong choice here would have to be undone by the chains below.
     reach = {m: sum(1 for tp in partitions if tp.topic in subscribed[m]) for m in order}
     for tp in free:
         taker = min(eligible[tp.topic], key=lambda m: (len(owned[m]), reach[m], rank[m]))
         owned[taker].add(tp)
-    # While a partition can go to a subscribed member with two fewer, move it: each move
-    # lowers the sum of squared loads, so this ends, with every member within one of
-    # anyone it could take a partition from. Moves take partitions nobody kept first.
+    # Then even out along chains: while some member could hand a partition to a member
+    # subscribed to its topic, that one hand one on, and so on, ending at a member with
+    # two fewer than the first, move the chain moving the fewest kept partitions. Each
+    # chain lowers the sum of squared loads, so this ends; and with no such chain left
+    # the loads are the most even any assignment reaches (Harvey, Ladner, Lovász and
+    # Tamir's semi-matchings: no cost-reducing path means optimal). Single moves are
+    # not enough: a state no single move improves can still be uneven, and with
+    # cooperative rebalancing the next generation, free to place the partitions this one
+    # withheld, would then even it out by revoking partitions again. An optimal state
+    # is reached by moving withheld partitions alone, so that generation revokes nothing.
+    while (chain := _cheapest_chain(order, rank, subscribed, owned, previous)) is not None:
+        for giver, taker, tp in chain:
+            owned[giver].remove(tp)
+            owned[taker].add(tp)
+    # Then, as even, move the fewest kept partitions: chains found one at a time may
+    # move more than needed, and the next cooperative generation could then hand a
+    # partition back to the member that just revoked it.
+    while (cycle := _cheaper_cycle(order, subscribed, owned, previous)) is not None:
+        for giver, taker, tp in cycle:
+            owned[giver].remove(tp)
+            owned[taker].add(tp)
+    return {m: list(owned[m]) for m in order}
+
+
+def _handoffs(
+    order: list[str],
+    subscribed: Mapping[str, frozenset[str]],
+    owned: Mapping[str, set[TopicPartition]],
+    previous: Mapping[TopicPartition, str],
+    credit_return: bool,
+) -> dict[str, dict[str, tuple[int, TopicPartition]]]:
+    """For each member, the partition it would hand each other member, with what that
+    costs in kept partitions moved: 1 if the giver kept it, else 0, and with
+    ``credit_return`` -1 for a partition the taker kept (it goes back)."""
+    result: dict[str, dict[str, tuple[int, TopicPartition]]] = {}
+    for giver in order:
+        of_topic: dict[str, tuple[int, tuple[bytes, int], TopicPartition]] = {}
+        back: dict[str, tuple[tuple[bytes, int], TopicPartition]] = {}
+        for tp in owned[giver]:
+            key = _tp_key(tp)
+            was = previous.get(tp)
+            candidate = (int(was == giver), key, tp)
+            known = of_topic.get(tp.topic)
+            if known is None or candidate[:2] < known[:2]:
+                of_topic[tp.topic] = candidate
+            if credit_return and was is not None and was != giver:
+                mine = back.get(was)
+                if mine is None or key < mine[0]:
+                    back[was] = (key, tp)
+        cheapest: dict[str, tuple[int, TopicPartition]] = {}
+        for taker in order:
+            if taker == giver:
+                continue
+            if taker in back:
+                cheapest[taker] = (-1, back[taker][1])
+                continue
+            options = [of_topic[t] for t in subscribed[taker] if t in of_topic]
+            if options:
+                cost, _, tp = min(options, key=lambda option: option[:2])
+                cheapest[taker] = (cost, tp)
+        result[giver] = cheapest
+    return result
+
+
+_Hop = tuple[str, TopicPartition]  # the member a partition comes from, and the partition
+
+
+def _cheapest_chain(
+    order: list[str],
+    rank: Mapping[str, int],
+    subscribed: Mapping[str, frozenset[str]],
+    owned: Mapping[str, set[TopicPartition]],
+    previous: Mapping[TopicPartition, str],
+) -> list[tuple[str, str, TopicPartition]] | None:
+    """Moves (giver, taker, partition) from a member to one with two fewer, or None.
+
+    The chain moving the fewest partitions their giver kept; then from the most loaded
+    member to the least loaded, ties in member order.
+    """
+    # What each member would hand each other member: a partition it did not keep if it
+    # has one of a topic the other subscribes to (cost 0), else a kept one (cost 1).
+    handoff = _handoffs(order, subscribed, owned, previous, credit_return=False)
+    best: tuple[tuple[int, int, int, int, int], str, str, dict[str, _Hop]] | None = None
+    lowest = min(len(owned[m]) for m in order)
+    for source in sorted(order, key=lambda m: (-len(owned[m]), rank[m])):
+        load = len(owned[source])
+        if load < lowest + 2 or (best is not None and best[0][0] == 0):
+            break  # sources come most loaded first: the first free chain found is the best
+        cost_to, via = _fewest_kept_moves(source, handoff)
+        for target, cost in cost_to.items():
+            if len(owned[target]) <= load - 2:
+                key = (cost, -load, rank[source], len(owned[target]), rank[target])
+                if best is None or key < best[0]:
+                    best = (key, source, target, via)
+    if best is None:
+        return None
+    _, source, member, via = best
+    chain = []
+    while member != source:
+        giver, tp = via[member]
+        chain.append((giver, member, tp))
+        member = giver
+    return chain[::-1]
+
+
+def _fewest_kept_moves(
+    source: str, handoff: Mapping[str, Mapping[str, tuple[int, TopicPartition]]]
+) -> tuple[dict[str, int], dict[str, _Hop]]:
+    """0-1 breadth-first search from ``source``: the fewest kept partitions moved to reach
+    each member, and the hop reaching it."""
+    cost_to = {source: 0}
+    via: dict[str, _Hop] = {}
+    queue = deque([source])
+    while queue:
+        giver = queue.popleft()
+        for taker, (cost, tp) in handoff[giver].items():
+            total = cost_to[giver] + cost
+            if taker not in cost_to or total < cost_to[taker]:
+                cost_to[taker] = total
+                via[taker] = (giver, tp)
+                if cost:
+                    queue.append(taker)
+                else:
+                    queue.appendleft(taker)
+    return cost_to, via
+
+
+def _cheaper_cycle(
+    order: list[str],
+    subscribed: Mapping[str, frozenset[str]],
+    owned: Mapping[str, set[TopicPartition]],
+    previous: Mapping[TopicPartition, str],
+) -> list[tuple[str, str, TopicPartition]] | None:
+    """Moves (giver, taker, partition) lowering the sum of squared loads or, keeping it,
+    the number of partitions away from the member that kept them; None if there are none.
+
+    The assignment is a flow (partition to member to the group) whose cost is the sum of
+    squared loads and then the partitions moved; it is the cheapest one exactly when its
+    residual graph has no negative cycle. On members: an edge u -> w moves a partition
+    from u to w (+1 moved if u kept it, -1 if w did); the group -> u takes one from u,
+    w -> the group gives w one more (the change in squares). Bellman-Ford finds one.
+    """
+    group = None  # the node standing for the whole group
+    edges: list[tuple[str | None, str | None, tuple[int, int], TopicPartition | None]] = []
+    for giver, cheapest in _handoffs(order, subscribed, owned, previous, True).items():
+        edges.extend((giver, taker, (0, moved), tp) for taker, (moved, tp) in cheapest.items())
+        load = len(owned[giver])
+        edges.append((giver, group, (2 * load + 1, 0), None))
+        if load:
+            edges.append((group, giver, (1 - 2 * load, 0), None))
+    nodes: list[str | None] = [*order, group]
+    cost = dict.fromkeys(nodes, (0, 0))
+    via: dict[str | None, tuple[str | None, TopicPartition | None]] = {}
+    changed: str | None = None
+    relaxed = False
+    for _ in nodes:
+        relaxed = False
+        for u, w, (squares, moved), part in edges:
+            total = (cost[u][0] + squares, cost[u][1] + moved)
+            if total < cost[w]:
+                cost[w] = total
+                via[w] = (u, part)
+                changed, relaxed = w, True
+        if not relaxed:
+            return None
+    for _ in nodes:  # back into the cycle
+        changed = via[changed][0]
+    cycle = []
+    node = changed
     while True:
-        best = {
-            topic: min(members, key=lambda m: (len(owned[m]), rank[m]))
-            for topic, members in eligible.items()
-        }
-        move = None
-        for giver in sorted(order, key=lambda m: (-len(owned[m]), rank[m])):
-            load = len(owned[giver])
-            if load < 2:
-                break
-            for tp in sorted(
-                owned[giver], key=lambda tp: (previous.get(tp) == giver, *_tp_key(tp))
-            ):
-                if len(owned[best[tp.topic]]) <= load - 2:
-                    move = (giver, best[tp.topic], tp)
-                    break
-            if move:
-                break
-        if move is None:
-            return {m: list(owned[m]) for m in order}
-        giver, taker, tp = move
-        owned[giver].remove(tp)
-        owned[taker].add(tp)
+        before, part = via[node]
+        if part is not None:  # between members: neither end is the group
+            assert before is not None and node is not None
+            cycle.append((before, node, part))
+        node = before
+        if node == changed:
+            return cycle[::-1]
 
 
 class StickyAssignor:

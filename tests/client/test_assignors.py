@@ -435,7 +435,11 @@ def test_cooperative_never_hands_over_a_partition_in_the_generation_it_is_revoke
 
 def test_cooperative_free_partitions_go_where_no_kept_one_must_move() -> None:
     """Found by hypothesis: a member leaving topic a frees a0 and a2; giving a2 to the
-    member that could also take b partitions forced revoking b3 in the settling round."""
+    member that could also take b partitions forced revoking b3 in the settling round.
+
+    As even as possible is 2 each, which takes moving one of m0's b partitions: m0 takes
+    a free a partition and hands b3 on to m3 (revoked now, m3's in the next generation),
+    and the next generation only hands b3 over."""
     counts = {"a": 3, "b": 5}
     topics = {"m0": ("a", "b"), "m1": ("b",), "m2": ("a",), "m3": ("b",)}
     owned = {"m0": ("b3", "b4"), "m1": ("b0",), "m2": ("a1",), "m3": ("b1",)}
@@ -443,14 +447,20 @@ def test_cooperative_free_partitions_go_where_no_kept_one_must_move() -> None:
         m: Subscription(topics[m], owned_partitions=tuple(map(parse_short, owned[m])), generation=4)
         for m in topics
     }
-    settled = COOP.assign(members, counts)
-    check_valid(members, counts, settled)
-    assert names(settled) == {
-        "m0": ["bp3", "bp4"],
+    first = COOP.assign(members, counts)
+    assert names(first) == {
+        "m0": ["ap0", "bp4"],
         "m1": ["bp0", "bp2"],
-        "m2": ["ap0", "ap1", "ap2"],
+        "m2": ["ap1", "ap2"],
         "m3": ["bp1"],
     }
+    members = {
+        m: Subscription(topics[m], owned_partitions=first[m].partitions, generation=5)
+        for m in topics
+    }
+    settled = COOP.assign(members, counts)
+    check_valid(members, counts, settled)
+    assert names(settled) == {**names(first), "m3": ["bp1", "bp3"]}
 
 
 def parse_short(text: str) -> TopicPartition:

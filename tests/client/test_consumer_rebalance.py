@@ -12,7 +12,7 @@ never revoked, and the group is settled after at most two rebalances per change.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
@@ -182,6 +182,24 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, int], list[tuple[str, tuple[st
 
 @settings(max_examples=120, deadline=None)
 @given(scenarios())
+@example(  # the last join once left loads 4, 3, 4, 3, 2, evened out only by revoking b3 later
+    (
+        {"a": 4, "b": 6, "c": 6},
+        [
+            ("join", ("a", "b", "c")),
+            ("join", ("a", "b")),
+            ("join", ("a", "c")),
+            ("join", ("b",)),
+            ("join", ("b",)),
+        ],
+    )
+)
+@example(  # moving the fewest: once m01 revoked a2 in the last join and got it back next
+    (
+        {"a": 5, "b": 6},
+        [("join", ("a",)), ("join", ("a", "b")), ("join", ("a", "b")), ("join", ("a",))],
+    )
+)
 def test_cooperative_groups_never_double_own_and_revoke_only_what_moves(
     scenario: tuple[dict[str, int], list[tuple[str, tuple[str, ...]]]],
 ) -> None:
