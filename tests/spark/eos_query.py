@@ -7,22 +7,22 @@ It reads SOURCE with the odradek source (read_committed, small micro-batches) an
 writes key and value to SINK with ``deliveryGuarantee=exactly-once``. MODE ``forever``
 runs micro-batches until killed; ``drain`` runs ``availableNow`` to the source's end,
 prints each batch's input row count as ``rows N`` and exits 0. ``ready`` is printed once
-the query has started. A Python UDF that sleeps a little per row stretches every task,
-so a kill lands inside tasks (with open transactions) most of the time.
+the query has started. Where the test kills the query is not left to luck: it sets the
+sink's test hook ``ODRADEK_SPARK_EOS_TEST_PAUSE`` (odradek/spark/write_exactly_once.py)
+in this process's environment, which Spark's JVM and Python workers inherit, and the
+sink stops at the named point of the named micro-batch until the test kills it.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-import time
 
 
 def main(bootstrap: str, source: str, sink: str, checkpoint: str, work: str, mode: str) -> int:
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     from pyspark.sql import SparkSession
-    from pyspark.sql import functions as F
 
     from odradek.spark import register
 
@@ -33,8 +33,8 @@ def main(bootstrap: str, source: str, sink: str, checkpoint: str, work: str, mod
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.driver.memory", "1g")
-        # Small Arrow batches: the sink gets rows (and opens its transaction) early in
-        # each task, so kills land inside open transactions.
+        # Small Arrow batches: a task sends its first rows (and opens its transaction)
+        # long before it ends, so the "open" pause point has more rows to come.
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "20")
         .config("spark.local.dir", os.path.join(work, "local"))
         .config("spark.sql.warehouse.dir", os.path.join(work, "warehouse"))
@@ -42,11 +42,6 @@ def main(bootstrap: str, source: str, sink: str, checkpoint: str, work: str, mod
     )
     spark.sparkContext.setLogLevel("ERROR")
     register(spark)
-
-    @F.udf("binary")
-    def slow(value: bytes) -> bytes:
-        time.sleep(0.003)
-        return value
 
     stream = (
         spark.readStream.format("odradek")
@@ -58,7 +53,7 @@ def main(bootstrap: str, source: str, sink: str, checkpoint: str, work: str, mod
         .load()
     )
     writer = (
-        stream.select(F.col("key"), slow(F.col("value")).alias("value"))
+        stream.select("key", "value")
         .writeStream.format("odradek")
         .option("kafka.bootstrap.servers", bootstrap)
         .option("topic", sink)

@@ -5,17 +5,31 @@
   committed records; read_uncommitted sees all of them and no control records.
 - A checkpointed streaming query (tests/spark/eos_query.py, its own process) from an
   odradek topic to an odradek topic with ``deliveryGuarantee=exactly-once`` is killed
-  with SIGKILL mid-run several times - the driver, its JVM and Python workers, each by
-  pid - and restarted from its checkpoint; the sink read with read_committed holds every
-  committed source record exactly once. Then the last entry of Spark's commit log is
-  deleted (the state a crash leaves between the sink's commit and Spark's commit log)
-  and the query restarted: the batch runs again and writes nothing.
+  with SIGKILL - the driver, its JVM and Python workers, each by pid - at a point chosen
+  by the sink's test hook (``ODRADEK_SPARK_EOS_TEST_PAUSE``, which makes the sink write a
+  flag file and sleep there), then restarted from its checkpoint and run to the end:
+
+  * run 1 stops at ``open``: a task of micro-batch 1 has produced and flushed records in
+    a transaction it has not committed. More input is written while it is down.
+  * run 2 replays batch 1 (its new attempt fences the killed one, whose transaction is
+    aborted) and stops at ``committed`` of batch 2: every task committed (records and
+    batch marker), Spark's commit log not yet written. read_uncommitted now holds the
+    killed attempt's records beside their committed copies (aborted duplicates): the
+    first kill did land inside an open transaction.
+  * run 3 (no hook) runs batch 2 again, with the same input rows: every task finds its
+    marker and writes nothing - not even an aborted transaction - then runs to the end.
+    read_committed holds every committed source record exactly once.
+
+  Three Spark start-ups (about 35 s each on 2 cores) are most of the module's time. The
+  sink is read back with confluent-kafka (librdkafka), not odradek's consumer.
 """
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import json
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -28,10 +42,9 @@ import pytest
 
 pytest.importorskip("pyspark")
 
-import contextlib
-import itertools
 
 from odradek.client import Producer
+from odradek.spark.write_exactly_once import TEST_PAUSE_ENV
 from tests.spark.test_write_exactly_once import read_values
 from tests.support.broker import BrokerProcess
 
@@ -133,8 +146,9 @@ class QueryRunner:
     def __init__(self, bootstrap: str, source: str, sink: str, work: Path) -> None:
         self.args = [bootstrap, source, sink, str(work / "checkpoint"), str(work)]
         self.log = work / "query.log"
+        self.work = work
 
-    def start(self, mode: str) -> subprocess.Popen[bytes]:
+    def start(self, mode: str, env: dict[str, str]) -> subprocess.Popen[bytes]:
         with open(self.log, "ab") as log:
             child = subprocess.Popen(
                 [sys.executable, "-m", "tests.spark.eos_query", *self.args, mode],
@@ -142,6 +156,7 @@ class QueryRunner:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 start_new_session=True,
+                env=env,
             )
         assert child.stdout is not None
         line = child.stdout.readline().strip()
@@ -150,9 +165,26 @@ class QueryRunner:
             raise AssertionError(f"query did not start ({line!r}); log:\n{self.tail()}")
         return child
 
+    def kill_at(self, point: str, batch: int) -> dict[str, Any]:
+        """Run until the sink pauses at ``point`` of micro-batch ``batch``; SIGKILL every
+        process of the query there. What the sink had done (its flag file)."""
+        flag = self.work / f"paused-{point}-{batch}.json"
+        env = {**os.environ, TEST_PAUSE_ENV: f"{point}:{batch}:{flag}"}
+        child = self.start("forever", env)
+        try:
+            deadline = time.monotonic() + 180
+            while not flag.exists():
+                assert child.poll() is None, f"query ended before {point}:\n{self.tail()}"
+                assert time.monotonic() < deadline, f"no pause at {point}:\n{self.tail()}"
+                time.sleep(0.1)
+        finally:
+            _kill_tree(child)  # the whole "cluster": driver, JVM, executors' workers
+        return dict(json.loads(flag.read_text()))
+
     def drain(self) -> list[int]:
-        """Run availableNow to the end; the input rows of each batch."""
-        child = self.start("drain")
+        """Restart without the hook; run availableNow to the end; each batch's input rows."""
+        env = {k: v for k, v in os.environ.items() if k != TEST_PAUSE_ENV}
+        child = self.start("drain", env)
         try:
             out, _ = child.communicate(timeout=300)
         finally:
@@ -165,6 +197,11 @@ class QueryRunner:
         return self.log.read_text(errors="replace")[-4000:] if self.log.exists() else ""
 
 
+def _committed_batches(work: Path) -> list[int]:
+    commits = work / "checkpoint" / "commits"
+    return sorted(int(p.name) for p in commits.iterdir() if p.name.isdigit())
+
+
 def test_streaming_exactly_once_survives_sigkill(
     broker: BrokerProcess,
     create_topic: Callable[..., str],
@@ -173,53 +210,45 @@ def test_streaming_exactly_once_survives_sigkill(
 ) -> None:
     source = create_topic(topic_name("src"), partitions=3)
     sink = create_topic(topic_name("sink"), partitions=2)
-    expected = write_transactions(broker.bootstrap, source, 3, 1500)
+    expected = write_transactions(broker.bootstrap, source, 3, 600)
     runner = QueryRunner(broker.bootstrap, source, sink, tmp_path)
-    rng = random.Random(13)
 
-    commits = tmp_path / "checkpoint" / "commits"
+    # Run 1, killed inside an open transaction of batch 1 (its records flushed).
+    opened = runner.kill_at("open", batch=1)
+    assert opened["records"] > 0 and opened["unflushed"] == 0, opened
+    assert _committed_batches(tmp_path) == [0]  # batch 1 never reached Spark's commit log
+    # More input while the query is down.
+    expected += write_transactions(broker.bootstrap, source, 3, 300, first=600)
 
-    def batches_done() -> int:
-        return sum(1 for p in commits.iterdir() if p.name.isdigit()) if commits.exists() else 0
+    # Run 2 replays batch 1 (fencing the killed attempt, whose transaction is aborted) and
+    # is killed in batch 2 after every task committed, before Spark's commit log.
+    committed = runner.kill_at("committed", batch=2)
+    assert committed["records"] > 0, committed
+    assert _committed_batches(tmp_path) == [0, 1]
+    seen = read_values(broker.bootstrap, sink, 2, "read_committed")
+    seen_all = read_values(broker.bootstrap, sink, 2, "read_uncommitted")
+    assert len(seen) == len(set(seen)) and set(seen) <= set(expected)
+    assert len(seen) >= committed["records"]  # batch 2's commits had landed
+    # The kill in run 1 landed mid-transaction: its records are in the log, aborted -
+    # duplicates that only read_uncommitted shows.
+    aborted = len(seen_all) - len(seen)
+    assert aborted >= opened["records"], (aborted, opened)
+    assert set(seen_all) == set(seen)
 
-    for run in range(3):
-        done = batches_done()
-        child = runner.start("forever")
-        try:
-            # Kill at a random moment once the query is past its first batch of this run.
-            deadline = time.monotonic() + 120
-            while batches_done() <= done and time.monotonic() < deadline:
-                assert child.poll() is None, f"query ended early (run {run}):\n{runner.tail()}"
-                time.sleep(0.1)
-            assert batches_done() > done, f"no batch in 120 s (run {run}):\n{runner.tail()}"
-            time.sleep(rng.uniform(0.2, 1.5))
-        finally:
-            _kill_tree(child)  # the whole "cluster": driver, JVM, executors' workers
-        if run == 1:  # more input while the query is down
-            expected += write_transactions(broker.bootstrap, source, 3, 300, first=1500)
-
+    # Run 3 (no hook) replays batch 2: every task finds its marker and writes nothing.
     sizes = runner.drain()
-    committed = read_values(broker.bootstrap, sink, 2, "read_committed")
-    everything = read_values(broker.bootstrap, sink, 2, "read_uncommitted")
-    assert len(committed) == len(set(committed)), "duplicates under read_committed"
-    assert sorted(committed) == sorted(expected), (
-        f"{len(committed)} committed vs {len(expected)} expected; batch sizes {sizes}; "
-        f"{len(everything)} records incl. aborted attempts"
+    assert sizes and sizes[0] == committed["records"], sizes  # batch 2 ran again
+    final = read_values(broker.bootstrap, sink, 2, "read_committed")
+    final_all = read_values(broker.bootstrap, sink, 2, "read_uncommitted")
+    assert len(final) == len(set(final)), "duplicates under read_committed"
+    assert sorted(final) == sorted(expected), (
+        f"{len(final)} committed vs {len(expected)} expected; batch sizes {sizes}; "
+        f"{len(final_all)} records incl. aborted attempts"
     )
+    # The replay did not even open a transaction: no new aborted records.
+    assert len(final_all) - len(final) == aborted, (len(final_all), len(final), aborted)
     print(
-        f"sink: {len(committed)} committed records, {len(everything) - len(committed)} "
-        f"records of aborted (killed or fenced) attempts; last run's batches {sizes}"
+        f"killed with {opened['records']} records in an open transaction ({aborted} aborted "
+        f"records in the sink), and after batch 2's commit of {committed['records']} records; "
+        f"run 3's batches {sizes}"
     )
-
-    # Forget that the last batch committed, as a crash right after the sink's commit
-    # and before Spark's commit log would: the batch runs again, every task finds its
-    # marker and writes nothing.
-    last = max((p for p in commits.iterdir() if p.name.isdigit()), key=lambda p: int(p.name))
-    last.unlink()
-    crc = last.with_name(f".{last.name}.crc")
-    if crc.exists():
-        crc.unlink()
-    replayed = runner.drain()
-    assert replayed and replayed[0] > 0, replayed  # the batch ran again
-    again = read_values(broker.bootstrap, sink, 2, "read_committed")
-    assert sorted(again) == sorted(expected)

@@ -214,7 +214,9 @@ PLANNING_ERRORS = [
     ("value binary", {}, "overwrite", "only appends"),
     ("value binary", {"kafka.value.serializer": "x"}, "append", "kafka.value.serializer"),
     ("value binary", {"kafka.linger.ms": "soon"}, "append", "kafka.linger.ms"),
-    ("value binary", {"deliveryGuarantee": "exactly-once"}, "append", "deliveryGuarantee"),
+    ("value binary", {"deliveryGuarantee": "exactly-once"}, "append", "streaming writes only"),
+    ("value binary", {"deliveryGuarantee": "twice"}, "append", "deliveryGuarantee"),
+    ("value binary", {"kafka.transactional.id": "x"}, "append", "kafka.transactional.id"),
 ]
 
 

@@ -171,3 +171,24 @@ def test_failed_task_leaves_nothing_visible(
     # A task outside a streaming query (no query or batch id) is refused.
     with pytest.raises(WriteError, match="streaming query"):
         ExactlyOnceDelivery(plan, TaskIdentity(0, 0))
+
+
+def test_planning_of_exactly_once_streaming_writes() -> None:
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from odradek.spark.options import OptionError
+    from odradek.spark.write import plan_write
+
+    schema = StructType([StructField("value", BinaryType()), StructField("topic", StringType())])
+    base = {"kafka.bootstrap.servers": "127.0.0.1:1", "deliveryGuarantee": "Exactly-Once"}
+    plan = plan_write({**base, "topic": "out"}, schema, False, streaming=True)
+    assert (plan.guarantee, plan.marker_topic) == ("exactly-once", "out")
+    # Rows carry their topic: the markers need a named topic.
+    with pytest.raises(OptionError, match="exactlyOnceMarkerTopic"):
+        plan_write(base, schema, False, streaming=True)
+    plan = plan_write({**base, "exactlyOnceMarkerTopic": "marks"}, schema, False, streaming=True)
+    assert (plan.topic, plan.marker_topic) == (None, "marks")
+    with pytest.raises(OptionError, match="streaming writes only"):
+        plan_write({**base, "topic": "out"}, schema, False, streaming=False)
+    with pytest.raises(OptionError, match=r"kafka\.transactional\.id"):
+        plan_write({**base, "topic": "out", "kafka.transactional.id": "mine"}, schema, False)
