@@ -60,6 +60,13 @@ bench: $(STAMP) bench-tools
 # RF=3 and min.insync.replicas=2, 10 x 120 s runs for each fault mix (kill, pause,
 # partition, mixed; --mix, --runs, --duration change that), then a table of acknowledged,
 # lost, duplicated and inconsistent records and whether the replicas ended byte-identical.
+# CHAOS_ARGS='--transactions' runs the transactional harness (tests/chaos/transactions.py)
+# on the same proxied cluster: transactional producers committing and aborting (values
+# name their transaction and intended outcome; --producers, --abort-ratio), a
+# read_committed reader, faults on partition leaders and the transaction coordinator;
+# then no aborted record read under read_committed, no committed transaction partly
+# visible, every acknowledged commit fully visible (tests/chaos/txn_checks.py), with
+# --mix, --runs and --duration as for --replication.
 CHAOS_ARGS ?= --cycles 60
 chaos: $(STAMP)
 	$(BIN)/python -m tests.chaos.run $(CHAOS_ARGS)

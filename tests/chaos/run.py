@@ -16,6 +16,17 @@ seconds per fault mix (run ``i`` of a mix uses seed ``N + i``), then one table r
 mix (runs, acknowledged, lost, duplicated, inconsistent, replicas identical); each
 failing run prints the line that replays it alone.
 
+    python -m tests.chaos.run --transactions [--mix kill,pause,partition,mixed]
+        [--runs 10] [--duration 120] [--producers 3] [--abort-ratio 0.3] [--seed N]
+
+``--transactions`` runs ``tests/chaos/transactions.py`` on the same proxied cluster:
+transactional producers committing and aborting (each value names its transaction and
+intended outcome, offsets sent with each transaction), a read_committed reader, faults
+on partition leaders and on the transaction coordinator's node; then
+``txn_checks.py`` (no aborted record read under read_committed, no committed
+transaction partly visible, every acknowledged commit fully visible), one summary per
+run and one table row per mix.
+
 The seed (``--seed`` or ``CHAOS_SEED``, else random) is printed first; a failing run
 prints the line that replays its fault schedule. The data directory is removed after a
 pass and kept after a failure (its path is printed, with the broker log's tail).
@@ -38,6 +49,9 @@ from tests.chaos.nemesis import MIXES
 from tests.chaos.quorum import QuorumConfig, QuorumResult, run_quorum
 from tests.chaos.replication import ReplicationConfig, ReplicationResult, run_replication
 from tests.chaos.scenario import Config, Result, run
+from tests.chaos.transactions import TxnConfig, TxnResult, run_transactions
+from tests.chaos.transactions import summary as transactions_summary
+from tests.chaos.txn_checks import COMMITTED
 
 
 def table(result: Result) -> str:
@@ -217,7 +231,9 @@ def _errors(errors: Counter[str]) -> str:
     return ", ".join(f"{name} {n}" for name, n in errors.most_common(6)) or "-"
 
 
-def details(result: Result | QuorumResult | ReplicationResult, broker_log_lines: int = 20) -> str:
+def details(
+    result: Result | QuorumResult | ReplicationResult | TxnResult, broker_log_lines: int = 20
+) -> str:
     """What a failed run found: violation examples, fault errors, the broker logs' tails."""
     lines = []
     if result.report is not None:
@@ -260,18 +276,44 @@ def main(argv: list[str] | None = None) -> int:
         help="three KRaft nodes behind proxies, RF=3 min.insync.replicas=2, partitions too",
     )
     parser.add_argument(
-        "--mix", default=",".join(MIXES), help=f"replication: fault mixes ({', '.join(MIXES)})"
+        "--transactions",
+        action="store_true",
+        help="the proxied three-node cluster under transactional producers and a "
+        "read_committed reader",
     )
-    parser.add_argument("--runs", type=int, default=10, help="replication: runs per mix")
     parser.add_argument(
-        "--duration", type=float, default=120.0, help="replication: seconds of workload a run"
+        "--mix",
+        default=",".join(MIXES),
+        help=f"replication, transactions: fault mixes ({', '.join(MIXES)})",
+    )
+    parser.add_argument(
+        "--runs", type=int, default=10, help="replication, transactions: runs per mix"
+    )
+    parser.add_argument(
+        "--duration",
+        type=float,
+        default=120.0,
+        help="replication, transactions: seconds of workload a run",
+    )
+    parser.add_argument(
+        "--producers", type=int, default=3, help="transactions: transactional producers"
+    )
+    parser.add_argument(
+        "--abort-ratio",
+        type=float,
+        default=0.3,
+        help="transactions: share of transactions aborted on purpose",
     )
     args = parser.parse_args(argv)
     seed = args.seed
     if seed is None:
         seed = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
+    if args.replication and args.transactions:
+        parser.error("--replication and --transactions are separate runs")
     if args.replication:
         return main_replication(args, seed)
+    if args.transactions:
+        return main_transactions(args, seed)
     if args.quorum:
         args.rate, args.value_bytes = args.rate or 1000, args.value_bytes or 200
         args.gap = args.gap or (2.0, 6.0)
@@ -364,8 +406,94 @@ def main_replication(args: argparse.Namespace, seed: int) -> int:
     return 1 if failures else 0
 
 
+def transactions_table(results: dict[str, list[TxnResult]]) -> str:
+    """One row per fault mix of the transactional runs."""
+    header = (
+        "mix",
+        "runs",
+        "passed",
+        "transactions",
+        "commits acked",
+        "visible",
+        "aborted read",
+        "partly visible",
+        "acked commit lost",
+    )
+    rows = [header]
+    for mix, runs in results.items():
+        counts: Counter[str] = Counter()
+        for result in runs:
+            if result.report is not None:
+                counts.update(result.report.counts)
+        rows.append(
+            (
+                mix,
+                str(len(runs)),
+                str(sum(r.passed for r in runs)),
+                f"{sum(len(r.transactions) for r in runs):,}",
+                f"{sum(r.count(COMMITTED) for r in runs):,}",
+                f"{sum(r.visible for r in runs):,}",
+                str(counts["aborted_read"]),
+                str(counts["partial_txn"]),
+                str(counts["commit_lost"]),
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    return "\n".join(
+        " | ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        for row in rows
+    )
+
+
+def main_transactions(args: argparse.Namespace, seed: int) -> int:
+    mixes = [mix.strip() for mix in args.mix.split(",") if mix.strip()]
+    unknown = [mix for mix in mixes if mix not in MIXES]
+    if unknown or not mixes:
+        print(f"chaos: unknown mix {unknown or args.mix!r}; choose from {', '.join(MIXES)}")
+        return 2
+    print(
+        f"chaos: transactions, seed {seed}, {args.runs} x {args.duration:g} s per mix "
+        f"({', '.join(mixes)}), {args.producers} producers",
+        flush=True,
+    )
+    results: dict[str, list[TxnResult]] = {}
+    failures = 0
+    for mix in mixes:
+        for i in range(args.runs):
+            run_seed = seed + i
+            replay = (
+                f"make chaos CHAOS_ARGS='--transactions --mix {mix} --runs 1 --seed {run_seed} "
+                f"--duration {args.duration:g} --partitions {args.partitions} "
+                f"--producers {args.producers} --abort-ratio {args.abort_ratio:g}'"
+            )
+            print(f"--- {mix} run {i + 1}/{args.runs}, seed {run_seed}", flush=True)
+            config = TxnConfig(
+                seed=run_seed,
+                mix=mix,
+                duration_s=args.duration,
+                partitions=args.partitions,
+                producers=args.producers,
+                abort_ratio=args.abort_ratio,
+            )
+            workdir = Path(tempfile.mkdtemp(prefix=f"odradek-chaos-txn-{mix}-"))
+            result = run_transactions(
+                config, workdir, progress=lambda line: print(line, flush=True)
+            )
+            results.setdefault(mix, []).append(result)
+            print(transactions_summary(result), flush=True)
+            failures += _verdict(result, workdir, replay, keep=args.keep)
+    print()
+    print(transactions_table(results))
+    print(f"result: {'PASS' if not failures else f'FAIL ({failures} failing runs)'}")
+    return 1 if failures else 0
+
+
 def _verdict(
-    result: Result | QuorumResult | ReplicationResult, workdir: Path, replay: str, *, keep: bool
+    result: Result | QuorumResult | ReplicationResult | TxnResult,
+    workdir: Path,
+    replay: str,
+    *,
+    keep: bool,
 ) -> int:
     """Exit status 1 with the details and the replay line on a failure (the data kept);
     0 otherwise, the data removed unless asked to keep it."""

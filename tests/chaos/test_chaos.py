@@ -24,6 +24,14 @@ reported as an expected failure naming that (with what the checker found: with
 elections but no fetchers, thousands of lost acknowledged writes), after the harness's
 own assertions (it ran, records were acknowledged, the proxies really cut links).
 ``make chaos CHAOS_ARGS=--replication`` runs 10 x 120 s per fault mix.
+
+The transactional short run (``tests/chaos/transactions.py``): the same proxied
+cluster, ~35 s of the mixed nemesis (the transaction coordinator's node among the
+targets) under three transactional producers committing and aborting, with offsets
+sent with each transaction, and a read_committed reader; then every check of
+``txn_checks.py`` (no aborted record read under read_committed, no committed
+transaction partly visible, every acknowledged commit fully visible, every
+commit/abort answered). ``make chaos CHAOS_ARGS=--transactions`` runs longer ones.
 """
 
 from __future__ import annotations
@@ -40,6 +48,8 @@ from tests.chaos.quorum import QuorumConfig, run_quorum
 from tests.chaos.replication import ReplicationConfig, run_replication
 from tests.chaos.run import details, quorum_table, replication_summary, table
 from tests.chaos.scenario import Config, run
+from tests.chaos.transactions import TxnConfig, run_transactions
+from tests.chaos.transactions import summary as transactions_summary
 
 PROC_NET = Path("/proc/net/tcp").exists()
 CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
@@ -147,3 +157,34 @@ def test_replicated_topic_keeps_acknowledged_writes_through_kills_pauses_and_par
         f"{summary}\n{details(result, 40)}\n{replay}"
     )
     assert result.report.verified == result.acked
+
+
+TRANSACTIONS_PLAN = NemesisPlan(
+    duration_s=35.0,
+    first_after_s=4.0,
+    gap_s=(1.0, 2.5),
+    down_s=(0.0, 1.0),
+    pause_s=(1.0, 5.0),
+    cut_s=(2.0, 6.0),
+    quiet_s=5.0,
+)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not PROC_NET, reason="netproxy tells nodes apart through /proc (Linux)")
+def test_transactions_stay_whole_through_kills_pauses_and_partitions(tmp_path: Path) -> None:
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(2**32))
+    config = TxnConfig(
+        seed=seed,
+        mix="mixed",
+        duration_s=TRANSACTIONS_PLAN.duration_s,
+        plan=TRANSACTIONS_PLAN,
+        settle_timeout_s=60.0,
+    )
+    result = run_transactions(config, tmp_path)
+    summary = transactions_summary(result)
+    print(summary)
+    replay = f"replay: CHAOS_SEED={seed} python -m pytest tests/chaos/test_chaos.py -k transactions"
+    assert result.passed, f"{summary}\n{details(result, 40)}\n{replay}"
+    assert result.report is not None and result.report.verified > 0
+    assert result.outcomes, summary  # faults were applied
