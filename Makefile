@@ -29,7 +29,7 @@ kcat:
 	  echo "make: could not install kcat; its interop tests will be skipped" >&2; }
 
 test: $(STAMP) kcat
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=30
 
 # bench/broker.py compares odradek with librdkafka's mock cluster, a few lines of C
 # built against Debian's librdkafka-dev (installed here like kcat; without it the mock

@@ -230,7 +230,12 @@ class Partition(IsrTracking):
 
     # -- leader: produce ----------------------------------------------------------------
     def append_as_leader(
-        self, records: bytes, acks: int, *, coordinator: bool = False
+        self,
+        records: bytes,
+        acks: int,
+        *,
+        coordinator: bool = False,
+        verification_guard: object | None = None,
     ) -> AppendInfo:
         """Validate and append client batches in this leader's epoch. acks=all needs
         ``min.insync.replicas`` in the (committed) ISR first: NOT_ENOUGH_REPLICAS."""
@@ -242,7 +247,12 @@ class Partition(IsrTracking):
                 f"ISR {list(self.isr)} is smaller than min.insync.replicas={min_insync}",
             )
         # StorageError, OSError
-        info = self.log.append_as_leader(records, self._leader_epoch, coordinator=coordinator)
+        info = self.log.append_as_leader(
+            records,
+            self._leader_epoch,
+            coordinator=coordinator,
+            verification_guard=verification_guard,
+        )
         self.fetches.on_log_end()
         self.maybe_increment_high_watermark()
         return info

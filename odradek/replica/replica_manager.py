@@ -314,14 +314,46 @@ class ReplicaManager(FetchService):
 
     # -- produce -------------------------------------------------------------------
     def append(
-        self, topic: str, index: int, records: bytes, acks: int, *, coordinator: bool = False
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        *,
+        coordinator: bool = False,
+        verification_guard: object | None = None,
     ) -> AppendInfo:
         """Append as the leader (phase one of a produce); PartitionError on failure.
-        ``coordinator``: a coordinator's write to its own internal topic."""
+        ``coordinator``: a coordinator's write to its own internal topic;
+        ``verification_guard``: see ``verification_guard``."""
         partition = self.leader_partition(topic, index)
         return self._guarded(
-            partition, lambda: partition.append_as_leader(records, acks, coordinator=coordinator)
+            partition,
+            lambda: partition.append_as_leader(
+                records, acks, coordinator=coordinator, verification_guard=verification_guard
+            ),
         )
+
+    def verification_guard(
+        self, topic: str, index: int, producer_id: int, producer_epoch: int
+    ) -> tuple[object, bool]:
+        """KIP-890 part 1, before a transactional produce: the producer's verification
+        guard in this partition's log, and whether the coordinator must first confirm
+        that the partition is in the producer's transaction (not when the transaction is
+        already open here). PartitionError if this node does not lead the partition."""
+        state = self.leader_partition(topic, index).log.producer_state
+        return (
+            state.verification_guard(producer_id),
+            not state.transaction_open(producer_id, producer_epoch),
+        )
+
+    def drop_verification(self, topic: str, index: int, producer_id: int, guard: object) -> None:
+        """A verification that failed: its guard goes (if still the producer's)."""
+        partition = self.partitions.get((topic, index))
+        if partition is not None:
+            guards = partition.log.producer_state.verification_guards
+            if guards.get(producer_id) is guard:
+                del guards[producer_id]
 
     def _guarded(self, partition: Partition, append: Callable[[], AppendInfo]) -> AppendInfo:
         """Run a leader append: a StorageError becomes the PartitionError of its code;
@@ -342,10 +374,24 @@ class ReplicaManager(FetchService):
             raise PartitionError("KAFKA_STORAGE_ERROR", reason) from None
 
     def append_records(
-        self, topic: str, index: int, records: bytes, acks: int, *, coordinator: bool = False
+        self,
+        topic: str,
+        index: int,
+        records: bytes,
+        acks: int,
+        *,
+        coordinator: bool = False,
+        verification_guard: object | None = None,
     ) -> ProduceStatus:
         """Append, and for acks=all park a waiter until the HW passes the batch."""
-        info = self.append(topic, index, records, acks, coordinator=coordinator)
+        info = self.append(
+            topic,
+            index,
+            records,
+            acks,
+            coordinator=coordinator,
+            verification_guard=verification_guard,
+        )
         partition = self.partitions[(topic, index)]
         status = ProduceStatus(info, partition=partition)
         if acks == -1:

@@ -121,6 +121,7 @@ from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
+from odradek.server.txn_verify import TxnVerifier
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
@@ -251,6 +252,12 @@ class Broker:
             producer_ids,
             self.txn_markers,
         )
+        # KIP-890 part 1: transactional produce verified with the coordinator.
+        self.txn_verifier = (
+            TxnVerifier(metadata, lambda: self.txn_coordinator, self._inter_broker_endpoint)
+            if config["transaction.partition.verification.enable"]
+            else None
+        )
         self.services = Services(
             metadata=metadata,
             config=configs,
@@ -265,6 +272,7 @@ class Broker:
             quorum=self.remote_channel or LocalQuorumDescriber(lambda: self.raft_driver),
             log_dir_moves=self.log_dir_mover,
             txn_markers=self.txn_markers,
+            txn_verifier=self.txn_verifier,
         )
         self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
         self.dispatcher = self.dispatchers[Plane.BROKER]

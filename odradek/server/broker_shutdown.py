@@ -48,6 +48,8 @@ async def stop_broker(broker: Broker) -> None:
     await broker.group_coordinator.stop()  # parked joins/syncs answer at once
     await broker.txn_coordinator.stop()  # marker writing resumes on the next leader
     await broker.txn_markers.close()
+    if broker.txn_verifier is not None:
+        await broker.txn_verifier.close()
     await broker.server.stop()
     for dispatcher in broker.dispatchers.values():
         dispatcher.malformed.close()  # the counts the last interval suppressed

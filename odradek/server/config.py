@@ -347,6 +347,7 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("transaction.state.log.segment.bytes", _int(1, INT_MAX), "104857600"),
     BrokerConfigDef("transaction.max.timeout.ms", _int(1, INT_MAX), "900000"),
     BrokerConfigDef("transactional.id.expiration.ms", _int(1, INT_MAX), "604800000"),
+    BrokerConfigDef("transaction.partition.verification.enable", _bool, "true"),
     BrokerConfigDef(
         "transaction.abort.timed.out.transaction.cleanup.interval.ms", _int(1, INT_MAX), "10000"
     ),

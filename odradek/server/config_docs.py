@@ -71,6 +71,10 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "transaction.state.log.segment.bytes": "segment.bytes of __transaction_state",
     "transaction.max.timeout.ms": "largest transaction.timeout.ms a producer may ask for",
     "transactional.id.expiration.ms": "an idle transactional id is forgotten after this",
+    "transaction.partition.verification.enable": (
+        "a partition leader checks with the coordinator that a transactional write's "
+        "partition is in the transaction (KIP-890 part 1)"
+    ),
     "transaction.abort.timed.out.transaction.cleanup.interval.ms": (
         "how often the coordinator aborts transactions past their timeout"
     ),

@@ -41,6 +41,7 @@ if TYPE_CHECKING:
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
     from odradek.server.txn_markers import TxnMarkerWriter
+    from odradek.server.txn_verify import TxnVerifier
     from odradek.storage.log import Log
     from odradek.storage.log_config import LogConfig
 
@@ -148,6 +149,12 @@ class BrokerServices(AdminServices, Protocol):
         ...
 
     @property
+    def txn_verifier(self) -> TxnVerifier | None:
+        """KIP-890 part 1's check of a transactional produce with the coordinator;
+        None when ``transaction.partition.verification.enable`` is false."""
+        ...
+
+    @property
     def producer_ids(self) -> ProducerIdSource: ...
 
     @property
@@ -219,6 +226,7 @@ class Services:
     quorum: QuorumDescriber | None = None
     log_dir_moves: LogDirMoves | None = None
     txn_markers: TxnMarkerWriter = None  # type: ignore[assignment]  # tests without txns
+    txn_verifier: TxnVerifier | None = None
 
 
 __all__ = [

@@ -186,12 +186,15 @@ class Log:
         leader_epoch: int,
         *,
         coordinator: bool = False,
+        verification_guard: object | None = None,
     ) -> AppendInfo:
         """Validate client batches, assign offsets from the log end, append.
 
         ``coordinator``: the batches are a coordinator's own writes to its internal
         topic (Kafka's AppendOrigin.COORDINATOR), whose transactional ones — the group
-        coordinator's TxnOffsetCommit — carry a producer id and epoch but no sequence."""
+        coordinator's TxnOffsetCommit — carry a producer id and epoch but no sequence.
+        ``verification_guard``: the producer's guard when the leader verified a
+        transactional batch with its coordinator (producer_state.check)."""
         view = memoryview(records)
         now_ms = self.clock()
         headers = validate_client_batches(
@@ -207,7 +210,7 @@ class Log:
         else:
             idempotent = any(h.producer_id >= 0 for h in headers)
         if idempotent:
-            duplicate = self._check_producers(headers)
+            duplicate = self._check_producers(headers, verification_guard)
             if duplicate is not None:
                 return duplicate
         if self._target_codec is not None and any(
@@ -258,13 +261,15 @@ class Log:
             len(view),
         )
 
-    def _check_producers(self, headers: list[BatchHeader]) -> AppendInfo | None:
+    def _check_producers(
+        self, headers: list[BatchHeader], verification_guard: object | None
+    ) -> AppendInfo | None:
         """Sequence/epoch checks; the original append's result if this is a retry."""
         staged: dict[int, ProducerEntry] = {}
         for header in headers:
             if header.producer_id < 0:
                 continue
-            duplicate = self.producer_state.check(header, staged)
+            duplicate = self.producer_state.check(header, staged, verification_guard)
             if duplicate is not None:
                 if len(headers) != 1:
                     raise InvalidRecordError("a duplicate batch must be sent alone")

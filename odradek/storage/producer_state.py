@@ -137,18 +137,33 @@ class ProducerStateManager:
         self.producers: dict[int, ProducerEntry] = {}
         # State reflects every batch below this offset.
         self.map_end_offset = 0
+        # KIP-890 part 1: producer id -> the guard handed out when a leader started to
+        # verify, with the transaction coordinator, that this partition is in the
+        # producer's ongoing transaction. Any marker for the producer drops it, so an
+        # append whose verification raced with the transaction's end finds its guard
+        # gone instead of opening a transaction nobody will ever close.
+        self.verification_guards: dict[int, object] = {}
 
     # -- validation (leader appends from clients) -----------------------------------
-    def check(self, header: BatchHeader, staged: dict[int, ProducerEntry]) -> BatchMetadata | None:
+    def check(
+        self,
+        header: BatchHeader,
+        staged: dict[int, ProducerEntry],
+        verification_guard: object | None = None,
+    ) -> BatchMetadata | None:
         """Validate a client batch against the current (or staged) entry.
 
         Returns the original batch's metadata when this batch is a retry of it.
         Raises InvalidProducerEpochError, OutOfOrderSequenceError, or InvalidTxnStateError
-        for a non-transactional batch while the producer's transaction is open.
+        for a non-transactional batch while the producer's transaction is open, or for a
+        transactional batch that would open a transaction when ``verification_guard``
+        (given when the leader verified the batch with the coordinator) is no longer
+        the producer's guard.
         """
         producer_id = header.producer_id
         entry = staged.get(producer_id) or self.producers.get(producer_id)
         if entry is None or entry.epoch == NO_PRODUCER_EPOCH:
+            self._check_verified(header, None, verification_guard)
             return None  # unknown producer (new, or expired/removed): any sequence starts it
         epoch, first_seq = header.producer_epoch, header.base_sequence
         if epoch < entry.epoch:
@@ -163,6 +178,7 @@ class ProducerStateManager:
                 f"producer {producer_id} sent a non-transactional batch while its transaction "
                 f"from offset {entry.current_txn_first_offset} is open"
             )
+        self._check_verified(header, entry, verification_guard)
         if first_seq == NO_SEQUENCE:
             return None  # a coordinator's write (TxnOffsetCommit): no sequence to follow
         if epoch != entry.epoch:
@@ -178,6 +194,34 @@ class ProducerStateManager:
             )
         return None
 
+    def verification_guard(self, producer_id: int) -> object:
+        """The producer's verification guard, made if it has none (KIP-890 part 1)."""
+        return self.verification_guards.setdefault(producer_id, object())
+
+    def transaction_open(self, producer_id: int, producer_epoch: int) -> bool:
+        """Whether the producer's transaction in ``producer_epoch`` is open here (a
+        batch of it needs no verification)."""
+        entry = self.producers.get(producer_id)
+        return (
+            entry is not None
+            and entry.current_txn_first_offset >= 0
+            and entry.epoch == producer_epoch
+        )
+
+    def _check_verified(
+        self, header: BatchHeader, entry: ProducerEntry | None, guard: object | None
+    ) -> None:
+        if guard is None or not header.is_transactional:
+            return
+        if entry is not None and entry.current_txn_first_offset >= 0:
+            return  # continues the open transaction
+        if self.verification_guards.get(header.producer_id) is not guard:
+            raise InvalidTxnStateError(
+                f"producer {header.producer_id}: the transaction this batch was verified "
+                "for has ended; the batch would open a transaction the coordinator does "
+                "not know"
+            )
+
     # -- updates ------------------------------------------------------------------
     def stage(
         self,
@@ -191,6 +235,8 @@ class ProducerStateManager:
         Returns the producer's staged entry.
         """
         producer_id = header.producer_id
+        if header.is_control:
+            self.verification_guards.pop(producer_id, None)
         entry = staged.get(producer_id)
         if entry is None:
             current = self.producers.get(producer_id)
@@ -227,6 +273,7 @@ class ProducerStateManager:
 
     def reset(self, offset: int) -> None:
         self.producers.clear()
+        self.verification_guards.clear()
         self.map_end_offset = offset
 
     # -- snapshots ----------------------------------------------------------------

@@ -15,6 +15,10 @@ a worker thread first (``_CONVERTERS``, two threads: the machine's cores, and a 
 on the memory conversions hold at once, each at most log_validator.expansion_limit),
 so a compression bomb costs other connections nothing; the append itself stays on
 the loop. Every other batch goes straight to the append, as before.
+
+A transactional batch that would open a transaction in its partition is first
+verified with the transaction coordinator (KIP-890 part 1, server/txn_verify.py), all
+of a request's such partitions in one call, before any append.
 """
 
 from __future__ import annotations
@@ -29,11 +33,12 @@ from odradek.metadata.topic_changes import INTERNAL_TOPICS
 from odradek.network.connection import CloseConnection
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.records.batch import MAGIC_POSITION, MAGIC_V2, iter_batches
+from odradek.records.batch import MAGIC_POSITION, MAGIC_V2, BatchHeader, iter_batches
 from odradek.records.errors import CodedError
 from odradek.replica.replica_manager import PartitionError, ProduceStatus
 from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
+from odradek.server.txn_verify import produce_error
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
@@ -56,10 +61,10 @@ async def produce(services: BrokerServices, request: Request) -> Any:
     body = request.body
     module = response_module(PRODUCE_KEY, request.header.api_version)
     acks = body.acks
-    # Phase one: (topic, [(index, an error response or the append's status)]).
-    appended: list[tuple[str, list[tuple[int, Any]]]] = []
+    # Phase zero: each partition's error response, or its one batch's header.
+    checked: list[tuple[str, list[tuple[int, Any, bytes]]]] = []
     for topic in body.topic_data:
-        partitions: list[tuple[int, Any]] = []
+        partitions: list[tuple[int, Any, bytes]] = []
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 result = _error(module, data.index, "INVALID_REQUIRED_ACKS")
@@ -74,12 +79,20 @@ async def produce(services: BrokerServices, request: Request) -> Any:
                 )
             else:
                 result = _check(module, data.index, data.records)
-                if result is None:
-                    result = await _append(
-                        services, module, topic.name, data.index, data.records, acks
-                    )
-            partitions.append((data.index, result))
-        appended.append((topic.name, partitions))
+            partitions.append((data.index, result, data.records))
+        checked.append((topic.name, partitions))
+    guards = await _verify(services, module, body.transactional_id, checked)
+    # Phase one: (topic, [(index, an error response or the append's status)]).
+    appended: list[tuple[str, list[tuple[int, Any]]]] = []
+    for name, partitions in checked:
+        results: list[tuple[int, Any]] = []
+        for index, result, records in partitions:
+            if isinstance(result, BatchHeader):
+                result = await _append(
+                    services, module, name, index, records, acks, guards.get((name, index))
+                )
+            results.append((index, result))
+        appended.append((name, results))
     # Phase two: the acks=all partitions wait for their high watermarks together.
     statuses = [r for _, parts in appended for _, r in parts if isinstance(r, ProduceStatus)]
     timeout_ms = int(body.timeout.total_seconds() * 1000)
@@ -150,7 +163,7 @@ def _current_leaders(
 
 
 def _check(module: Any, index: int, records: bytes | None) -> Any:
-    """The error response for data that is not one v2 batch, or None."""
+    """The header of data that is one v2 batch, else the error response."""
     if not records:
         return _error(module, index, "INVALID_RECORD", "no records")
     if len(records) > MAGIC_POSITION and records[MAGIC_POSITION] < MAGIC_V2:
@@ -158,15 +171,72 @@ def _check(module: Any, index: int, records: bytes | None) -> Any:
             module, index, "UNSUPPORTED_FOR_MESSAGE_FORMAT", "message format v0/v1 is not supported"
         )
     try:
-        if sum(1 for _ in iter_batches(records, verify_crc=False)) != 1:
-            return _error(module, index, "INVALID_RECORD", "produce v3+ carries exactly one batch")
+        headers = list(iter_batches(records, verify_crc=False))
     except CodedError as error:
         return _error(module, index, error.code, str(error))
-    return None
+    if len(headers) != 1:
+        return _error(module, index, "INVALID_RECORD", "produce v3+ carries exactly one batch")
+    return headers[0]
+
+
+async def _verify(
+    services: BrokerServices,
+    module: Any,
+    transactional_id: str | None,
+    checked: list[tuple[str, list[tuple[int, Any, bytes]]]],
+) -> dict[tuple[str, int], object]:
+    """KIP-890 part 1 (server/txn_verify.py): the verification guard of each
+    transactional partition; a partition the coordinator does not confirm gets its
+    error response in ``checked`` instead."""
+    verifier = services.txn_verifier
+    if verifier is None:
+        return {}
+    guards: dict[tuple[str, int], object] = {}
+    # (producer id, epoch) -> the partitions whose first transactional batch this is
+    unverified: dict[tuple[int, int], list[tuple[str, int]]] = {}
+    for name, partitions in checked:
+        for position, (index, header, records) in enumerate(partitions):
+            if not isinstance(header, BatchHeader) or not header.is_transactional:
+                continue
+            if not transactional_id:
+                answer = _error(module, index, "INVALID_TXN_STATE", "no transactional id")
+                partitions[position] = (index, answer, records)
+                continue
+            producer = (header.producer_id, header.producer_epoch)
+            try:
+                guard, needed = services.replicas.verification_guard(name, index, *producer)
+            except PartitionError as error:
+                partitions[position] = (index, _error(module, index, error.code), records)
+                continue
+            guards[(name, index)] = guard
+            if needed:
+                unverified.setdefault(producer, []).append((name, index))
+    refused: dict[tuple[str, int], str] = {}
+    for (producer_id, epoch), tps in unverified.items():
+        answers = await verifier.verify(transactional_id or "", producer_id, epoch, tps)
+        for tp, answer in answers.items():
+            if produce_error(answer) != "NONE":
+                refused[tp] = answer
+                services.replicas.drop_verification(*tp, producer_id, guards.pop(tp))
+    if refused:
+        for name, partitions in checked:
+            for position, (index, _, records) in enumerate(partitions):
+                answer = refused.get((name, index))
+                if answer is not None:
+                    message = f"transaction verification: {answer}"
+                    response = _error(module, index, produce_error(answer), message)
+                    partitions[position] = (index, response, records)
+    return guards
 
 
 async def _append(
-    services: BrokerServices, module: Any, topic: str, index: int, records: bytes, acks: int
+    services: BrokerServices,
+    module: Any,
+    topic: str,
+    index: int,
+    records: bytes,
+    acks: int,
+    verification_guard: object | None,
 ) -> Any:
     """Phase one for one partition: its ProduceStatus, or the error response."""
     manager = services.replicas
@@ -174,7 +244,9 @@ async def _append(
         convert = manager.conversion(topic, index, records)
         if convert is not None:
             records = await asyncio.get_running_loop().run_in_executor(_CONVERTERS, convert)
-        return manager.append_records(topic, index, records, acks)
+        return manager.append_records(
+            topic, index, records, acks, verification_guard=verification_guard
+        )
     except PartitionError as error:
         return _error(module, index, error.code, str(error))
     except CodedError as error:
