@@ -29,22 +29,16 @@ only ever created here, from a coordinator's request — clients cannot write th
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from odradek.client.connection import (
-    API_VERSIONS_KEY,
-    BrokerAddress,
-    BrokerConnection,
-    KafkaConnectionError,
-    request_entity,
-)
+from odradek.client.connection import API_VERSIONS_KEY, KafkaConnectionError, request_entity
 from odradek.coordinator.group.shard import OFFSETS_TOPIC
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transaction.markers import MarkerEntry
 from odradek.replica.replica_manager import PartitionError
+from odradek.server.peer_connections import Endpoint, PeerConnections
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
@@ -58,7 +52,6 @@ CLIENT_VERSIONS: Final = {API_VERSIONS_KEY: (0, 3), WRITE_TXN_MARKERS_KEY: (1, 1
 REQUEST_TIMEOUT_S: Final = 30.0  # request.timeout.ms of Kafka's marker channel
 
 TopicPartition = tuple[str, int]
-Endpoint = Callable[[int], tuple[str, int] | None]
 
 
 class TxnMarkerWriter:
@@ -74,9 +67,9 @@ class TxnMarkerWriter:
         self.metadata = metadata
         self.replicas = replicas
         self._groups = groups
-        self._endpoint = endpoint
-        self._connections: dict[int, BrokerConnection] = {}
-        self._locks: dict[int, asyncio.Lock] = {}
+        self.peers = PeerConnections(
+            f"txn-markers-{metadata.node_id}", endpoint, CLIENT_VERSIONS, REQUEST_TIMEOUT_S
+        )
 
     # -- the coordinator's channel -------------------------------------------------------
     async def write_markers(self, entries: Sequence[MarkerEntry]) -> dict[TopicPartition, str]:
@@ -152,11 +145,9 @@ class TxnMarkerWriter:
     async def _send(self, leader: int, entries: Sequence[MarkerEntry]) -> dict[TopicPartition, str]:
         wanted = [tp for entry in entries for tp in entry.partitions]
         try:
-            connection = await self._connection(leader)
-            response = await connection.send(_request(entries))
+            response = await self.peers.send(leader, _request(entries))
         except (KafkaConnectionError, OSError, TimeoutError) as error:
             logger.info("markers for %d partitions of node %d: %s", len(wanted), leader, error)
-            await self._drop(leader)
             return dict.fromkeys(wanted, "NOT_LEADER_OR_FOLLOWER")
         results = dict.fromkeys(wanted, "UNKNOWN_SERVER_ERROR")
         for marker in response.markers:
@@ -167,34 +158,8 @@ class TxnMarkerWriter:
                     )
         return results
 
-    async def _connection(self, broker_id: int) -> BrokerConnection:
-        lock = self._locks.setdefault(broker_id, asyncio.Lock())
-        async with lock:
-            connection = self._connections.get(broker_id)
-            if connection is not None and not connection.closed:
-                return connection
-            address = self._endpoint(broker_id)
-            if address is None:
-                raise KafkaConnectionError(f"node {broker_id} has no inter-broker endpoint")
-            connection = BrokerConnection(
-                BrokerAddress(broker_id, address[0], address[1]),
-                client_id=f"txn-markers-{self.metadata.node_id}",
-                request_timeout_s=REQUEST_TIMEOUT_S,
-                client_versions=CLIENT_VERSIONS,
-            )
-            await connection.connect()
-            self._connections[broker_id] = connection
-            return connection
-
-    async def _drop(self, broker_id: int) -> None:
-        connection = self._connections.pop(broker_id, None)
-        if connection is not None:
-            with contextlib.suppress(Exception):
-                await connection.close()
-
     async def close(self) -> None:
-        for broker_id in list(self._connections):
-            await self._drop(broker_id)
+        await self.peers.close()
 
 
 def _with_partitions(entry: MarkerEntry, partitions: list[TopicPartition]) -> MarkerEntry:
