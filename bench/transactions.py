@@ -16,8 +16,9 @@ confluent-kafka (librdkafka) as the client, 1 KiB values, one topic of 4 partiti
   and p99 (EndTxn to the coordinator, which makes PrepareCommit durable, answers, then
   writes the markers; librdkafka's commit also flushes what is queued).
 - Consume throughput: the same data read from the start with read_committed and with
-  read_uncommitted (the committed transactions' records; the ratio's goal >= 0.9x:
-  read_committed stops at the LSO and skips aborted data, nothing more).
+  read_uncommitted, each twice, alternating, the faster of each kept (the committed
+  transactions' records; the ratio's goal >= 0.9x: read_committed stops at the LSO and
+  skips aborted data, nothing more).
 
 Other processes share the 2 cores and skew all of this: the load average is printed
 at the start and end.
@@ -62,8 +63,14 @@ def produce(
         config["transactional.id"] = f"bench-{uuid.uuid4().hex[:8]}"
     producer = Producer(config)
     commits: list[float] = []
+    # Connections, metadata and the producer id before the clock starts, for every mode
+    # alike (init_transactions does it for the transactional ones; one record flushed
+    # does it for the idempotent one, and is not counted).
     if txn_size is not None:
         producer.init_transactions(30)
+    else:
+        producer.produce(topic, VALUE)
+        producer.flush(30)
     started = time.perf_counter()
     sent = 0
     while sent < records:
@@ -168,8 +175,12 @@ def main(argv: list[str]) -> int:
                 f"{statistics.median(ordered) * 1000:.1f} ms, p99 {p99 * 1000:.1f} ms "
                 f"({len(ordered)} commits)"
             )
-        uncommitted = consume(broker.bootstrap, txn_topic, "read_uncommitted", records)
-        committed = consume(broker.bootstrap, txn_topic, "read_committed", records)
+        # Each read twice, alternating, the best of each kept: the first read of the
+        # topic pays for connections and a cold cache whichever isolation it uses.
+        times: dict[str, list[float]] = {"read_uncommitted": [], "read_committed": []}
+        for isolation in ("read_uncommitted", "read_committed") * 2:
+            times[isolation].append(consume(broker.bootstrap, txn_topic, isolation, records))
+        uncommitted, committed = min(times["read_uncommitted"]), min(times["read_committed"])
         ratio = uncommitted / committed
         print(
             f"consume {records:,} records of 10,000-record transactions: read_uncommitted "
