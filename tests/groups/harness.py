@@ -216,7 +216,18 @@ class GroupRun:
         """SIGTERM: the member commits, closes and leaves; it must exit cleanly."""
         member = self.members[name]
         os.kill(member.process.pid, signal.SIGTERM)
-        code = member.process.wait(timeout_s)
+        try:
+            code = member.process.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            # Where it hangs (member.py registers faulthandler on SIGUSR1), then fail.
+            os.kill(member.process.pid, signal.SIGUSR1)
+            time.sleep(1)
+            member.process.kill()
+            member.process.wait()
+            stacks = member.stderr_path.read_text()[-6000:]
+            raise AssertionError(
+                f"{name} did not exit {timeout_s} s after SIGTERM:\n{stacks}"
+            ) from None
         assert code == 0, f"{name} exited {code}: {member.stderr_path.read_text()[-3000:]}"
         assert any(e["ev"] == "exit" and e["m"] == name for e in self.events())
 

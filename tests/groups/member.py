@@ -77,6 +77,8 @@ def run_confluent(cfg: dict[str, Any], log: Log) -> None:
         "topic.metadata.refresh.interval.ms": cfg["metadata_refresh_ms"],
         "fetch.wait.max.ms": 100,
     }
+    if os.environ.get("GROUPS_MEMBER_DEBUG"):  # librdkafka's debug log, on stderr
+        conf["debug"] = os.environ["GROUPS_MEMBER_DEBUG"]
     _confluent_shaped(Consumer(conf), KafkaException, cfg, log)
 
 
