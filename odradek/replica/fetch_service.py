@@ -149,7 +149,7 @@ class FetchService:
         log = partition.log
         return PartitionRead(
             high_watermark=log.high_watermark,
-            last_stable_offset=log.high_watermark,
+            last_stable_offset=log.last_stable_offset,
             log_start_offset=log.log_start_offset,
             preferred_read_replica=chosen,
         )

@@ -63,7 +63,9 @@ def init_producer(client: WireClient) -> tuple[int, int]:
 
 
 def add_partition(client: WireClient, producer: tuple[int, int]) -> None:
-    topic = request_entity(ADD_PARTITIONS, 3, "AddPartitionsToTxnTopic", name=TOPIC, partitions=(0,))
+    topic = request_entity(
+        ADD_PARTITIONS, 3, "AddPartitionsToTxnTopic", name=TOPIC, partitions=(0,)
+    )
     answer = until_ok(
         lambda: client.request(
             request_entity(
@@ -75,9 +77,11 @@ def add_partition(client: WireClient, producer: tuple[int, int]) -> None:
                 v3_and_below_topics=(topic,),
             )
         ),
-        lambda r: r.results_by_topic_v3_and_below[0]
-        .results_by_partition[0]
-        .partition_error_code.name.upper(),
+        lambda r: (
+            r.results_by_topic_v3_and_below[0]
+            .results_by_partition[0]
+            .partition_error_code.name.upper()
+        ),
     )
     result = answer.results_by_topic_v3_and_below[0].results_by_partition[0]
     assert result.partition_error_code == ErrorCode.none, answer
@@ -142,10 +146,10 @@ def latest(client: WireClient, isolation_level: int) -> int:
     return int(answer.topics[0].partitions[0].offset)
 
 
-def settle(client: WireClient) -> tuple[int, int]:
+def settle(client: WireClient, wait_s: float = 10.0) -> tuple[int, int]:
     """(read_uncommitted LATEST = the HW, read_committed LATEST = the LSO), once the
     abort's markers had time to land (they are written after EndTxn answers)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + wait_s
     while True:
         hw, lso = latest(client, 0), latest(client, 1)
         if hw == lso or time.monotonic() > deadline:
@@ -165,7 +169,8 @@ def scenario(bootstrap: str) -> tuple[str, str, tuple[int, int]]:
         end_txn(client, producer, commit=False)
         settle(client)
         late = produce(client, producer, 1)
-        return never_added, late, settle(client)
+        # Nothing is left to land: a hanging partition shows within a few seconds.
+        return never_added, late, settle(client, wait_s=3.0)
 
 
 def test_unverified_transactional_writes_are_refused(tmp_path: Path) -> None:
