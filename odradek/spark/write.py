@@ -259,6 +259,29 @@ class PartitionWritten:
             self.last_offset = max(self.last_offset, offset)
 
 
+class DeliveryTally:
+    """One task's delivery reports: records sent, failed (with the first error) and
+    written per partition (their offsets), for the commit message or the task's error."""
+
+    def __init__(self) -> None:
+        self.sent = 0
+        self.failed = 0
+        self.first_error: tuple[str, int, str] | None = None
+        self.written: dict[tuple[str, int], PartitionWritten] = {}
+
+    def on_delivery(self, error: Any, message: Message) -> None:
+        if error is not None:
+            self.failed += 1
+            if self.first_error is None:
+                self.first_error = (message.topic(), message.partition(), str(error))
+            return
+        where = (message.topic(), message.partition())
+        written = self.written.get(where)
+        if written is None:
+            written = self.written[where] = PartitionWritten()
+        written.add(message.offset())
+
+
 @dataclass
 class OdradekCommitMessage(WriterCommitMessage):
     """A task's report to the driver: who wrote, and how many records went where."""
@@ -334,22 +357,7 @@ class AtLeastOnceDelivery(TaskDelivery):
 
         super().__init__(plan, task)
         self._producer = Producer(dict(plan.config))
-        self._sent = 0
-        self._failed = 0
-        self._first_error: tuple[str, int, str] | None = None
-        self._written: dict[tuple[str, int], PartitionWritten] = {}
-
-    def _on_delivery(self, error: Any, message: Message) -> None:
-        if error is not None:
-            self._failed += 1
-            if self._first_error is None:
-                self._first_error = (message.topic(), message.partition(), str(error))
-            return
-        where = (message.topic(), message.partition())
-        written = self._written.get(where)
-        if written is None:
-            written = self._written[where] = PartitionWritten()
-        written.add(message.offset())
+        self._tally = DeliveryTally()
 
     def send(
         self,
@@ -360,9 +368,9 @@ class AtLeastOnceDelivery(TaskDelivery):
         headers: list[tuple[str, bytes | None]] | None,
     ) -> None:
         self._producer.produce(
-            topic, value, key, partition, on_delivery=self._on_delivery, headers=headers
+            topic, value, key, partition, on_delivery=self._tally.on_delivery, headers=headers
         )
-        self._sent += 1
+        self._tally.sent += 1
 
     def after_batch(self) -> None:
         """Serve delivery reports so far (keeps the report queue short on big tasks)."""
@@ -371,19 +379,19 @@ class AtLeastOnceDelivery(TaskDelivery):
     def finish(self) -> OdradekCommitMessage:
         left = self._producer.flush()
         self._producer.close(ABANDON_TIMEOUT_S)
-        if left or self._failed:
+        if left or self._tally.failed:
             reason = (
-                "first error on {}-{}: {}".format(*self._first_error)
-                if self._first_error
+                "first error on {}-{}: {}".format(*self._tally.first_error)
+                if self._tally.first_error
                 else "no acknowledgement within delivery.timeout.ms"
             )
             raise WriteError(
-                f"odradek sink: {self._failed + left} of {self._sent} records of task "
+                f"odradek sink: {self._tally.failed + left} of {self._tally.sent} records of task "
                 f"{self.task.partition_id} (attempt {self.task.attempt}) were not delivered; "
                 f"{reason}"
             )
-        assert sum(w.records for w in self._written.values()) == self._sent
-        return OdradekCommitMessage(self.task, self._sent, self._written)
+        assert sum(w.records for w in self._tally.written.values()) == self._tally.sent
+        return OdradekCommitMessage(self.task, self._tally.sent, self._tally.written)
 
     def abandon(self) -> None:
         self._producer.close(ABANDON_TIMEOUT_S)

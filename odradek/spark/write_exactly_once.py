@@ -77,8 +77,8 @@ from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from odradek.spark.write import (
     ABANDON_TIMEOUT_S,
+    DeliveryTally,
     OdradekCommitMessage,
-    PartitionWritten,
     TaskDelivery,
     TaskIdentity,
     WriteError,
@@ -89,7 +89,6 @@ if TYPE_CHECKING:
     from pyspark.sql.datasource import WriterCommitMessage
 
     from odradek.client import Producer
-    from odradek.client.types import Message
 
 logger = logging.getLogger(__name__)
 
@@ -218,10 +217,7 @@ class ExactlyOnceDelivery(TaskDelivery):
         self.marker_topic = marker_topic
         self.txn_id = transactional_id(task.query_id, task.partition_id)
         self.batch_id = task.batch_id
-        self._sent = 0
-        self._failed = 0
-        self._first_error: tuple[str, int, str] | None = None
-        self._written: dict[tuple[str, int], PartitionWritten] = {}
+        self._tally = DeliveryTally()
         self._in_transaction = False
         self._producer: Producer | None = None
         config = dict(plan.config)
@@ -264,18 +260,6 @@ class ExactlyOnceDelivery(TaskDelivery):
     def wants_records(self) -> bool:
         return not self.replayed
 
-    def _on_delivery(self, error: Any, message: Message) -> None:
-        if error is not None:
-            self._failed += 1
-            if self._first_error is None:
-                self._first_error = (message.topic(), message.partition(), str(error))
-            return
-        where = (message.topic(), message.partition())
-        written = self._written.get(where)
-        if written is None:
-            written = self._written[where] = PartitionWritten()
-        written.add(message.offset())
-
     def send(
         self,
         topic: str,
@@ -292,9 +276,9 @@ class ExactlyOnceDelivery(TaskDelivery):
             producer.begin_transaction()
             self._in_transaction = True
         producer.produce(
-            topic, value, key, partition, on_delivery=self._on_delivery, headers=headers
+            topic, value, key, partition, on_delivery=self._tally.on_delivery, headers=headers
         )
-        self._sent += 1
+        self._tally.sent += 1
 
     def after_batch(self) -> None:
         if self._producer is not None and self._in_transaction:
@@ -303,7 +287,7 @@ class ExactlyOnceDelivery(TaskDelivery):
                 flag = _test_pause_wanted("open", self.batch_id)
                 if flag is not None:
                     left = self._producer.flush(self._timeout_s)
-                    detail = {"point": "open", "batch": self.batch_id, "records": self._sent}
+                    detail = {"point": "open", "batch": self.batch_id, "records": self._tally.sent}
                     _test_pause(flag, {**detail, "unflushed": left})
 
     def finish(self) -> OdradekCommitMessage:
@@ -323,20 +307,20 @@ class ExactlyOnceDelivery(TaskDelivery):
         except KafkaException as error:
             raise WriteError(
                 f"odradek sink: {self._where()}: transaction not committed "
-                f"({self._sent} records): {self._delivery_detail() or _describe(error)}"
+                f"({self._tally.sent} records): {self._delivery_detail() or _describe(error)}"
             ) from error
         self._in_transaction = False
         self._close()
-        if self._failed:  # cannot happen after a successful commit; be loud if it does
+        if self._tally.failed:  # cannot happen after a successful commit; be loud if it does
             raise WriteError(f"odradek sink: {self._where()}: {self._delivery_detail()}")
-        assert sum(w.records for w in self._written.values()) == self._sent
-        return OdradekCommitMessage(self.task, self._sent, self._written)
+        assert sum(w.records for w in self._tally.written.values()) == self._tally.sent
+        return OdradekCommitMessage(self.task, self._tally.sent, self._tally.written)
 
     def _delivery_detail(self) -> str:
-        if not self._first_error:
+        if not self._tally.first_error:
             return ""
         return "{} of {} records failed; first error on {}-{}: {}".format(
-            self._failed, self._sent, *self._first_error
+            self._tally.failed, self._tally.sent, *self._tally.first_error
         )
 
     def _close(self) -> None:
