@@ -17,6 +17,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from odradek.protocol.bounds import LengthError, read_uvarint
+
 _I16 = struct.Struct(">h")
 _I32 = struct.Struct(">i")
 _I64 = struct.Struct(">q")
@@ -52,18 +54,13 @@ class _Reader:
         return int(value)
 
     def uvarint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            if self.position >= len(self.data):
-                raise ResponseFormatError("a varint runs past the response")
-            byte = self.data[self.position]
-            self.position += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise ResponseFormatError("a varint is longer than 5 bytes")
+        try:
+            value, self.position = read_uvarint(
+                self.data, self.position, len(self.data), "the response"
+            )
+        except LengthError as error:
+            raise ResponseFormatError(str(error)) from None
+        return value
 
     def count(self) -> int:
         """A compact array's length (null read as empty)."""

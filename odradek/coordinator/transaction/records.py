@@ -34,6 +34,8 @@ import struct
 from dataclasses import dataclass
 from typing import Final
 
+from odradek.protocol.bounds import LengthError, read_uvarint, uvarint_bytes
+
 KEY_VERSION: Final = 0
 VALUE_VERSION: Final = 1  # the flexible version current Kafka writes
 WRITTEN_STATUSES: Final = frozenset(range(6))  # Empty .. CompleteAbort
@@ -76,19 +78,9 @@ def _string(text: str) -> bytes:
     return _I16.pack(len(data)) + data
 
 
-def _uvarint(value: int) -> bytes:
-    assert value >= 0
-    out = bytearray()
-    while value >= 0x80:
-        out.append((value & 0x7F) | 0x80)
-        value >>= 7
-    out.append(value)
-    return bytes(out)
-
-
 def _compact_string(text: str) -> bytes:
     data = text.encode()
-    return _uvarint(len(data) + 1) + data
+    return uvarint_bytes(len(data) + 1) + data
 
 
 def encode_key(transactional_id: str) -> bytes:
@@ -113,13 +105,13 @@ def encode_value(value: TransactionValue, version: int = VALUE_VERSION) -> bytes
                 out += b"".join(_I32.pack(i) for i in ids)
     else:
         if partitions is None:
-            out += _uvarint(0)
+            out += uvarint_bytes(0)
         else:
-            out += _uvarint(len(partitions) + 1)
+            out += uvarint_bytes(len(partitions) + 1)
             for topic, ids in partitions:
-                out += _compact_string(topic) + _uvarint(len(ids) + 1)
+                out += _compact_string(topic) + uvarint_bytes(len(ids) + 1)
                 out += b"".join(_I32.pack(i) for i in ids)
-                out += _uvarint(0)  # the entry's (empty) tag section
+                out += uvarint_bytes(0)  # the entry's (empty) tag section
     out += _I64.pack(value.last_update_ms) + _I64.pack(value.start_ms)
     if version == 1:
         tags: list[tuple[int, bytes]] = []
@@ -131,9 +123,9 @@ def encode_value(value: TransactionValue, version: int = VALUE_VERSION) -> bytes
             tags.append(
                 (TAG_CLIENT_TRANSACTION_VERSION, _I16.pack(value.client_transaction_version))
             )
-        out += _uvarint(len(tags))
+        out += uvarint_bytes(len(tags))
         for tag, data in tags:
-            out += _uvarint(tag) + _uvarint(len(data)) + data
+            out += uvarint_bytes(tag) + uvarint_bytes(len(data)) + data
     return bytes(out)
 
 
@@ -163,18 +155,13 @@ class _Reader:
         return self._take(_I64)
 
     def uvarint(self) -> int:
-        value, shift = 0, 0
-        while True:
-            if self.position >= len(self.data):
-                raise RecordFormatError("varint runs past the record")
-            byte = self.data[self.position]
-            self.position += 1
-            value |= (byte & 0x7F) << shift
-            if not byte & 0x80:
-                return value
-            shift += 7
-            if shift > 28:
-                raise RecordFormatError("varint longer than 5 bytes")
+        try:
+            value, self.position = read_uvarint(
+                self.data, self.position, len(self.data), "the record"
+            )
+        except LengthError as error:
+            raise RecordFormatError(str(error)) from None
+        return value
 
     def raw(self, length: int) -> bytes:
         if length < 0 or self.position + length > len(self.data):
