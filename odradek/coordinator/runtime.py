@@ -213,8 +213,11 @@ class CoordinatorRuntime(Generic[S]):
         writer: PartitionWriter,
         new_shard: Callable[[int], S],
         clock: Callable[[], int],
+        *,
+        compression: int = 0,
     ) -> None:
         self.topic = topic
+        self.compression = compression  # the codec of its record batches
         self.writer = writer
         self.new_shard = new_shard
         self.clock = clock
@@ -455,10 +458,14 @@ class CoordinatorRuntime(Generic[S]):
         now = self.clock()
         entries = [Record(i, now, k, v) for i, (k, v) in enumerate(records)]
         if producer is None:
-            batch = encode_batch(entries)
+            batch = encode_batch(entries, compression=self.compression)
         else:  # a transactional batch of the coordinator's origin: no sequence
             batch = encode_batch(
-                entries, producer_id=producer[0], producer_epoch=producer[1], is_transactional=True
+                entries,
+                compression=self.compression,
+                producer_id=producer[0],
+                producer_epoch=producer[1],
+                is_transactional=True,
             )
         try:
             await self.writer.append((self.topic, context.partition), batch)

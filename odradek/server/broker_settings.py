@@ -43,6 +43,7 @@ def coordinator_settings(config: BrokerConfig) -> CoordinatorSettings:
         partitions=config["offsets.topic.num.partitions"],
         replication_factor=internal_replication_factor(config, "offsets.topic.replication.factor"),
         segment_bytes=config["offsets.topic.segment.bytes"],
+        compression=config["offsets.topic.compression.codec"],
         metadata_max_bytes=config["offset.metadata.max.bytes"],
         retention_ms=config["offsets.retention.minutes"] * 60_000,
         retention_check_interval_ms=config["offsets.retention.check.interval.ms"],

@@ -70,6 +70,19 @@ def _text(key: str, raw: str) -> str:
     return raw.strip()
 
 
+def _float(low: float, high: float) -> Callable[[str, str], float]:
+    def parse(key: str, raw: str) -> float:
+        try:
+            value = float(raw.strip())
+        except ValueError:
+            raise ConfigError(key, f"expected a number, got {raw!r}") from None
+        if not low <= value <= high or value != value:
+            raise ConfigError(key, f"{value} is outside [{low}, {high}]")
+        return value
+
+    return parse
+
+
 def _replica_selector(key: str, raw: str) -> str | None:
     """replica.selector.class (KIP-392): Kafka's LeaderSelector or
     RackAwareReplicaSelector, by full or short class name; empty: none."""
@@ -421,6 +434,26 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     _topic("log.index.size.max.bytes", "segment.index.bytes", "10485760", _int(4, INT_MAX)),
     _topic("log.segment.delete.delay.ms", "file.delete.delay.ms", "60000", _int(0, LONG_MAX)),
     _topic("log.cleanup.policy", "cleanup.policy", "delete", _text),
+    _topic("log.cleaner.delete.retention.ms", "delete.retention.ms", "86400000", _int(0, LONG_MAX)),
+    _topic("log.cleaner.min.cleanable.ratio", "min.cleanable.dirty.ratio", "0.5", _float(0, 1)),
+    _topic("log.cleaner.min.compaction.lag.ms", "min.compaction.lag.ms", "0", _int(0, LONG_MAX)),
+    _topic(
+        "log.cleaner.max.compaction.lag.ms",
+        "max.compaction.lag.ms",
+        str(LONG_MAX),
+        _int(1, LONG_MAX),
+    ),
+    # The log cleaner (storage/cleaner/): compaction of cleanup.policy=compact topics.
+    BrokerConfigDef("log.cleaner.enable", _bool, "true"),
+    BrokerConfigDef("log.cleaner.threads", _int(0, 64), "1"),
+    BrokerConfigDef("log.cleaner.dedupe.buffer.size", _int(1024 * 1024, LONG_MAX), "134217728"),
+    BrokerConfigDef("log.cleaner.io.buffer.load.factor", _float(0.01, 1.0), "0.9"),
+    BrokerConfigDef("log.cleaner.io.buffer.size", _int(0, INT_MAX), "524288"),
+    BrokerConfigDef(
+        "log.cleaner.io.max.bytes.per.second", _float(1.0, float("inf")), "1.7976931348623157E308"
+    ),
+    BrokerConfigDef("log.cleaner.backoff.ms", _int(0, LONG_MAX), "15000"),
+    BrokerConfigDef("offsets.topic.compression.codec", _int(0, 4), "0"),
     _topic("log.message.timestamp.type", "message.timestamp.type", "CreateTime", _text),
     _topic(
         "log.message.timestamp.before.max.ms",

@@ -1,15 +1,18 @@
-"""Log: one partition's ordered segments, offsets, epochs and producer state.
+"""Log: one partition's log as the layers above see it (Kafka's UnifiedLog).
 
-How this works and why: a partition's log is a list of LogSegments sorted by base
-offset; only the last (active) one takes appends. The log owns the offsets that the
-layers above reason with — log start offset <= high watermark <= log end offset —
-plus the recovery point (everything below it has been fsynced). An append as leader
-validates each batch's header and CRC, checks idempotent producers' sequences,
-assigns offsets by rewriting the 16-byte prefix of each batch (base offset, length,
-leader epoch, all outside the CRC), and writes prefix + original bytes with one
-``pwritev``. Records are decoded only when the topic demands it (a compression type
-other than ``producer``). Transactions (open ones, markers, the last stable offset,
-aborted lists from the ``.txnindex`` files) are kept by transactions.py.
+How this works and why: the Log owns what a partition's offsets mean — the log start
+offset <= high watermark <= log end offset, the last stable offset, leader epochs and
+producer state — and keeps its bytes in a LocalLog (local_log.py: the segments on this
+broker's disk, rolling, reads, truncation, the atomic segment swap, flushing). The
+local log may start above the log start offset: that gap is what tiered storage keeps
+remotely (``local_log_start_offset``).
+
+An append as leader validates each batch's header and CRC, checks idempotent
+producers' sequences, assigns offsets by rewriting the 16-byte prefix of each batch
+(base offset, length, leader epoch, all outside the CRC), and writes prefix + original
+bytes with one ``pwritev``. Records are decoded only when the topic demands it (a
+compression type other than ``producer``). Transactions (open ones, markers, the last
+stable offset, aborted lists from the ``.txnindex`` files) are kept by transactions.py.
 
 Directory ``<topic>-<partition>/``: segments (segment.py), ``<offset>.snapshot``
 (producer_state.py), ``leader-epoch-checkpoint`` (epoch_cache.py),
@@ -29,9 +32,7 @@ drains and syncs them.
 
 from __future__ import annotations
 
-import bisect
 import logging
-import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from odradek.records.batch import (
 )
 from odradek.records.errors import CorruptRecordError
 from odradek.records.file_range import FileRange
+from odradek.storage import retention
 from odradek.storage.deferred_files import DeferredFiles
 from odradek.storage.epoch_cache import UNDEFINED_EPOCH, UNDEFINED_EPOCH_OFFSET, LeaderEpochCache
 from odradek.storage.errors import (
@@ -57,8 +59,15 @@ from odradek.storage.errors import (
     OffsetOutOfRangeError,
     UnexpectedAppendOffsetError,
 )
+from odradek.storage.local_log import LocalLog
 from odradek.storage.log_config import LogConfig
-from odradek.storage.log_validator import recompress, target_codec, validate_client_batches
+from odradek.storage.log_validator import (
+    CheckedRecords,
+    check_keys,
+    recompress,
+    target_codec,
+    validate_client_batches,
+)
 from odradek.storage.producer_state import ProducerEntry, ProducerStateManager
 from odradek.storage.segment import BatchMeta, LogSegment
 from odradek.storage.transactions import (
@@ -74,7 +83,6 @@ from odradek.storage.txn_index import AbortedTxn, TransactionIndex
 logger = logging.getLogger(__name__)
 
 EPOCH_CHECKPOINT_FILE: Final = "leader-epoch-checkpoint"
-RELATIVE_OFFSET_MAX: Final = 0x7FFFFFFF  # index entries store offset - base as int32
 
 
 def wall_clock_ms() -> int:
@@ -123,26 +131,21 @@ class Log:
         producer_state: ProducerStateManager,
         clock: Callable[[], int] = wall_clock_ms,
     ) -> None:
-        assert segments, "a log always has an active segment"
+        self.local = LocalLog(
+            directory, config, segments, recovery_point=recovery_point, clock=clock
+        )
         self.directory = directory
         self.config = config
         self._target_codec = target_codec(config)  # None: keep the producer's codec
         self._log_append_time = config.uses_log_append_time
         self.clock = clock
-        self._segments = segments
-        self._bases = [s.base_offset for s in segments]
-        self.log_start_offset = max(log_start_offset, segments[0].base_offset)
-        self.recovery_point = min(recovery_point, self.log_end_offset)
+        self.log_start_offset = max(log_start_offset, self.local.start_offset)
         self._high_watermark = self.log_start_offset
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
         self.transactions = TransactionTracker()
         # The queue of small-file writes the epoch cache and producer state share.
         self.files: DeferredFiles = producer_state.files
-        self.unflushed_messages = 0
-        self.last_flush_ms = clock()
-        self.pending_deletions: list[tuple[int, LogSegment]] = []
-        self.closed = False
 
     # -- identity and offsets --------------------------------------------------------
     @property
@@ -151,19 +154,49 @@ class Log:
 
     @property
     def segments(self) -> list[LogSegment]:
-        return list(self._segments)
+        return self.local.segments
 
     @property
     def active_segment(self) -> LogSegment:
-        return self._segments[-1]
+        return self.local.active_segment
 
     @property
     def log_end_offset(self) -> int:
-        return self._segments[-1].next_offset
+        return self.local.log_end_offset
+
+    @property
+    def local_log_start_offset(self) -> int:
+        """The first offset on this broker's disk (>= log start offset; below it,
+        remote storage when the topic is tiered)."""
+        return max(self.log_start_offset, self.local.start_offset)
 
     @property
     def size(self) -> int:
-        return sum(s.size for s in self._segments)
+        return self.local.size
+
+    @property
+    def recovery_point(self) -> int:
+        return self.local.recovery_point
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.local.unflushed_messages
+
+    @property
+    def last_flush_ms(self) -> int:
+        return self.local.last_flush_ms
+
+    @property
+    def pending_deletions(self) -> list[tuple[int, LogSegment]]:
+        return self.local.pending_deletions
+
+    @property
+    def closed(self) -> bool:
+        return self.local.closed
+
+    @closed.setter
+    def closed(self, value: bool) -> None:
+        self.local.closed = value
 
     @property
     def high_watermark(self) -> int:
@@ -176,8 +209,7 @@ class Log:
         self.transactions.on_high_watermark(self._high_watermark)
 
     def segment_for(self, offset: int) -> LogSegment | None:
-        index = bisect.bisect_right(self._bases, offset) - 1
-        return self._segments[index] if index >= 0 else None
+        return self.local.segment_for(offset)
 
     # -- appends ---------------------------------------------------------------------
     def append_as_leader(
@@ -205,6 +237,8 @@ class Log:
             name=self.name,
             coordinator=coordinator,
         )
+        if self.config.is_compacted and not coordinator and not isinstance(records, CheckedRecords):
+            check_keys(view, headers, self.config, name=self.name)
         if len(headers) == 1:  # what every produce request v3+ carries
             idempotent = headers[0].producer_id >= 0
         else:
@@ -245,7 +279,7 @@ class Log:
             if header.max_timestamp > max_timestamp:
                 max_timestamp = header.max_timestamp
             record_count += header.record_count
-        self._append(headers, metas, buffers, len(view), now_ms, max_timestamp, record_count)
+        self._append(metas, buffers, len(view), now_ms, max_timestamp, record_count)
         self._assign_leader_epoch(leader_epoch, first_offset)
         if idempotent:
             self.transactions.apply(self.producer_state, headers, next_offset)
@@ -308,7 +342,7 @@ class Log:
         )
         header = batch_format.check_batch(data)
         meta = BatchMeta(offset, offset, now_ms, len(data))
-        self._append([header], [meta], [data], len(data), now_ms, now_ms, 1)
+        self._append([meta], [data], len(data), now_ms, now_ms, 1)
         self._assign_leader_epoch(leader_epoch, offset)
         state, index_for = self.producer_state, self._active_txn_index
         self.transactions.apply(state, [header], offset + 1, lambda _: marker, index_for)
@@ -333,7 +367,7 @@ class Log:
         metas = [BatchMeta(h.base_offset, h.last_offset, h.max_timestamp, h.size) for h in headers]
         max_timestamp = max(h.max_timestamp for h in headers)
         record_count = sum(h.record_count for h in headers)
-        self._append(headers, metas, [view], len(view), self.clock(), max_timestamp, record_count)
+        self._append(metas, [view], len(view), self.clock(), max_timestamp, record_count)
         for header in headers:
             if header.partition_leader_epoch >= 0:
                 self.epoch_cache.assign(header.partition_leader_epoch, header.base_offset)
@@ -351,7 +385,6 @@ class Log:
 
     def _append(
         self,
-        headers: list[BatchHeader],
         metas: list[BatchMeta],
         buffers: list[bytes | memoryview],
         size: int,
@@ -360,64 +393,21 @@ class Log:
         record_count: int,
     ) -> None:
         """Write batches whose offsets are final; the caller updates epochs and producers."""
-        assert not self.closed
-        segment = self._maybe_roll(
-            size, metas[0].base_offset, metas[-1].last_offset, max_timestamp, now_ms
-        )
-        segment.append(metas, buffers, size)
-        self.unflushed_messages += record_count
-        if self.unflushed_messages >= self.config.flush_messages:
+        first, last = metas[0].base_offset, metas[-1].last_offset
+        if self.local.needs_roll(size, first, last, max_timestamp, now_ms):
+            self.roll(first)
+        self.local.append(metas, buffers, size, record_count, self.local.active_segment)
+        if self.local.unflushed_messages >= self.config.flush_messages:
             self.flush()
 
-    # -- rolling ---------------------------------------------------------------------
-    def _maybe_roll(
-        self, size: int, first_offset: int, last_offset: int, max_timestamp: int, now_ms: int
-    ) -> LogSegment:
-        segment = self._segments[-1]
-        config = self.config
-        if segment.size == 0:
-            if segment.base_offset != first_offset:
-                return self.roll(first_offset)  # a follower append that starts past a gap
-            return segment
-        # segment.ms is measured in record time when the segment has timestamps (as in
-        # Kafka: incoming max timestamp minus the first batch's), else in wall time.
-        started = segment.first_batch_timestamp
-        if started is not None and started >= 0:
-            age_ms = max_timestamp - started
-        else:
-            age_ms = now_ms - segment.created_ms
-        if (
-            segment.size + size > config.segment_bytes
-            or age_ms > config.segment_ms - config.segment_jitter_ms
-            or segment.indexes_full
-            or last_offset - segment.base_offset > RELATIVE_OFFSET_MAX
-        ):
-            return self.roll(first_offset)
-        return segment
-
     def roll(self, new_base_offset: int | None = None) -> LogSegment:
-        """Start a new active segment at ``new_base_offset`` (default: the log end)."""
+        """Start a new active segment at ``new_base_offset`` (default: the log end);
+        a producer snapshot marks where the old one ended."""
         base = self.log_end_offset if new_base_offset is None else new_base_offset
-        assert base >= self.log_end_offset
-        old = self._segments[-1]
-        if old.size == 0:
-            # An empty active segment is replaced rather than kept behind the new one.
-            self._segments.pop()
-            self._bases.pop()
-            old.delete_files()
-        else:
-            old.on_become_inactive()
-        self.producer_state.map_end_offset = self.log_end_offset if self._segments else base
-        segment = LogSegment(
-            self.directory,
-            base,
-            index_interval_bytes=self.config.index_interval_bytes,
-            max_index_bytes=self.config.segment_index_bytes,
-            created_ms=self.clock(),
-        )
-        self._segments.append(segment)
-        self._bases.append(base)
-        if old.size:
+        segment, had_data = self.local.roll(base)
+        segments = self.local.segments
+        self.producer_state.map_end_offset = segments[-2].next_offset if len(segments) > 1 else base
+        if had_data:
             # Queued after the new files exist: creating them while the worker fsyncs
             # the directory waited for that journal commit (roll p90 1.3 -> 7 ms).
             self.producer_state.take_snapshot()
@@ -447,59 +437,31 @@ class Log:
         result = ReadInfo([], None, self.log_start_offset, end, self._high_watermark)
         if offset >= limit:
             return result
-        index = max(bisect.bisect_right(self._bases, offset) - 1, 0)
-        for segment in self._segments[index:]:
-            if segment.base_offset >= limit:
-                break
-            found = segment.read_with_first(offset, max_bytes, limit, min_one_batch)
-            if found is not None:
-                file_range, first = found
-                if file_range.length:
-                    result.ranges.append(file_range)
-                    result.first_batch_offset = first.base_offset
-                return result
+        found = self.local.read(offset, max_bytes, limit, min_one_batch)
+        if found is not None:
+            file_range, first = found
+            if file_range.length:
+                result.ranges.append(file_range)
+                result.first_batch_offset = first.base_offset
         return result
 
     def iter_headers(
         self, start_offset: int, end_offset: int | None = None
     ) -> Iterator[BatchHeader]:
         """Headers of batches ending at/after ``start_offset``, starting below ``end_offset``."""
-        index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
-        for segment in self._segments[index:]:
-            if end_offset is not None and segment.base_offset >= end_offset:
-                return
-            first = segment.translate_offset(start_offset)
-            if first is None:
-                continue
-            for header in segment.iter_headers(first.position):
-                if end_offset is not None and header.base_offset >= end_offset:
-                    return
-                yield header
+        return self.local.iter_headers(start_offset, end_offset)
 
     def read_batches(self, start_offset: int, end_offset: int | None = None) -> Iterator[bytes]:
         """Raw bytes of each batch (tools, compaction, tests): not for the fetch path."""
-        for header in self.iter_headers(start_offset, end_offset):
-            segment = self.segment_for(header.base_offset)
-            assert segment is not None
-            yield os.pread(segment.fd, header.size, header.position)
+        return self.local.read_batches(start_offset, end_offset)
 
     def offset_for_timestamp(self, timestamp: int) -> tuple[int, int] | None:
         """(offset, timestamp) of the first record with timestamp >= ``timestamp``."""
-        for segment in self._segments:
-            if segment.max_timestamp < timestamp or segment.next_offset <= self.log_start_offset:
-                continue
-            found = segment.find_offset_by_timestamp(timestamp, self.log_start_offset)
-            if found is not None:
-                return found
-        return None
+        return self.local.offset_for_timestamp(timestamp, self.log_start_offset)
 
     def max_timestamp_and_offset(self) -> tuple[int, int]:
         """(max timestamp, offset of the batch holding it): ListOffsets MAX_TIMESTAMP."""
-        best = (NO_TIMESTAMP, -1)
-        for segment in self._segments:
-            if segment.size and segment.max_timestamp > best[0]:
-                best = (segment.max_timestamp, segment.offset_of_max_timestamp)
-        return best
+        return self.local.max_timestamp_and_offset()
 
     # -- transactions (transactions.py) ---------------------------------------------
     @property
@@ -517,11 +479,11 @@ class Log:
         self, start_offset: int, upper_bound_offset: int
     ) -> list[AbortedTxn]:
         """Aborted transactions overlapping [start, upper bound) (read_committed fetch)."""
-        index = max(bisect.bisect_right(self._bases, start_offset) - 1, 0)
-        return collect_aborted(self._segments[index:], start_offset, upper_bound_offset)
+        segments = self.local.segments_from(start_offset)
+        return collect_aborted(segments, start_offset, upper_bound_offset)
 
     def _active_txn_index(self, offset: int) -> TransactionIndex:
-        return self._segments[-1].txn_index  # where every append lands
+        return self.local.active_segment.txn_index  # where every append lands
 
     # -- epochs ----------------------------------------------------------------------
     def end_offset_for_epoch(self, epoch: int) -> tuple[int, int]:
@@ -549,35 +511,19 @@ class Log:
             # same epoch again and truncates to the same offset for ever.
             self.epoch_cache.truncate_from_end(self.log_end_offset)
             return False
-        if offset <= self._segments[0].base_offset:
+        if offset <= self.local.start_offset:
             self.truncate_fully_and_start_at(offset)
             return True
-        while self._segments[-1].base_offset >= offset:
-            segment = self._segments.pop()
-            self._bases.pop()
-            segment.delete_files()
-        self._segments[-1].truncate_to(offset)
+        self.local.truncate_to(offset)
         self._after_truncation()
         return True
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop all data; the log restarts empty at ``offset``."""
-        for segment in self._segments:
-            segment.delete_files()
-        self._segments, self._bases = [], []
+        self.local.truncate_fully_and_start_at(offset)
         self.epoch_cache.clear()
         self.producer_state.delete_snapshots(above=-1)
         self.producer_state.reset(offset)
-        self._segments.append(
-            LogSegment(
-                self.directory,
-                offset,
-                index_interval_bytes=self.config.index_interval_bytes,
-                max_index_bytes=self.config.segment_index_bytes,
-                created_ms=self.clock(),
-            )
-        )
-        self._bases.append(offset)
         self.log_start_offset = offset
         self._after_truncation()
 
@@ -585,7 +531,6 @@ class Log:
         end = self.log_end_offset
         self.epoch_cache.truncate_from_end(end)
         self.log_start_offset = min(self.log_start_offset, end)  # start <= HW <= end
-        self.recovery_point = min(self.recovery_point, end)
         self._high_watermark = min(self._high_watermark, end)
         self.rebuild_producer_state()
 
@@ -595,9 +540,9 @@ class Log:
         state = self.producer_state
         state.delete_snapshots(above=end)
         state.load_latest_snapshot(end)
-        start = max(state.map_end_offset, self.log_start_offset)
-        if state.map_end_offset < self.log_start_offset:
-            state.reset(self.log_start_offset)
+        start = max(state.map_end_offset, self.local_log_start_offset)
+        if state.map_end_offset < self.local_log_start_offset:
+            state.reset(self.local_log_start_offset)
         self.transactions.reset(state.producers.values(), start)
         self.transactions.apply(state, self.iter_headers(start), end, disk_marker_of(self))
         self.transactions.on_high_watermark(self._high_watermark)
@@ -614,67 +559,29 @@ class Log:
             return False
         self.log_start_offset = offset
         self.epoch_cache.truncate_from_start(offset)
-        self._delete_segments(lambda segment, next_base: next_base <= self.log_start_offset)
+        self.delete_segments(lambda segment, next_base: next_base <= self.log_start_offset)
         return True
 
     def delete_old_segments(self) -> int:
-        """Apply retention.ms, retention.bytes and the log start offset; returns segments removed.
+        """Apply the log start offset, retention.ms and retention.bytes (retention.py);
+        returns the number of segments removed."""
+        return retention.delete_old_segments(self)
 
-        Only whole, inactive segments below the high watermark are deleted.
-        """
-        deleted = self._delete_segments(
-            lambda segment, next_base: next_base <= self.log_start_offset
-        )
-        if not self.config.is_deleting:
-            return deleted
-        now_ms = self.clock()
-        retention_ms = self.config.retention_ms
-        if retention_ms >= 0:
-            deleted += self._delete_segments(
-                lambda segment, next_base: now_ms - _segment_timestamp(segment) > retention_ms
-            )
-        retention_bytes = self.config.retention_bytes
-        if retention_bytes >= 0:
-            excess = self.size - retention_bytes
-
-            def over_size(segment: LogSegment, next_base: int) -> bool:
-                nonlocal excess
-                if excess - segment.size < 0:
-                    return False
-                excess -= segment.size
-                return True
-
-            deleted += self._delete_segments(over_size)
-        return deleted
-
-    def _delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
-        count = 0
-        while len(self._segments) > 1:
-            segment, next_base = self._segments[0], self._bases[1]
-            if next_base > self._high_watermark or not predicate(segment, next_base):
-                break
-            self._segments.pop(0)
-            self._bases.pop(0)
-            segment.rename_to_deleted()
-            self.pending_deletions.append(
-                (self.clock() + self.config.file_delete_delay_ms, segment)
-            )
-            count += 1
-        if count:
-            first = self._segments[0].base_offset
+    def delete_segments(self, predicate: Callable[[LogSegment, int], bool]) -> int:
+        removed = self.local.delete_segments_from_start(predicate, self._high_watermark)
+        if removed:
+            first = self.local.start_offset
             self.log_start_offset = max(self.log_start_offset, first)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self.producer_state.delete_snapshots(below=first)
-            self.recovery_point = max(self.recovery_point, first)
-            logger.info("%s: deleted %d segment(s); log start offset %d", self.name, count, first)
-        return count
+            logger.info(
+                "%s: deleted %d segment(s); log start offset %d", self.name, len(removed), first
+            )
+        return len(removed)
 
     def purge_deleted_segments(self, force: bool = False) -> int:
         """Unlink segments whose delete delay has passed (all of them when ``force``)."""
-        due = self.take_due_deletions(force)
-        for segment in due:
-            segment.delete_files()
-        return len(due)
+        return self.local.purge_deleted_segments(force)
 
     def take_due_deletions(self, force: bool = False) -> list[LogSegment]:
         """Segments whose delete delay has passed, handed over for ``delete_files``.
@@ -682,21 +589,12 @@ class Log:
         They are no longer part of the log, so the caller may close and unlink them
         on a worker thread.
         """
-        now_ms = self.clock()
-        due = [s for t, s in self.pending_deletions if force or t <= now_ms]
-        self.pending_deletions = [
-            (t, s) for t, s in self.pending_deletions if not (force or t <= now_ms)
-        ]
-        return due
+        return self.local.take_due_deletions(force)
 
     # -- flushing ------------------------------------------------------------------
     def prepare_flush(self) -> tuple[list[LogSegment], int]:
         """On the loop: write staged index entries; returns segments to fsync and the target."""
-        target = self.log_end_offset
-        segments = [s for s in self._segments if s.next_offset > self.recovery_point or s.size == 0]
-        for segment in segments:
-            segment.write_indexes()
-        return segments, target
+        return self.local.prepare_flush()
 
     @property
     def flush_barrier(self) -> int:
@@ -704,9 +602,7 @@ class Log:
         return self.files.last_seq
 
     def mark_flushed(self, target: int) -> None:
-        self.recovery_point = max(self.recovery_point, min(target, self.log_end_offset))
-        self.unflushed_messages = 0
-        self.last_flush_ms = self.clock()
+        self.local.mark_flushed(target)
 
     def flush(self) -> None:
         """fsync everything up to the log end, synchronously."""
@@ -719,14 +615,12 @@ class Log:
 
     @property
     def flush_due(self) -> bool:
-        return (
-            self.recovery_point < self.log_end_offset
-            and self.clock() - self.last_flush_ms >= self.config.flush_ms
-        )
+        return self.local.flush_due
 
     # -- lifecycle -------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
         self.config = config
+        self.local.config = config
         self._target_codec = target_codec(config)
         self._log_append_time = config.uses_log_append_time
 
@@ -734,39 +628,25 @@ class Log:
         """Write indexes, a producer snapshot at the log end, and close every file."""
         if self.closed:
             return
-        for segment in self._segments:
-            segment.write_indexes()
+        self.local.write_indexes()
         self.producer_state.map_end_offset = self.log_end_offset
         self.producer_state.take_snapshot()
         self.files.drain()  # nothing may land in the directory after close
         try:
             self.files.sync_unsynced()  # a failure (full disk) still closes the files
         finally:
-            self.purge_deleted_segments(force=True)
-            for segment in self._segments:
-                segment.close()
-            self.closed = True
+            self.local.close()
 
     def delete_files(self) -> None:
         """Close and remove every file of this log (the directory itself stays)."""
         self.files.drain()
-        self.purge_deleted_segments(force=True)
-        for segment in self._segments:
-            segment.delete_files()
-        self.closed = True
+        self.local.delete_files()
 
     def __repr__(self) -> str:
         return (
             f"Log({self.name}, start={self.log_start_offset}, hw={self._high_watermark}, "
-            f"end={self.log_end_offset}, segments={len(self._segments)})"
+            f"end={self.log_end_offset}, segments={len(self.local.segments)})"
         )
-
-
-def _segment_timestamp(segment: LogSegment) -> int:
-    """A segment's age reference for retention.ms: its largest timestamp, else its mtime."""
-    if segment.max_timestamp != NO_TIMESTAMP:
-        return segment.max_timestamp
-    return int(os.fstat(segment.fd).st_mtime * 1000) if segment.fd >= 0 else 0
 
 
 __all__ = [

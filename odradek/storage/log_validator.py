@@ -15,6 +15,12 @@ and refuses a result over ``max.message.bytes`` with MESSAGE_TOO_LARGE, as Kafka
 UnifiedLog does after recompression (RecordTooLargeException). Record bytes are not
 re-encoded: a v2 record's encoding does not depend on the codec around it.
 
+A compacted topic (``cleanup.policy`` with ``compact``) refuses records without a key
+with INVALID_RECORD, as Kafka does: the cleaner could never tell which value is the
+latest. That check has to open the records (decompressing compressed batches, bounded
+the same way), so for compacted topics ``conversion`` sends the whole append to a
+worker thread and marks what it returns as CheckedRecords, which the Log then trusts.
+
 Pure functions of (bytes, config, clock reading), safe on any thread: the produce
 handler runs ``convert_for_append`` on a worker thread when a batch needs
 recompression, and the Log calls the header checks on its loop.
@@ -247,6 +253,8 @@ def conversion(
     to append: ``Log.append_as_leader`` then finds nothing left to convert.
     """
     codec = target_codec(config)
+    if config.is_compacted:
+        return functools.partial(convert_for_append, records, config, codec, now_ms, name=name)
     if codec is None or len(records) <= ATTRIBUTES_POSITION + 1:
         return None
     if records[ATTRIBUTES_POSITION + 1] & COMPRESSION_MASK == codec:  # low byte of the int16
@@ -254,15 +262,73 @@ def conversion(
     return functools.partial(convert_for_append, records, config, codec, now_ms, name=name)
 
 
+class CheckedRecords(bytes):
+    """Batches ``convert_for_append`` validated (keys included) and converted."""
+
+
 def convert_for_append(
-    records: bytes | memoryview, config: LogConfig, codec: int, now_ms: int, *, name: str
+    records: bytes | memoryview, config: LogConfig, codec: int | None, now_ms: int, *, name: str
 ) -> bytes:
-    """Header checks then ``recompress``: the thread-safe half of a converting append."""
+    """Header checks, the key check of compacted topics, then ``recompress``: the
+    thread-safe half of a converting append."""
     view = memoryview(records)
     headers = validate_client_batches(
         view, config, now_ms, check_time=not config.uses_log_append_time, name=name
     )
-    return recompress(view, headers, codec, config)
+    if config.is_compacted:
+        check_keys(view, headers, config, name=name)
+    if codec is None or all(h.compression == codec for h in headers):
+        return CheckedRecords(view)
+    return CheckedRecords(recompress(view, headers, codec, config))
+
+
+def check_keys(
+    view: memoryview, headers: list[BatchHeader], config: LogConfig, *, name: str
+) -> None:
+    """Every record has a key (compacted topics); compressed batches are opened
+    within ``expansion_limit``. InvalidRecordError names the first keyless record."""
+    for header in headers:
+        start, end = header.position + HEADER_SIZE, header.position + header.size
+        section: bytes | memoryview = view[start:end]
+        if header.compression != NO_COMPRESSION:
+            limit = expansion_limit(config, header.compression)
+            if header.record_count * MIN_RECORD_SIZE > limit:
+                raise _too_large(header, config, header.compression, "too many records")
+            try:
+                section = decompress_bounded(header.compression, section, limit)
+            except ExpansionLimitError:
+                raise _too_large(
+                    header, config, header.compression, "expands past the bound"
+                ) from None
+            except CorruptRecordError as exc:
+                raise CorruptRecordError(f"batch at position {header.position}: {exc}") from None
+        index = _first_keyless(section, header.record_count)
+        if index is not None:
+            raise InvalidRecordError(
+                f"{name}: a compacted topic cannot accept a record without a key "
+                f"(record {index} of its batch)"
+            )
+
+
+def _first_keyless(section: bytes | bytearray | memoryview, count: int) -> int | None:
+    """Index of the first record whose key is null, walking ``count`` records."""
+    position = 0
+    try:
+        for index in range(count):
+            length, position = _varint(section, position)
+            record_end = position + length
+            if length < MIN_RECORD_SIZE - 1 or record_end > len(section):
+                raise InvalidRecordError(f"record {index} has bad length {length}")
+            field = position + 1  # after attributes
+            _, field = _varint(section, field)  # timestamp delta
+            _, field = _varint(section, field)  # offset delta
+            key_length, _ = _varint(section, field)
+            if key_length < 0:
+                return index
+            position = record_end
+    except IndexError:
+        raise InvalidRecordError(f"record {index} is truncated") from None
+    return None
 
 
 def check_record_framing(section: bytes | bytearray | memoryview, count: int) -> None:

@@ -80,9 +80,10 @@ class BrokerProcess:
         deadline = time.monotonic() + READY_TIMEOUT_S
         buffer = b""
         fd = self.process.stdout.fileno()
+        poller = select.poll()  # not select(): fine with descriptors above 1024
+        poller.register(fd, select.POLLIN | select.POLLHUP)
         while time.monotonic() < deadline:
-            ready, _, _ = select.select([fd], [], [], 0.2)
-            if ready:
+            if poller.poll(200):
                 chunk = os.read(fd, 4096)
                 if not chunk:
                     break

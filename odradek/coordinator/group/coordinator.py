@@ -75,6 +75,7 @@ class CoordinatorSettings:
     partitions: int = DEFAULT_PARTITIONS
     replication_factor: int = 3
     segment_bytes: int = 104_857_600
+    compression: int = 0  # offsets.topic.compression.codec (records.batch codec ids)
     metadata_max_bytes: int = 4096
     retention_ms: int = 7 * 24 * 3_600_000
     retention_check_interval_ms: int = 600_000
@@ -102,7 +103,11 @@ class GroupCoordinator:
         self.settings = settings
         self.clock = clock
         self.runtime = CoordinatorRuntime(
-            OFFSETS_TOPIC, writer, lambda p: GroupShard(p, settings, clock), clock
+            OFFSETS_TOPIC,
+            writer,
+            lambda p: GroupShard(p, settings, clock),
+            clock,
+            compression=settings.compression,
         )
         self.offsets_topic = InternalTopicCreator(
             metadata,
