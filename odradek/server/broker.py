@@ -122,6 +122,7 @@ from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.server.txn_verify import TxnVerifier
+from odradek.storage.cleaner.manager import CleanerSettings
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
@@ -154,6 +155,14 @@ class Broker:
                 producer_id_expiration_ms=config["producer.id.expiration.ms"],
             ),
             reserved_dirs=frozenset({METADATA_LOG_DIR}),
+            cleaner=CleanerSettings(
+                enable=config["log.cleaner.enable"],
+                threads=config["log.cleaner.threads"],
+                dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
+                io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
+                io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
+                backoff_ms=config["log.cleaner.backoff.ms"],
+            ),
         )
         self.metadata_log: Log | None = None
         self.raft_log: DiskRaftLog | None = None
@@ -285,6 +294,7 @@ class Broker:
         )
         self._topic_defaults_cache: tuple[tuple[tuple[str, str], ...], LogConfig] | None = None
         self._housekeeping: asyncio.Task[None] | None = None
+        self.cleaner_task: asyncio.Task[None] | None = None
         self._isr_expiration: asyncio.Task[None] | None = None
         self._log_dir_moves: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
@@ -336,6 +346,7 @@ class Broker:
                 leader_balance_ticks(self.controller, interval_s)
             )
         self._housekeeping = asyncio.create_task(self.log_manager.run())
+        self.cleaner_task = asyncio.create_task(self.log_manager.cleaner.run())
         self._isr_expiration = asyncio.create_task(self.replica_manager.isr_expiration())
         self._log_dir_moves = asyncio.create_task(self.log_dir_mover.run())
         self._snapshot_timer = asyncio.create_task(snapshot_ticks(self.metadata_writer))

@@ -54,6 +54,8 @@ async def stop_broker(broker: Broker) -> None:
     for dispatcher in broker.dispatchers.values():
         dispatcher.malformed.close()  # the counts the last interval suppressed
         dispatcher.unsupported.close()
+    # A running clean stops at its next batch; its thread ends before logs close.
+    await broker.log_manager.cleaner.stop(broker.cleaner_task)
     for task in broker.background_tasks():
         await cancel_and_wait(task)
     if broker.remote_channel is not None:

@@ -448,7 +448,6 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("log.cleaner.threads", _int(0, 64), "1"),
     BrokerConfigDef("log.cleaner.dedupe.buffer.size", _int(1024 * 1024, LONG_MAX), "134217728"),
     BrokerConfigDef("log.cleaner.io.buffer.load.factor", _float(0.01, 1.0), "0.9"),
-    BrokerConfigDef("log.cleaner.io.buffer.size", _int(0, INT_MAX), "524288"),
     BrokerConfigDef(
         "log.cleaner.io.max.bytes.per.second", _float(1.0, float("inf")), "1.7976931348623157E308"
     ),

@@ -143,6 +143,8 @@ def broker_config_type(definition: BrokerConfigDef) -> int:
     kind = _PARSER_TYPES.get(definition.parse)
     if kind is not None:
         return kind
+    if catalogue.kafka_type(definition.name) == "double":
+        return DOUBLE
     return _int_type(definition.parse, definition.name, broker_config.ConfigError)
 
 

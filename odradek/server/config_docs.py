@@ -10,6 +10,15 @@ from __future__ import annotations
 from typing import Final
 
 BROKER_DOCS: Final[dict[str, str]] = {
+    "log.cleaner.enable": "run the log cleaner, which compacts cleanup.policy=compact topics",
+    "log.cleaner.threads": "logs cleaned at the same time (each on a worker thread)",
+    "log.cleaner.dedupe.buffer.size": "memory for the cleaners' key-to-offset maps, all "
+    "threads together (24 bytes per key)",
+    "log.cleaner.io.buffer.load.factor": "how full a cleaner's key map may get",
+    "log.cleaner.io.max.bytes.per.second": "most bytes per second the cleaners read and write",
+    "log.cleaner.backoff.ms": "how long a cleaner sleeps when no log needs cleaning",
+    "offsets.topic.compression.codec": "codec of __consumer_offsets batches (0 none, 1 gzip, "
+    "2 snappy, 3 lz4, 4 zstd)",
     "node.id": "the id of this node in the cluster",
     "broker.id": "legacy name of node.id; must match it when both are set",
     "process.roles": "broker, controller, or both (combined mode)",

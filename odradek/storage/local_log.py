@@ -58,6 +58,9 @@ class LocalLog:
         self.last_flush_ms = clock()
         self.pending_deletions: list[tuple[int, LogSegment]] = []
         self.closed = False
+        # Bumped by every truncation: work prepared against the segments before one
+        # (a clean) must not be installed after it.
+        self.truncations = 0
 
     # -- identity and offsets --------------------------------------------------------
     @property
@@ -222,6 +225,7 @@ class LocalLog:
         """Remove every batch holding offsets >= ``offset``; ``offset`` must lie above
         the first segment's base (else ``truncate_fully_and_start_at``)."""
         assert offset > self._segments[0].base_offset
+        self.truncations += 1
         while self._segments[-1].base_offset >= offset:
             segment = self._segments.pop()
             self._bases.pop()
@@ -231,6 +235,7 @@ class LocalLog:
 
     def truncate_fully_and_start_at(self, offset: int) -> None:
         """Drop every segment; the log restarts empty at ``offset``."""
+        self.truncations += 1
         for segment in self._segments:
             segment.delete_files()
         self._segments = [self.new_segment(offset)]

@@ -14,7 +14,8 @@ queues them, and a flush waits for them before it moves the recovery point.
 
 Files per log dir (Kafka's names and text formats): ``meta.properties``,
 ``recovery-point-offset-checkpoint``, ``log-start-offset-checkpoint``,
-``replication-offset-checkpoint`` (high watermarks), ``.kafka_cleanshutdown``,
+``replication-offset-checkpoint`` (high watermarks), ``cleaner-offset-checkpoint``
+(where compaction reached, written by the cleaner: cleaner/manager.py), ``.kafka_cleanshutdown``,
 ``.lock``. Reserved directories (``__cluster_metadata-0``) are not opened here — their
 owner opens them with the recovery point and shutdown state found here and attaches
 the log, whose recovery point is then checkpointed and which is closed on shutdown
@@ -57,6 +58,7 @@ from odradek.storage.checkpoint import (
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
+from odradek.storage.cleaner.manager import CleanerSettings, LogCleaner
 from odradek.storage.errors import StorageError
 from odradek.storage.future_logs import (
     parse_future_dir_name,
@@ -143,6 +145,7 @@ class LogManager:
         settings: LogManagerSettings | None = None,
         clock: Callable[[], int] = wall_clock_ms,
         reserved_dirs: frozenset[str] = frozenset(),
+        cleaner: CleanerSettings | None = None,
     ) -> None:
         if not log_dirs:
             raise StorageError("log.dirs is empty")
@@ -178,6 +181,14 @@ class LogManager:
         self._checkpoint_lock = threading.Lock()
         self._checkpoint_taken = 0
         self._checkpoint_written: dict[Path, int] = {}
+        # Compaction of cleanup.policy=compact logs (its task: ``cleaner.run``).
+        self.cleaner = LogCleaner(
+            lambda: self.logs,
+            self.log_dirs,
+            self._log_dir_of.get,
+            cleaner or CleanerSettings(),
+            clock,
+        )
 
     # -- start-up ------------------------------------------------------------------
     def startup(self, topic_configs: Mapping[str, LogConfig] | None = None) -> None:
@@ -198,6 +209,7 @@ class LogManager:
         for log_dir in self.log_dirs:
             self._load_dir(log_dir)
         self.futures.load_found()
+        self.cleaner.load_checkpoints()
         self.started = True
 
     def _lock(self, log_dir: Path) -> None:

@@ -124,7 +124,8 @@ def test_topic_synonyms_follow_kafka_precedence() -> None:
     ]
     assert TOPIC_SYNONYMS["segment.ms"] == ["log.roll.ms", "log.roll.hours"]
     assert TOPIC_SYNONYMS["max.message.bytes"] == ["message.max.bytes"]
-    assert TOPIC_SYNONYMS["delete.retention.ms"] == []
+    assert TOPIC_SYNONYMS["delete.retention.ms"] == ["log.cleaner.delete.retention.ms"]
+    assert TOPIC_SYNONYMS["file.delete.delay.ms"] == ["log.segment.delete.delay.ms"]
 
 
 def test_describe_topic_from_static_hours() -> None:
@@ -139,6 +140,8 @@ def test_describe_topic_from_static_hours() -> None:
         ("log.retention.hours", "168", DEFAULT_CONFIG),
     ]
     assert entries["delete.retention.ms"].source == DEFAULT_CONFIG
-    assert entries["delete.retention.ms"].synonyms == ()
+    assert [(s.name, s.value, s.source) for s in entries["delete.retention.ms"].synonyms] == [
+        ("log.cleaner.delete.retention.ms", "86400000", DEFAULT_CONFIG),
+    ]
     effective = static.topic_defaults
     assert (effective.retention_ms, effective.segment_bytes) == (7_200_000, 4096)
