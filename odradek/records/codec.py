@@ -48,6 +48,7 @@ from odradek.records.batch import (
     COMPRESSION_NAMES,
     CONTROL_MASK,
     CREATE_TIME,
+    DELETE_HORIZON_MASK,
     HEADER_SIZE,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -249,22 +250,32 @@ def encode_batch(
     is_transactional: bool = False,
     is_control: bool = False,
     max_timestamp: int | None = None,
+    last_offset_delta: int | None = None,
+    base_timestamp: int | None = None,
+    delete_horizon: bool = False,
 ) -> bytes:
     """Encode ``records`` as one v2 batch; offsets are absolute and may have gaps.
 
     ``max_timestamp`` defaults to the largest record timestamp; pass the append time
     for LOG_APPEND_TIME batches. Raises ValueError for an empty or badly ordered
     ``records`` list, an unknown codec or timestamp type, or out-of-range fields.
+    The log cleaner rewrites batches with fewer records: it keeps the original
+    ``last_offset_delta`` (so a producer's sequence range survives; ``records`` may
+    then be empty) and, for KIP-534's ``delete_horizon``, sets ``base_timestamp`` to
+    the horizon (record timestamps are kept: their deltas are taken from it).
     """
-    if not records:
+    if not records and last_offset_delta is None:
         raise ValueError("a record batch needs at least one record")
-    base_timestamp = records[0].timestamp
+    if base_timestamp is None:
+        base_timestamp = records[0].timestamp if records else NO_TIMESTAMP
     if max_timestamp is None:
         max_timestamp = max(record.timestamp for record in records)
+    if last_offset_delta is None:
+        last_offset_delta = records[-1].offset - base_offset
     return frame_batch(
         _encode_records(records, base_offset, base_timestamp),
         record_count=len(records),
-        last_offset_delta=records[-1].offset - base_offset,
+        last_offset_delta=last_offset_delta,
         base_timestamp=base_timestamp,
         max_timestamp=max_timestamp,
         base_offset=base_offset,
@@ -276,6 +287,7 @@ def encode_batch(
         base_sequence=base_sequence,
         is_transactional=is_transactional,
         is_control=is_control,
+        delete_horizon=delete_horizon,
     )
 
 
@@ -295,6 +307,7 @@ def frame_batch(
     base_sequence: int = -1,
     is_transactional: bool = False,
     is_control: bool = False,
+    delete_horizon: bool = False,
 ) -> bytes:
     """A v2 batch from an uncompressed records ``section`` (``append_record``'s output).
 
@@ -314,6 +327,8 @@ def frame_batch(
         attributes |= TRANSACTIONAL_MASK
     if is_control:
         attributes |= CONTROL_MASK
+    if delete_horizon:
+        attributes |= DELETE_HORIZON_MASK
     try:
         covered = _CRC_COVERED.pack(
             attributes,

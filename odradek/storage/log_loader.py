@@ -42,6 +42,7 @@ from pathlib import Path
 
 from odradek.records.errors import CorruptRecordError
 from odradek.storage.checkpoint import CheckpointError
+from odradek.storage.cleaner.swap import complete_swaps
 from odradek.storage.deferred_files import DeferredFiles, Submit
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT, LeaderEpochCache
 from odradek.storage.errors import CommittedDataCorruptError
@@ -81,7 +82,9 @@ def _base_offset(path: Path, suffix: str) -> int | None:
 
 
 def _remove_leftovers(directory: Path) -> set[int]:
-    """Delete interrupted-operation files; return the base offsets of real segments."""
+    """Delete interrupted-operation files; return the base offsets of real segments.
+    An interrupted cleaner swap is finished or rolled back first (cleaner/swap.py)."""
+    complete_swaps(directory)
     for path in directory.iterdir():
         if path.name.endswith((DELETED_SUFFIX, ".tmp")):
             path.unlink(missing_ok=True)

@@ -90,29 +90,33 @@ class LogSegment:
         max_index_bytes: int,
         created_ms: int,
         scan_chunk_bytes: int = SCAN_CHUNK_BYTES,
+        suffix: str = "",
     ) -> None:
         self.directory = directory
+        # Appended to every file name: ``.cleaned`` while the cleaner writes a segment,
+        # ``.swap`` while it is swapped in (cleaner/swap.py); "" for a live segment.
+        self.suffix = suffix
         # How much header scans read at once: a parameter so tests can put the
         # boundaries of these reads anywhere (inside headers, at batch ends).
         self.scan_chunk_bytes = scan_chunk_bytes
         self.base_offset = base_offset
         self.index_interval_bytes = index_interval_bytes
         self.created_ms = created_ms
-        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX)
+        self.log_path = directory / segment_file_name(base_offset, LOG_SUFFIX + suffix)
         self.fd = os.open(self.log_path, os.O_RDWR | os.O_CREAT, 0o644)
         self.size = os.fstat(self.fd).st_size
         self.offset_index = OffsetIndex(
-            directory / segment_file_name(base_offset, INDEX_SUFFIX),
+            directory / segment_file_name(base_offset, INDEX_SUFFIX + suffix),
             base_offset,
             max(1, max_index_bytes // OFFSET_ENTRY_SIZE),
         )
         self.time_index = TimeIndex(
-            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX),
+            directory / segment_file_name(base_offset, TIME_INDEX_SUFFIX + suffix),
             base_offset,
             max(1, max_index_bytes // TIME_ENTRY_SIZE),
         )
         self.txn_index = TransactionIndex(
-            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX)
+            directory / segment_file_name(base_offset, TXN_INDEX_SUFFIX + suffix)
         )
         self.next_offset = base_offset
         self.max_timestamp = NO_TIMESTAMP
@@ -499,6 +503,21 @@ class LogSegment:
         self.log_path = deleted_log
         for index in (self.offset_index, self.time_index, self.txn_index):
             index.rename(index.path.with_name(index.path.name + DELETED_SUFFIX))
+
+    def rename_suffix(self, suffix: str) -> None:
+        """Rename every file from the current suffix to ``suffix`` (the cleaner's swap:
+        ``.cleaned`` -> ``.swap`` -> ""); the log file last, as recovery keys on it."""
+
+        def renamed(path: Path) -> Path:
+            stem = path.name[: len(path.name) - len(self.suffix)] if self.suffix else path.name
+            return path.with_name(stem + suffix)
+
+        for index in (self.offset_index, self.time_index, self.txn_index):
+            index.rename(renamed(index.path))
+        target = renamed(self.log_path)
+        os.rename(self.log_path, target)
+        self.log_path = target
+        self.suffix = suffix
 
     def delete_files(self) -> None:
         """Close and unlink (the second step, after ``file.delete.delay.ms``)."""

@@ -309,7 +309,7 @@ class LogCleaner:
 
     async def clean(self, todo: LogToClean) -> bool:
         """Clean one log; False when the log changed under the clean (thrown away)."""
-        from odradek.storage.cleaner.clean import CleanJob
+        from odradek.storage.cleaner.clean import CleanerAborted, CleanJob
 
         loop = asyncio.get_running_loop()
         job = CleanJob.prepare(
@@ -327,6 +327,15 @@ class LogCleaner:
                     self.stats.aborted += 1
                     logger.info("%s: changed during cleaning; the clean is dropped", todo.log.name)
                     return False
+        except CleanerAborted:
+            self.stats.aborted += 1
+            return False
+        except Exception:
+            if not job.unchanged(job.sources):
+                # A segment was truncated or deleted under the clean: a race, not damage.
+                self.stats.aborted += 1
+                return False
+            raise
         finally:
             job.close()
         self.stats.cleans += 1
