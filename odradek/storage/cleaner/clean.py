@@ -344,7 +344,7 @@ class CleanJob:
                     self._note_horizon(horizon)
                     return data
                 self._note_horizon(horizon)
-                return self._rewrite(header, list(iter_records(data, header)), horizon)
+                return self._rewrite(header, list(iter_records(data, header, self.limit)), horizon)
             self.records_removed += header.record_count
             return None
         if self._aborted(header):

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import logging
 import math
 import threading
@@ -57,6 +58,8 @@ logger = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
 LONG_MAX: Final = 2**63 - 1
+# How long stopping waits for a clean to reach its next batch (then gives up on it).
+STOP_WAIT_S: Final = 10.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +219,7 @@ class LogCleaner:
         self.uncleanable: set[TopicPartition] = set()  # failed unexpectedly: not retried
         self.stats = CleanerStats()
         self._abort = threading.Event()
+        self._wake = asyncio.Event()  # ends a worker's backoff sleep (stop)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._checkpoint_lock = threading.Lock()
 
@@ -290,10 +294,11 @@ class LogCleaner:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def _worker(self) -> None:
-        while True:
+        while not self._abort.is_set():
             todo = self.grab_filthiest(self.clock())
             if todo is None:
-                await asyncio.sleep(self.settings.backoff_ms / 1000)
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), self.settings.backoff_ms / 1000)
                 continue
             try:
                 await self.clean(todo)
@@ -368,10 +373,17 @@ class LogCleaner:
         return int(per_thread // 24 * self.settings.io_buffer_load_factor)
 
     async def stop(self, task: asyncio.Task[None] | None) -> None:
-        """Abort a running clean at its next batch, cancel ``task`` (``run``) and wait
-        for the cleaner threads: the logs may then be closed."""
+        """Abort a running clean at its next batch and wait for ``task`` (``run``) to
+        end — its threads done — before the logs may be closed."""
         self._abort.set()
+        self._wake.set()
         if task is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(task), STOP_WAIT_S)
+            except TimeoutError:
+                logger.warning("the log cleaner did not stop within %.0f s", STOP_WAIT_S)
+            except Exception:  # its failure was logged; stopping goes on
+                pass
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         if self._pool is not None:
