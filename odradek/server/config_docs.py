@@ -13,7 +13,7 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "log.cleaner.enable": "run the log cleaner, which compacts cleanup.policy=compact topics",
     "log.cleaner.threads": "logs cleaned at the same time (each on a worker thread)",
     "log.cleaner.dedupe.buffer.size": "memory for the cleaners' key-to-offset maps, all "
-    "threads together (24 bytes per key)",
+    "threads together (about 120 bytes per key in odradek, 24 in Kafka)",
     "log.cleaner.io.buffer.load.factor": "how full a cleaner's key map may get",
     "log.cleaner.io.max.bytes.per.second": "most bytes per second the cleaners read and write",
     "log.cleaner.backoff.ms": "how long a cleaner sleeps when no log needs cleaning",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from odradek.records import batch as b
 from odradek.records.codec import Record, decode_batches, encode_batch
-from odradek.storage.cleaner.clean import DedupeBufferTooSmallError, clean_log_now
+from odradek.storage.cleaner.clean import clean_log_now
 from odradek.storage.cleaner.manager import cleanable_range, log_to_clean
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
@@ -209,13 +209,24 @@ def test_aborted_transactions_go_and_markers_follow_the_two_pass_rules(
     assert log.last_stable_offset == log.high_watermark
 
 
-def test_map_too_small_for_one_segment_is_a_clear_error(tmp_path: Path, clock: FakeClock) -> None:
-    log = new_log(tmp_path / "t-0", clock)
-    put(log, [(b"k%d" % i, b"v") for i in range(50)])
+def test_a_map_that_fills_inside_a_segment_cleans_up_to_there(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = new_log(tmp_path / "t-0", clock, segment_bytes=1 << 20)
+    put(log, [(b"k%d" % i, b"old") for i in range(50)])
+    put(log, [(b"k%d" % i, b"new") for i in range(50)])
     log.roll()
     log.high_watermark = log.log_end_offset
-    with pytest.raises(DedupeBufferTooSmallError, match=r"log\.cleaner\.dedupe\.buffer\.size"):
-        clean_log_now(log, dedupe_entries=10)
+    # Ten keys fit: the map ends at offset 10, inside the only segment (it maps
+    # k0..k9 to their first writes, so this pass removes nothing).
+    assert clean_log_now(log, dedupe_entries=10) == 10
+    assert [o for o, _, _ in contents(log)] == list(range(100))
+    # Later passes go on from there until the whole segment is clean.
+    checkpoints = [10]
+    while checkpoints[-1] < log.active_segment.base_offset and len(checkpoints) < 20:
+        checkpoints.append(clean_log_now(log, checkpoint=checkpoints[-1], dedupe_entries=10))
+    assert checkpoints == list(range(10, 101, 10)), "each pass maps the next ten keys"
+    assert [(o, v) for o, _, v in contents(log)] == [(o, b"new") for o in range(50, 100)]
 
 
 def test_a_small_map_cleans_in_several_passes(tmp_path: Path, clock: FakeClock) -> None:

@@ -368,9 +368,11 @@ class LogCleaner:
 
     def _map_entries(self) -> int:
         """Keys one clean's map may hold: the shared buffer split between the threads,
-        24 bytes per entry, filled to the load factor (Kafka's sizing)."""
+        filled to the load factor, at what a key really costs in the map."""
+        from odradek.storage.cleaner.clean import MAP_ENTRY_BYTES
+
         per_thread = self.settings.dedupe_buffer_size // max(1, self.settings.threads)
-        return int(per_thread // 24 * self.settings.io_buffer_load_factor)
+        return int(per_thread * self.settings.io_buffer_load_factor // MAP_ENTRY_BYTES)
 
     async def stop(self, task: asyncio.Task[None] | None) -> None:
         """Abort a running clean at its next batch and wait for ``task`` (``run``) to
