@@ -139,7 +139,15 @@ class Log:
         self._target_codec = target_codec(config)  # None: keep the producer's codec
         self._log_append_time = config.uses_log_append_time
         self.clock = clock
-        self.log_start_offset = max(log_start_offset, self.local.start_offset)
+        # A tiered log keeps its start below the local one (remote storage holds the
+        # gap); any other log starts where its disk does.
+        local_start = self.local.start_offset
+        self.log_start_offset = (
+            log_start_offset if config.remote_storage_enable else max(log_start_offset, local_start)
+        )
+        # Tiered storage: the last offset copied to remote storage (-1: none), set by
+        # the RemoteLogManager; local retention never passes it.
+        self.highest_offset_in_remote = -1
         self._high_watermark = self.log_start_offset
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
@@ -571,7 +579,8 @@ class Log:
         removed = self.local.delete_segments_from_start(predicate, self._high_watermark)
         if removed:
             first = self.local.start_offset
-            self.log_start_offset = max(self.log_start_offset, first)
+            if not self.config.remote_storage_enable:  # tiered: the remote start stays
+                self.log_start_offset = max(self.log_start_offset, first)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self.producer_state.delete_snapshots(below=first)
             logger.info(

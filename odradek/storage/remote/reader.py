@@ -1,0 +1,179 @@
+"""Reads below the local log: whole batches of a remote segment, and its index cache.
+
+How this works and why: once a tiered partition's old segments leave the local disk,
+a consumer fetch at an offset in [log start offset, local log start offset) is served
+from remote storage (KIP-405). ``read_remote`` finds the remote segment holding the
+offset in the leader-epoch lineage (the epoch the local epoch cache gives for it,
+then the metadata cache's ``segment_for``), looks the offset up in that segment's
+offset index to get a byte position at or before the batch holding it, reads a range
+of the segment from there and keeps the whole batches that end at/after the offset,
+up to ``max_bytes`` (at least one batch when ``min_one_batch``, as for a local read).
+A batch cut off by the end of the range is read again whole (a second range) when it
+is the first one; otherwise the response stops before it. The result is bytes: the
+fetch response carries them as a MemoryRange instead of a sendfile FileRange.
+
+Offset indexes are fetched once per segment and kept on local disk under
+``<log dir>/remote-log-index-cache/`` (``RemoteIndexCache``), least recently used
+first out past ``remote.log.index.file.cache.total.size.bytes``; the directory is
+emptied on start (it is a cache, rebuilt on demand).
+
+Concurrency: blocking (remote and file I/O): runs on the RemoteLogManager's reader
+thread pool, never on the event loop. The index cache has its own lock.
+"""
+
+from __future__ import annotations
+
+import bisect
+import os
+import shutil
+import struct
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import Final
+
+from odradek.storage.errors import OffsetOutOfRangeError
+from odradek.storage.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from odradek.storage.remote.metadata_manager import RemoteLogMetadataManager
+from odradek.storage.remote.storage_manager import (
+    IndexType,
+    RemoteStorageError,
+    RemoteStorageManager,
+)
+
+INDEX_CACHE_DIR: Final = "remote-log-index-cache"
+_OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position (the .index format)
+_BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length
+_LAST_OFFSET_DELTA = struct.Struct(">i")
+_LAST_OFFSET_DELTA_AT: Final = 23
+LOG_OVERHEAD: Final = 12
+MIN_READ_BYTES: Final = 64 * 1024
+
+
+class RemoteIndexCache:
+    """Remote segments' index files on local disk, LRU-bounded by total bytes."""
+
+    def __init__(self, directory: Path, rsm: RemoteStorageManager, max_bytes: int) -> None:
+        self.directory = directory
+        self.rsm = rsm
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[str, int] = OrderedDict()  # file name -> size
+        self._size = 0
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir(parents=True, exist_ok=True)
+
+    @staticmethod
+    def _name(metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
+        return f"{metadata.start_offset:020d}_{metadata.remote_log_segment_id.id}{index_type.value}"
+
+    def get(self, metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> bytes:
+        """The index's bytes: from the local copy, else fetched and kept."""
+        name = self._name(metadata, index_type)
+        path = self.directory / name
+        with self._lock:
+            if name in self._entries:
+                self._entries.move_to_end(name)
+                try:
+                    return path.read_bytes()
+                except FileNotFoundError:
+                    self._size -= self._entries.pop(name)
+        data = self.rsm.fetch_index(metadata, index_type)
+        tmp = path.with_name(f"{name}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        with self._lock:
+            if name not in self._entries:
+                self._entries[name] = len(data)
+                self._size += len(data)
+            while self._size > self.max_bytes and len(self._entries) > 1:
+                old, size = self._entries.popitem(last=False)
+                self._size -= size
+                (self.directory / old).unlink(missing_ok=True)
+        return data
+
+    def remove(self, metadata: RemoteLogSegmentMetadata) -> None:
+        """Forget a deleted segment's indexes."""
+        with self._lock:
+            for index_type in IndexType:
+                name = self._name(metadata, index_type)
+                if name in self._entries:
+                    self._size -= self._entries.pop(name)
+                    (self.directory / name).unlink(missing_ok=True)
+
+    @property
+    def size(self) -> int:
+        return self._size
+
+
+def index_position(index: bytes, base_offset: int, offset: int) -> int:
+    """The position of the largest offset index entry <= ``offset`` (0 if none)."""
+    count = len(index) // _OFFSET_ENTRY.size
+    found = (
+        bisect.bisect_right(
+            range(count),
+            offset - base_offset,
+            key=lambda i: _OFFSET_ENTRY.unpack_from(index, i * _OFFSET_ENTRY.size)[0],
+        )
+        - 1
+    )
+    return _OFFSET_ENTRY.unpack_from(index, found * _OFFSET_ENTRY.size)[1] if found >= 0 else 0
+
+
+def _batches(data: bytes) -> list[tuple[int, int, int]]:
+    """(start, size, last offset) of each batch wholly or partly in ``data``; a partial
+    last batch has the size its header declares (it may pass the end)."""
+    found = []
+    position = 0
+    while position + _LAST_OFFSET_DELTA_AT + 4 <= len(data):
+        base, length = _BATCH_PREFIX.unpack_from(data, position)
+        if length <= 0:
+            raise RemoteStorageError(f"corrupt batch length {length} at byte {position}")
+        (delta,) = _LAST_OFFSET_DELTA.unpack_from(data, position + _LAST_OFFSET_DELTA_AT)
+        size = LOG_OVERHEAD + length
+        found.append((position, size, base + delta))
+        position += size
+    return found
+
+
+def read_remote(
+    rlmm: RemoteLogMetadataManager,
+    rsm: RemoteStorageManager,
+    indexes: RemoteIndexCache,
+    tp: TopicIdPartition,
+    leader_epoch: int,
+    offset: int,
+    max_bytes: int,
+    min_one_batch: bool,
+) -> bytes:
+    """Whole batches from the one holding ``offset`` (see the module docstring).
+
+    OffsetOutOfRangeError when no remote segment of ``leader_epoch`` holds it;
+    RemoteStorageError when the store fails.
+    """
+    metadata = rlmm.remote_log_segment_metadata(tp, leader_epoch, offset)
+    if metadata is None:
+        raise OffsetOutOfRangeError(f"{tp}: offset {offset} (epoch {leader_epoch}) not remote")
+    index = indexes.get(metadata, IndexType.OFFSET)
+    start = index_position(index, metadata.start_offset, offset)
+    want = max(max_bytes, MIN_READ_BYTES)
+    data = rsm.fetch_log_segment(metadata, start, start + want - 1)
+    out = bytearray()
+    budget = max_bytes
+    for position, size, last in _batches(data):
+        if last < offset:
+            continue
+        first = not out
+        if size > budget and not (first and min_one_batch):
+            break
+        if position + size > len(data):  # cut off by the range
+            if not first:
+                break
+            whole = rsm.fetch_log_segment(metadata, start + position, start + position + size - 1)
+            if len(whole) < size:
+                raise RemoteStorageError(f"{metadata.remote_log_segment_id}: truncated batch")
+            out += whole
+            break
+        out += data[position : position + size]
+        budget -= size
+    return bytes(out)
