@@ -65,6 +65,7 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from odradek.storage.log_validator import conversion
 from odradek.storage.partition_metadata import check_topic_id
+from odradek.storage.remote.log_manager import RemoteLogManager
 
 __all__ = ["Partition", "PartitionError", "ProduceStatus", "ReplicaManager"]
 # The coordinators' appends wait this long for the HW (offsets.commit.timeout.ms).
@@ -130,6 +131,7 @@ class ReplicaManager(FetchService):
         self.clock = clock
         self.replica_selector = replica_selector
         self.leader_quota = leader_quota  # KIP-73 (replication_quota.py)
+        self.remote_log_manager: RemoteLogManager | None = None  # KIP-405, set by the broker
         self.partitions: dict[tuple[str, int], Partition] = {}
         # Partitions answered with KAFKA_STORAGE_ERROR: ``offline`` ones had an I/O
         # error in their log (disk full, EIO) with its state on disk unknown, until a

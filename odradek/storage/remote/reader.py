@@ -60,8 +60,14 @@ class RemoteIndexCache:
         self._lock = threading.Lock()
         self._entries: OrderedDict[str, int] = OrderedDict()  # file name -> size
         self._size = 0
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir(parents=True, exist_ok=True)
+        self._ready = False  # emptied and created on first use (not before the log
+        # dir's identity is checked at startup)
+
+    def _prepare(self) -> None:
+        if not self._ready:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self._ready = True
 
     @staticmethod
     def _name(metadata: RemoteLogSegmentMetadata, index_type: IndexType) -> str:
@@ -72,6 +78,7 @@ class RemoteIndexCache:
         name = self._name(metadata, index_type)
         path = self.directory / name
         with self._lock:
+            self._prepare()
             if name in self._entries:
                 self._entries.move_to_end(name)
                 try:
