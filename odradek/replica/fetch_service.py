@@ -47,6 +47,7 @@ from odradek.replica.replica_selector import ReplicaSelector, preferred_read_rep
 from odradek.replica.replication_quota import ReplicationQuota, leader_throttled, record_sent
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.remote.log_manager import RemoteLogManager
+from odradek.storage.remote.reader import RemoteRead
 
 logger = logging.getLogger(__name__)
 
@@ -152,16 +153,24 @@ class FetchService:
             elif isinstance(outcome, BaseException):
                 logger.warning("remote read failed: %s", outcome)
                 read.error = "KAFKA_STORAGE_ERROR"
-            elif outcome:
-                read.ranges = [MemoryRange(outcome)]
+            else:
+                if outcome.data:
+                    read.ranges = [MemoryRange(outcome.data)]
+                if outcome.aborted is not None:
+                    read.aborted = [(a.producer_id, a.first_offset) for a in outcome.aborted]
 
-    async def _read_one_remote(self, read: PartitionRead) -> bytes:
+    async def _read_one_remote(self, read: PartitionRead) -> RemoteRead:
         remote = read.remote
         assert remote is not None
         if self.remote_log_manager is None:
             raise StorageError(f"{remote.tp}: tiered, but remote storage is disabled here")
         return await self.remote_log_manager.read(
-            remote.tp, remote.log, remote.offset, remote.max_bytes, remote.min_one_batch
+            remote.tp,
+            remote.log,
+            remote.offset,
+            remote.max_bytes,
+            remote.min_one_batch,
+            remote.committed,
         )
 
     def _preferred_read_replica(

@@ -379,10 +379,10 @@ class Partition(IsrTracking):
                 return result
             tp = TopicIdPartition(uuid.UUID(str(self.topic_id)), self.topic, self.index)
             result.remote = RemoteFetch(
-                tp, log, position.fetch_offset, max(max_bytes, 0), min_one_batch
+                tp, log, position.fetch_offset, max(max_bytes, 0), min_one_batch, committed
             )
             if committed:
-                result.aborted = []  # TODO(tiered): the remote segments' .txnindex
+                result.aborted = []  # filled in with the remote read's
             return result
         if follower:
             visible = None

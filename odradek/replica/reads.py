@@ -55,6 +55,7 @@ class RemoteFetch:
     offset: int
     max_bytes: int
     min_one_batch: bool
+    committed: bool = False  # read_committed: the aborted transactions too
 
 
 @dataclass(slots=True)

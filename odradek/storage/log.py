@@ -148,6 +148,9 @@ class Log:
         # Tiered storage: the last offset copied to remote storage (-1: none), set by
         # the RemoteLogManager; local retention never passes it.
         self.highest_offset_in_remote = -1
+        # The checkpointed log start, until the topic's own config arrives (the logs
+        # load with the broker defaults): a tiered topic's starts below its disk's.
+        self._checkpointed_start: int | None = log_start_offset
         self._high_watermark = self.log_start_offset
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
@@ -628,6 +631,12 @@ class Log:
 
     # -- lifecycle -------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
+        start, self._checkpointed_start = self._checkpointed_start, None
+        if start is not None and start < self.log_start_offset:
+            if config.remote_storage_enable and self.log_start_offset == self.local.start_offset:
+                self.log_start_offset = start  # tiered: remote storage holds the gap
+            else:  # the loader kept the epochs from there (log_loader.py)
+                self.epoch_cache.truncate_from_start(self.log_start_offset)
         self.config = config
         self.local.config = config
         self._target_codec = target_codec(config)

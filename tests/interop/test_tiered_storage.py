@@ -83,33 +83,42 @@ def test_a_consumer_reads_from_offset_0_after_the_local_segments_are_gone(
         remote_logs = list(remote_dir.rglob("*.log"))
         assert len(remote_logs) >= 8  # ~3 MB in 256 KiB segments
 
-        consumer = confluent_kafka.Consumer(
-            {
-                "bootstrap.servers": broker.bootstrap,
-                "group.id": "tiered-reader",
-                "enable.auto.commit": False,
-                "auto.offset.reset": "earliest",
-            }
-        )
-        try:
-            low, high = consumer.get_watermark_offsets(
-                confluent_kafka.TopicPartition(TOPIC, 0), timeout=10
-            )
-            assert (low, high) == (0, COUNT)  # ListOffsets EARLIEST: the remote start
-            consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
-            got: list[tuple[int, bytes, bytes]] = []
-            deadline = time.monotonic() + 60
-            while len(got) < COUNT and time.monotonic() < deadline:
-                message = consumer.poll(1.0)
-                if message is None:
-                    continue
-                assert message.error() is None, message.error()
-                got.append((message.offset(), message.key(), message.value()))
-        finally:
-            consumer.close()
-        assert [offset for offset, _, _ in got] == list(range(COUNT))
-        assert [(k, v) for _, k, v in got] == sent
+        assert _consume(broker.bootstrap, COUNT) == sent
+        # After a restart the remote part is still there (metadata, log start offset).
+        assert broker.stop() == 0
+        broker.start()
+        assert _consume(broker.bootstrap, COUNT) == sent
         assert "remote log task failed" not in broker.log()
+
+
+def _consume(bootstrap: str, count: int) -> list[tuple[bytes, bytes]]:
+    """Every record from offset 0 (checking the offsets and the low watermark)."""
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "tiered-reader",
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+        }
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition(TOPIC, 0), timeout=10
+        )
+        assert (low, high) == (0, count)  # ListOffsets EARLIEST: the remote start
+        consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
+        got: list[tuple[int, bytes, bytes]] = []
+        deadline = time.monotonic() + 60
+        while len(got) < count and time.monotonic() < deadline:
+            message = consumer.poll(1.0)
+            if message is None:
+                continue
+            assert message.error() is None, message.error()
+            got.append((message.offset(), message.key(), message.value()))
+    finally:
+        consumer.close()
+    assert [offset for offset, _, _ in got] == list(range(count))
+    return [(k, v) for _, k, v in got]
 
 
 def test_tiering_is_refused_on_compacted_topics_and_when_the_brokers_disable_it(

@@ -61,7 +61,7 @@ from odradek.storage.remote.metadata import (
     TopicIdPartition,
 )
 from odradek.storage.remote.metadata_manager import RemoteLogMetadataManager
-from odradek.storage.remote.reader import RemoteIndexCache, read_remote
+from odradek.storage.remote.reader import RemoteIndexCache, RemoteRead, read_remote
 from odradek.storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
 from odradek.storage.segment import LogSegment
 
@@ -159,9 +159,11 @@ class RemoteLogManager:
         finished = [m for m in listed if m.state == COPY_FINISHED]
         highest = max((m.end_offset for m in finished), default=-1)
         log.highest_offset_in_remote = max(log.highest_offset_in_remote, highest)
-        if not finished and log.log_start_offset < log.local.start_offset:
-            # Nothing remote (tiering just enabled): the log starts where the disk does.
-            log.log_start_offset = log.local.start_offset
+        # The log starts no lower than what remote storage holds (nothing remote, e.g.
+        # tiering just enabled: where the disk starts).
+        floor = min((m.start_offset for m in finished), default=log.local.start_offset)
+        if log.log_start_offset < floor <= log.high_watermark:
+            log.increment_log_start_offset(floor)
         copied = 0
         while True:
             found = self._next_to_copy(log)
@@ -321,16 +323,23 @@ class RemoteLogManager:
 
     # -- reads -------------------------------------------------------------------------------
     async def read(
-        self, tp: TopicIdPartition, log: Log, offset: int, max_bytes: int, min_one_batch: bool
-    ) -> bytes:
+        self,
+        tp: TopicIdPartition,
+        log: Log,
+        offset: int,
+        max_bytes: int,
+        min_one_batch: bool,
+        committed: bool = False,
+    ) -> RemoteRead:
         """Whole batches from ``offset`` (below the local log start) out of remote
-        storage, on the reader pool. OffsetOutOfRangeError when not there."""
+        storage, on the reader pool, with the aborted transactions overlapping them
+        when ``committed``. OffsetOutOfRangeError when not there."""
         if not log.log_start_offset <= offset < log.local_log_start_offset:
             raise OffsetOutOfRangeError(f"{tp}: offset {offset} is not in remote storage")
         epoch = log.epoch_cache.epoch_for_offset(offset)
         if epoch is None:
             epoch = 0  # matches _prepare_copy for logs without epochs
-        return await asyncio.get_running_loop().run_in_executor(
+        found = await asyncio.get_running_loop().run_in_executor(
             self._readers,
             read_remote,
             self.rlmm,
@@ -341,7 +350,13 @@ class RemoteLogManager:
             offset,
             max_bytes,
             min_one_batch,
+            committed,
         )
+        if found.aborted is not None and not found.complete:
+            # Markers of transactions begun remotely may be in the local log.
+            local = log.collect_aborted_transactions(log.local_log_start_offset, found.upper_bound)
+            found.aborted.extend(a for a in local if a.first_offset < found.upper_bound)
+        return found
 
     def close(self) -> None:
         """Stop the pools (waiting for running copies and reads) and the plugins."""

@@ -10,7 +10,11 @@ of the segment from there and keeps the whole batches that end at/after the offs
 up to ``max_bytes`` (at least one batch when ``min_one_batch``, as for a local read).
 A batch cut off by the end of the range is read again whole (a second range) when it
 is the first one; otherwise the response stops before it. The result is bytes: the
-fetch response carries them as a MemoryRange instead of a sendfile FileRange.
+fetch response carries them as a MemoryRange instead of a sendfile FileRange. A
+read_committed read also gets the aborted transactions overlapping those batches, from
+the remote ``.txnindex`` files of that segment and the ones after it, until an entry's
+last stable offset proves no other can overlap (else the caller goes on with the local
+log's indexes).
 
 Offset indexes are fetched once per segment and kept on local disk under
 ``<log dir>/remote-log-index-cache/`` (``RemoteIndexCache``), least recently used
@@ -29,18 +33,25 @@ import shutil
 import struct
 import threading
 from collections import OrderedDict
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
 from odradek.storage.errors import OffsetOutOfRangeError
-from odradek.storage.remote.metadata import RemoteLogSegmentMetadata, TopicIdPartition
+from odradek.storage.remote.metadata import (
+    RemoteLogSegmentMetadata,
+    RemoteLogSegmentState,
+    TopicIdPartition,
+)
 from odradek.storage.remote.metadata_manager import RemoteLogMetadataManager
 from odradek.storage.remote.storage_manager import (
     IndexType,
     RemoteStorageError,
     RemoteStorageManager,
 )
+from odradek.storage.txn_index import AbortedTxn, decode_entries
 
+COPY_FINISHED: Final = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 INDEX_CACHE_DIR: Final = "remote-log-index-cache"
 _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position (the .index format)
 _BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length
@@ -143,6 +154,18 @@ def _batches(data: bytes) -> list[tuple[int, int, int]]:
     return found
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteRead:
+    """What a remote read found: whole batches, and for a read_committed read the
+    aborted transactions overlapping them (``complete`` False: more may be in the
+    local log's transaction indexes, up to ``upper_bound``)."""
+
+    data: bytes
+    aborted: list[AbortedTxn] | None = None
+    complete: bool = True
+    upper_bound: int = -1
+
+
 def read_remote(
     rlmm: RemoteLogMetadataManager,
     rsm: RemoteStorageManager,
@@ -152,8 +175,10 @@ def read_remote(
     offset: int,
     max_bytes: int,
     min_one_batch: bool,
-) -> bytes:
-    """Whole batches from the one holding ``offset`` (see the module docstring).
+    committed: bool = False,
+) -> RemoteRead:
+    """Whole batches from the one holding ``offset`` (see the module docstring), and
+    when ``committed`` the aborted transactions overlapping them.
 
     OffsetOutOfRangeError when no remote segment of ``leader_epoch`` holds it;
     RemoteStorageError when the store fails.
@@ -161,12 +186,52 @@ def read_remote(
     metadata = rlmm.remote_log_segment_metadata(tp, leader_epoch, offset)
     if metadata is None:
         raise OffsetOutOfRangeError(f"{tp}: offset {offset} (epoch {leader_epoch}) not remote")
+    data, last = _read_batches(rsm, indexes, metadata, offset, max_bytes, min_one_batch)
+    if not committed or not data:
+        return RemoteRead(data)
+    aborted, complete = _aborted(rlmm, indexes, metadata, offset, last + 1)
+    return RemoteRead(data, aborted, complete, last + 1)
+
+
+def _aborted(
+    rlmm: RemoteLogMetadataManager,
+    indexes: RemoteIndexCache,
+    first: RemoteLogSegmentMetadata,
+    start: int,
+    upper: int,
+) -> tuple[list[AbortedTxn], bool]:
+    """Aborted transactions overlapping [start, upper) from the remote transaction
+    indexes of ``first`` and the segments after it (an ABORT marker may be in a later
+    segment); True once an entry's last stable offset proves none is left."""
+    found: list[AbortedTxn] = []
+    for metadata in rlmm.list_remote_log_segments(first.topic_id_partition, (COPY_FINISHED,)):
+        if metadata.end_offset < first.start_offset or metadata.txn_index_empty:
+            continue
+        entries, _ = decode_entries(indexes.get(metadata, IndexType.TRANSACTION))
+        for entry in entries:
+            if entry.last_offset >= start and entry.first_offset < upper:
+                found.append(entry)
+            if entry.last_stable_offset >= upper:
+                return found, True
+    return found, False
+
+
+def _read_batches(
+    rsm: RemoteStorageManager,
+    indexes: RemoteIndexCache,
+    metadata: RemoteLogSegmentMetadata,
+    offset: int,
+    max_bytes: int,
+    min_one_batch: bool,
+) -> tuple[bytes, int]:
+    """The batches' bytes and the last offset they hold."""
     index = indexes.get(metadata, IndexType.OFFSET)
     start = index_position(index, metadata.start_offset, offset)
     want = max(max_bytes, MIN_READ_BYTES)
     data = rsm.fetch_log_segment(metadata, start, start + want - 1)
     out = bytearray()
     budget = max_bytes
+    last_offset = -1
     for position, size, last in _batches(data):
         if last < offset:
             continue
@@ -179,8 +244,8 @@ def read_remote(
             whole = rsm.fetch_log_segment(metadata, start + position, start + position + size - 1)
             if len(whole) < size:
                 raise RemoteStorageError(f"{metadata.remote_log_segment_id}: truncated batch")
-            out += whole
-            break
+            return whole, last
         out += data[position : position + size]
         budget -= size
-    return bytes(out)
+        last_offset = last
+    return bytes(out), last_offset

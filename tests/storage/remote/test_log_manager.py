@@ -204,7 +204,7 @@ def test_reads_below_the_local_log_come_from_remote_storage(
     async def read_all() -> bytes:
         out, offset = b"", 0
         while offset < log.local_log_start_offset:
-            data = await rlm.read(TP, log, offset, 700, True)
+            data = (await rlm.read(TP, log, offset, 700, True)).data
             assert data
             out += data
             offset = _next_offset(data)
@@ -215,9 +215,48 @@ def test_reads_below_the_local_log_come_from_remote_storage(
     assert remote + local == b"".join(original)
     # an offset inside a batch gets the whole batch
     middle = asyncio.run(rlm.read(TP, log, 7, 1, True))
-    assert middle == original[1]
+    assert middle.data == original[1] and middle.aborted is None
     with pytest.raises(OffsetOutOfRangeError):
         asyncio.run(rlm.read(TP, log, log.local_log_start_offset, 100, True))
+    rlm.close()
+
+
+def test_read_committed_remote_reads_carry_the_aborted_transactions(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = new_log(tmp_path, clock, local_retention_bytes=0)
+    sequence = 0
+
+    def send(producer_id: int, count: int = 5) -> None:
+        nonlocal sequence
+        batch = make_batch(
+            count,
+            size=40,
+            producer_id=producer_id,
+            producer_epoch=0,
+            base_sequence=sequence if producer_id == 7 else 0,
+            is_transactional=True,
+        )
+        log.append_as_leader(batch, leader_epoch=3)
+        if producer_id == 7:
+            sequence += count
+
+    fill(log, 3)
+    send(7)  # producer 7's transaction begins at offset 15 ...
+    fill(log, 30)  # ... stays open across segment rolls ...
+    log.append_marker(7, 0, 0, False, leader_epoch=3)  # ... and is aborted
+    fill(log, 30)
+    log.high_watermark = log.log_end_offset
+    rlm = new_manager(tmp_path, clock, log)
+    asyncio.run(rlm.run_once())
+    log.delete_old_segments()
+    assert log.local_log_start_offset > 200
+
+    found = asyncio.run(rlm.read(TP, log, 15, 100, True, committed=True))
+    assert found.aborted is not None
+    assert [(a.producer_id, a.first_offset) for a in found.aborted] == [(7, 15)]
+    before = asyncio.run(rlm.read(TP, log, 0, 100, True, committed=True))
+    assert before.aborted == []  # offsets 0..4: no transaction overlaps them
     rlm.close()
 
 
@@ -255,3 +294,60 @@ def _next_offset(data: bytes) -> int:
         last = base + delta
         position += 12 + length
     return last + 1
+
+
+def test_a_reloaded_tiered_log_keeps_its_remote_start_and_epochs(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    """Logs load with the broker defaults; the topic's tiered config, applied after,
+    puts the log start back at the remote start, with the epochs of the remote part."""
+    log = new_log(tmp_path, clock, local_retention_bytes=0)
+    fill(log, 20, epoch=3)
+    log.append_as_leader(make_batch(5, size=40), leader_epoch=4)
+    log.high_watermark = log.log_end_offset
+    fill(log, 20, epoch=4)
+    rlm = new_manager(tmp_path, clock, log)
+    asyncio.run(rlm.run_once())
+    log.delete_old_segments()
+    local_start, end = log.local_log_start_offset, log.log_end_offset
+    assert local_start > 100
+    tiered = log.config
+    log.close()
+    rlm.close()
+
+    reopened, _ = open_log(
+        tmp_path / "tiered-0",
+        LogConfig(),  # the broker defaults
+        log_start_offset=0,
+        recovery_point=end,
+        clock=clock,
+    )
+    assert reopened.log_start_offset == local_start  # not known to be tiered yet
+    reopened.update_config(tiered)
+    assert (reopened.log_start_offset, reopened.local_log_start_offset) == (0, local_start)
+    assert reopened.epoch_cache.epoch_for_offset(0) == 3
+    reopened.high_watermark = end
+    rlm = new_manager(tmp_path, clock, reopened)
+    first = asyncio.run(rlm.read(TP, reopened, 0, 100, True))
+    assert first.data
+    rlm.close()
+    reopened.close()
+
+
+def test_a_reloaded_plain_log_drops_the_epochs_below_its_start(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = new_log(tmp_path, clock, remote_storage_enable=False)
+    fill(log, 20, epoch=3)
+    log.append_as_leader(make_batch(5, size=40), leader_epoch=4)
+    log.high_watermark = log.log_end_offset
+    log.delete_segments(lambda segment, next_base: next_base <= 50)
+    start, end = log.log_start_offset, log.log_end_offset
+    log.close()
+    reopened, _ = open_log(
+        tmp_path / "tiered-0", LogConfig(), log_start_offset=0, recovery_point=end, clock=clock
+    )
+    reopened.update_config(LogConfig(segment_bytes=1500))
+    assert reopened.log_start_offset == start
+    assert reopened.epoch_cache.entries[0].start_offset == start
+    reopened.close()
