@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -66,6 +67,7 @@ from odradek.storage.log_manager import LogManager
 from odradek.storage.log_validator import conversion
 from odradek.storage.partition_metadata import check_topic_id
 from odradek.storage.remote.log_manager import RemoteLogManager
+from odradek.storage.remote.metadata import TopicIdPartition
 
 __all__ = ["Partition", "PartitionError", "ProduceStatus", "ReplicaManager"]
 # The coordinators' appends wait this long for the HW (offsets.commit.timeout.ms).
@@ -184,8 +186,13 @@ class ReplicaManager(FetchService):
         stops: list[TopicPartition] = []
         for topic in delta.deleted_topics.values():
             for index in topic.partitions:
+                gone = self.partitions.get((topic.name, index))
+                tiered = gone is not None and gone.log.config.remote_storage_enable
                 if self._remove((topic.name, index), str(topic.topic_id)):
                     stops.append((topic.name, index))
+                    if tiered and self.remote_log_manager is not None:  # KIP-405
+                        tp = TopicIdPartition(uuid.UUID(str(topic.topic_id)), topic.name, index)
+                        self.remote_log_manager.delete_partition(tp)
                 self.not_created.pop((topic.name, index), None)
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionImage]] = {}
         for change in delta.partitions.values():

@@ -73,13 +73,28 @@ def build_remote_log_manager(
     )
 
 
-def check_remote_storage(system_enabled: Callable[[], bool], configs: Mapping[str, object]) -> None:
-    """ControllerError INVALID_CONFIG when a topic's configs enable remote storage on a
-    broker whose tiered storage is off."""
+def _enabled(configs: Mapping[str, object]) -> bool:
     value = configs.get(TOPIC_ENABLE)
-    if value is not None and str(value).strip().lower() == "true" and not system_enabled():
+    return value is not None and str(value).strip().lower() == "true"
+
+
+def check_remote_storage(
+    system_enabled: Callable[[], bool],
+    configs: Mapping[str, object],
+    current: Mapping[str, object] | None = None,
+) -> None:
+    """ControllerError INVALID_CONFIG when a topic's configs enable remote storage on a
+    broker whose tiered storage is off, or turn it off on a tiered topic (``current``:
+    its configs before the change; Kafka refuses that too: the remote data would be
+    orphaned and the log start below the local log)."""
+    if _enabled(configs) and not system_enabled():
         raise ControllerError(
             "INVALID_CONFIG",
             f"{TOPIC_ENABLE}=true needs {SYSTEM_ENABLE}=true on the brokers "
             "(tiered storage is disabled)",
+        )
+    if current is not None and _enabled(current) and not _enabled(configs):
+        raise ControllerError(
+            "INVALID_CONFIG",
+            f"disabling remote storage on a tiered topic is not supported ({TOPIC_ENABLE})",
         )

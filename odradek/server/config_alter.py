@@ -77,7 +77,8 @@ class BrokerConfigRules:
         if resource_type == GROUP_RESOURCE:
             return config_groups.validator(self)
         if resource_type == TOPIC_RESOURCE:  # tiered storage needs the brokers' flag
-            return partial(check_remote_storage, self._remote_storage_enabled)
+            current = dict(self.metadata.image.topic_configs(resource_name))
+            return partial(check_remote_storage, self._remote_storage_enabled, current=current)
         return None
 
     def _remote_storage_enabled(self) -> bool:

@@ -88,6 +88,13 @@ def test_a_consumer_reads_from_offset_0_after_the_local_segments_are_gone(
         assert broker.stop() == 0
         broker.start()
         assert _consume(broker.bootstrap, COUNT) == sent
+        # Deleting the topic deletes its remote data.
+        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
+        admin.delete_topics([TOPIC])[TOPIC].result(timeout=15)
+        deadline = time.monotonic() + 30
+        while list(remote_dir.rglob("*.log")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not list(remote_dir.rglob("*.log"))
         assert "remote log task failed" not in broker.log()
 
 
@@ -124,31 +131,29 @@ def _consume(bootstrap: str, count: int) -> list[tuple[bytes, bytes]]:
 def test_tiering_is_refused_on_compacted_topics_and_when_the_brokers_disable_it(
     tmp_path: Path,
 ) -> None:
-    with (
-        running_broker(tmp_path / "on", _overrides(tmp_path / "r1")) as broker,
-        pytest.raises(confluent_kafka.KafkaException, match="compacted"),
-    ):
-        _create(
-            broker.bootstrap,
-            "tiered-compacted",
-            {"remote.storage.enable": "true", "cleanup.policy": "compact"},
-        )
+    with running_broker(tmp_path / "on", _overrides(tmp_path / "r1")) as broker:
+        with pytest.raises(confluent_kafka.KafkaException, match="compacted"):
+            _create(
+                broker.bootstrap,
+                "tiered-compacted",
+                {"remote.storage.enable": "true", "cleanup.policy": "compact"},
+            )
+        _create(broker.bootstrap, "tiered", {"remote.storage.enable": "true"})
+        with pytest.raises(confluent_kafka.KafkaException, match="not supported"):
+            _set(broker.bootstrap, "tiered", "remote.storage.enable", "false")
     with running_broker(tmp_path / "off", _overrides(tmp_path / "r2", enable=False)) as broker:
         with pytest.raises(confluent_kafka.KafkaException, match=r"remote\.log\.storage\.system"):
             _create(broker.bootstrap, "tiered-off", {"remote.storage.enable": "true"})
         _create(broker.bootstrap, "plain", {})
-        admin = AdminClient({"bootstrap.servers": broker.bootstrap})
-        resource = ConfigResource(
-            ConfigResource.Type.TOPIC,
-            "plain",
-            incremental_configs=[
-                ConfigEntry(
-                    "remote.storage.enable",
-                    "true",
-                    incremental_operation=AlterConfigOpType.SET,
-                )
-            ],
-        )
-        future = admin.incremental_alter_configs([resource])[resource]
         with pytest.raises(confluent_kafka.KafkaException, match=r"remote\.log\.storage\.system"):
-            future.result(timeout=15)
+            _set(broker.bootstrap, "plain", "remote.storage.enable", "true")
+
+
+def _set(bootstrap: str, topic: str, key: str, value: str) -> None:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    resource = ConfigResource(
+        ConfigResource.Type.TOPIC,
+        topic,
+        incremental_configs=[ConfigEntry(key, value, incremental_operation=AlterConfigOpType.SET)],
+    )
+    admin.incremental_alter_configs([resource])[resource].result(timeout=15)

@@ -21,6 +21,9 @@ broker leads whose topic is tiered (``leaders()``, from the replica manager) and
 * cleans up leftovers of a copy or delete that died half-way (COPY_SEGMENT_STARTED
   or DELETE_SEGMENT_STARTED segments; single node: nothing else is in flight).
 
+When a tiered topic is deleted, ``delete_partition`` deletes each partition's remote
+segments and metadata in the background.
+
 A store or metadata failure never reaches produce: it is logged in one line and the
 partition is tried again after a backoff doubling per failure, from one task
 interval up to 32 of them.
@@ -108,6 +111,7 @@ class RemoteLogManager:
         self._workers = ThreadPoolExecutor(2, thread_name_prefix="remote-copier")
         self._backoff: dict[TopicIdPartition, _Backoff] = {}
         self._empty_snapshot: Path | None = None
+        self._deletions: set[asyncio.Task[None]] = set()
 
     # -- the tasks -------------------------------------------------------------------------
     async def run(self) -> None:
@@ -301,6 +305,25 @@ class RemoteLogManager:
                 log.log_start_offset,
             )
         return len(doomed)
+
+    # -- deleted partitions --------------------------------------------------------------------
+    def delete_partition(self, tp: TopicIdPartition) -> None:
+        """A tiered topic was deleted: delete its remote segments and metadata, in the
+        background (a failure is logged; what is left stays in the store)."""
+        task = asyncio.get_running_loop().create_task(self._delete_partition(tp))
+        self._deletions.add(task)
+        task.add_done_callback(self._deletions.discard)
+
+    async def _delete_partition(self, tp: TopicIdPartition) -> None:
+        try:
+            listed = await self._blocking(self.rlmm.list_remote_log_segments, tp)
+            for metadata in listed:
+                await self._blocking(self._delete, metadata)
+            await self._blocking(self.rlmm.remove_partition, tp)
+            self._backoff.pop(tp, None)
+            logger.info("%s: deleted %d remote segment(s) of the deleted topic", tp, len(listed))
+        except Exception as error:  # the pool closed by a shutdown, the store failing
+            logger.warning("%s: remote data of the deleted topic not deleted: %s", tp, error)
 
     # -- blocking steps (worker threads) ----------------------------------------------------
     def _update(

@@ -80,6 +80,11 @@ class RemoteLogMetadataManager(Protocol):
 
     def highest_offset_for_epoch(self, tp: TopicIdPartition, leader_epoch: int) -> int | None: ...
 
+    def remove_partition(self, tp: TopicIdPartition) -> None:
+        """Forget a deleted partition once its segments are deleted (the stand-in drops
+        its file; the topic-based manager will publish DELETE_PARTITION_* events)."""
+        ...
+
     def close(self) -> None: ...
 
 
@@ -158,6 +163,14 @@ class FileRemoteLogMetadataManager:
         self._caches[tp] = cache
         self._fds[tp] = fd
         return cache
+
+    def remove_partition(self, tp: TopicIdPartition) -> None:
+        with self._lock:
+            fd = self._fds.pop(tp, None)
+            if fd is not None:
+                os.close(fd)
+            self._caches.pop(tp, None)
+            (self.directory / _file_name(tp)).unlink(missing_ok=True)
 
     def close(self) -> None:
         with self._lock:

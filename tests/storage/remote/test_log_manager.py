@@ -351,3 +351,40 @@ def test_a_reloaded_plain_log_drops_the_epochs_below_its_start(
     assert reopened.log_start_offset == start
     assert reopened.epoch_cache.entries[0].start_offset == start
     reopened.close()
+
+
+def test_a_deleted_partition_loses_its_remote_data(tmp_path: Path, clock: FakeClock) -> None:
+    log = new_log(tmp_path, clock)
+    fill(log, 20)
+    rlm = new_manager(tmp_path, clock, log)
+
+    async def copy_then_delete() -> None:
+        await rlm.run_once()
+        assert finished(rlm)
+        rlm.delete_partition(TP)
+        while rlm._deletions:
+            await asyncio.sleep(0.01)
+
+    asyncio.run(copy_then_delete())
+    assert not list((tmp_path / "remote").rglob("*.log"))
+    assert not list((tmp_path / "rlmm").iterdir())
+    rlm.close()
+
+
+def test_delete_records_and_local_retention_ms_on_a_tiered_log(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    log = new_log(tmp_path, clock, local_retention_ms=60_000)
+    fill(log, 40)
+    ranges = inactive_ranges(log)
+    rlm = new_manager(tmp_path, clock, log)
+    asyncio.run(rlm.run_once())
+    assert log.delete_old_segments() == 0  # copied, but not old enough locally
+    clock.advance(61_000)
+    assert log.delete_old_segments() == len(ranges)
+    assert log.log_start_offset == 0
+    log.increment_log_start_offset(ranges[2][0] + 1)  # DeleteRecords inside segment 3
+    asyncio.run(rlm.run_once())
+    assert finished(rlm) == ranges[2:]
+    assert log.log_start_offset == ranges[2][0] + 1
+    rlm.close()
