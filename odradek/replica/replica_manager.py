@@ -58,6 +58,7 @@ from odradek.replica.partition import (
     Partition,
     PartitionError,
 )
+from odradek.replica.reads import epoch_at
 from odradek.replica.replica_selector import ReplicaSelector
 from odradek.replica.replication_quota import ReplicationQuota
 from odradek.storage.errors import StorageError
@@ -588,6 +589,30 @@ class ReplicaManager(FetchService):
         """ListOffsets on the leader: (timestamp, offset, leader epoch)."""
         partition = self.hosted(topic, index)
         return partition.offset_for_timestamp(timestamp, current_leader_epoch, isolation_level)
+
+    async def remote_offset_for_timestamp(
+        self, topic: str, index: int, timestamp: int, local: tuple[int, int, int]
+    ) -> tuple[int, int, int]:
+        """Tiered storage (KIP-405): a ListOffsets by timestamp whose answer may lie
+        below the local log, looked up in remote storage off the loop; ``local`` (the
+        local log's answer) stands when the remote part has no record that recent."""
+        partition = self.partitions.get((topic, index))
+        if timestamp < 0 or self.remote_log_manager is None or partition is None:
+            return local
+        log = partition.log
+        if not log.config.remote_storage_enable:
+            return local
+        if log.log_start_offset >= log.local_log_start_offset:
+            return local
+        tp = TopicIdPartition(uuid.UUID(str(partition.topic_id)), topic, index)
+        try:
+            found = await self.remote_log_manager.find_offset_for_timestamp(tp, log, timestamp)
+        except StorageError as error:
+            raise PartitionError("KAFKA_STORAGE_ERROR", str(error)) from None
+        if found is None:
+            return local
+        offset, found_timestamp = found
+        return found_timestamp, offset, epoch_at(log, offset, partition.leader_epoch)
 
     def last_offset_for_leader_epoch(
         self, topic: str, index: int, current_leader_epoch: int, requested_epoch: int

@@ -66,8 +66,9 @@ def test_a_consumer_reads_from_offset_0_after_the_local_segments_are_gone(
             }
         )
         sent = [(f"k{i}".encode(), os.urandom(1000)) for i in range(COUNT)]
-        for key, value in sent:
-            producer.produce(TOPIC, value, key, partition=0)
+        t0 = int(time.time() * 1000) - 600_000  # record i at t0 + i
+        for i, (key, value) in enumerate(sent):
+            producer.produce(TOPIC, value, key, partition=0, timestamp=t0 + i)
             producer.poll(0)
         assert producer.flush(30) == 0
 
@@ -84,6 +85,11 @@ def test_a_consumer_reads_from_offset_0_after_the_local_segments_are_gone(
         assert len(remote_logs) >= 8  # ~3 MB in 256 KiB segments
 
         assert _consume(broker.bootstrap, COUNT) == sent
+        assert _offsets_for_times(broker.bootstrap, [t0 - 1, t0 + 5, t0 + COUNT - 1]) == [
+            0,
+            5,  # in remote storage
+            COUNT - 1,  # in the local log
+        ]
         # After a restart the remote part is still there (metadata, log start offset).
         assert broker.stop() == 0
         broker.start()
@@ -126,6 +132,17 @@ def _consume(bootstrap: str, count: int) -> list[tuple[bytes, bytes]]:
         consumer.close()
     assert [offset for offset, _, _ in got] == list(range(count))
     return [(k, v) for _, k, v in got]
+
+
+def _offsets_for_times(bootstrap: str, timestamps: list[int]) -> list[int]:
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "times"})
+    try:
+        return [
+            consumer.offsets_for_times([confluent_kafka.TopicPartition(TOPIC, 0, ts)], 10)[0].offset
+            for ts in timestamps
+        ]
+    finally:
+        consumer.close()
 
 
 def test_tiering_is_refused_on_compacted_topics_and_when_the_brokers_disable_it(

@@ -28,8 +28,9 @@ A store or metadata failure never reaches produce: it is logged in one line and 
 partition is tried again after a backoff doubling per failure, from one task
 interval up to 32 of them.
 
-``read`` serves a consumer fetch below the local log start (reader.py) on a thread
-pool of ``remote.log.reader.threads``; the fetch path awaits it, so the event loop
+``read`` serves a consumer fetch below the local log start (reader.py), and
+``find_offset_for_timestamp`` a ListOffsets by timestamp there, on a thread pool of
+``remote.log.reader.threads``; the fetch path awaits it, so the event loop
 never blocks on remote I/O.
 
 Concurrency: ``run_once`` and ``read`` run on the event loop that owns the logs; the
@@ -64,7 +65,12 @@ from odradek.storage.remote.metadata import (
     TopicIdPartition,
 )
 from odradek.storage.remote.metadata_manager import RemoteLogMetadataManager
-from odradek.storage.remote.reader import RemoteIndexCache, RemoteRead, read_remote
+from odradek.storage.remote.reader import (
+    RemoteIndexCache,
+    RemoteRead,
+    find_offset_for_timestamp,
+    read_remote,
+)
 from odradek.storage.remote.storage_manager import LogSegmentData, RemoteStorageManager
 from odradek.storage.segment import LogSegment
 
@@ -380,6 +386,22 @@ class RemoteLogManager:
             local = log.collect_aborted_transactions(log.local_log_start_offset, found.upper_bound)
             found.aborted.extend(a for a in local if a.first_offset < found.upper_bound)
         return found
+
+    async def find_offset_for_timestamp(
+        self, tp: TopicIdPartition, log: Log, timestamp: int
+    ) -> tuple[int, int] | None:
+        """ListOffsets by timestamp in the remote part: (offset, timestamp) of the first
+        remote record at/after ``timestamp``, or None (the local log answers)."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._readers,
+            find_offset_for_timestamp,
+            self.rlmm,
+            self.rsm,
+            self.indexes,
+            tp,
+            timestamp,
+            log.log_start_offset,
+        )
 
     def close(self) -> None:
         """Stop the pools (waiting for running copies and reads) and the plugins."""

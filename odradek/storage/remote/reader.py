@@ -16,6 +16,11 @@ the remote ``.txnindex`` files of that segment and the ones after it, until an e
 last stable offset proves no other can overlap (else the caller goes on with the local
 log's indexes).
 
+ListOffsets by timestamp below the local log (``find_offset_for_timestamp``): the
+first remote segment whose max timestamp reaches the target is searched from its
+time index's last entry below the target (every record before that entry's offset is
+older), batch by batch, and the first record at/after the target answers.
+
 Offset indexes are fetched once per segment and kept on local disk under
 ``<log dir>/remote-log-index-cache/`` (``RemoteIndexCache``), least recently used
 first out past ``remote.log.index.file.cache.total.size.bytes``; the directory is
@@ -57,6 +62,8 @@ _OFFSET_ENTRY = struct.Struct(">ii")  # relative offset, position (the .index fo
 _BATCH_PREFIX = struct.Struct(">qi")  # base offset, batch length
 _LAST_OFFSET_DELTA = struct.Struct(">i")
 _LAST_OFFSET_DELTA_AT: Final = 23
+_TIME_ENTRY = struct.Struct(">qi")  # timestamp, relative offset (the .timeindex format)
+_INT64 = struct.Struct(">q")
 LOG_OVERHEAD: Final = 12
 MIN_READ_BYTES: Final = 64 * 1024
 
@@ -249,3 +256,76 @@ def _read_batches(
         budget -= size
         last_offset = last
     return bytes(out), last_offset
+
+
+def find_offset_for_timestamp(
+    rlmm: RemoteLogMetadataManager,
+    rsm: RemoteStorageManager,
+    indexes: RemoteIndexCache,
+    tp: TopicIdPartition,
+    timestamp: int,
+    start_offset: int,
+) -> tuple[int, int] | None:
+    """(offset, timestamp) of the first remote record >= ``start_offset`` with a
+    timestamp >= ``timestamp``, or None (then the local log answers)."""
+    for metadata in rlmm.list_remote_log_segments(tp, (COPY_FINISHED,)):
+        if metadata.end_offset < start_offset or metadata.max_timestamp_ms < timestamp:
+            continue
+        found = _search_segment(rsm, indexes, metadata, timestamp, start_offset)
+        if found is not None:
+            return found
+    return None
+
+
+def _search_segment(
+    rsm: RemoteStorageManager,
+    indexes: RemoteIndexCache,
+    metadata: RemoteLogSegmentMetadata,
+    timestamp: int,
+    start_offset: int,
+) -> tuple[int, int] | None:
+    from odradek.records.batch import MAX_TIMESTAMP_POSITION, parse_header
+    from odradek.records.codec import iter_records
+    from odradek.records.compression import STORED_EXPANSION, ExpansionLimitError
+    from odradek.records.errors import CorruptRecordError
+
+    base = metadata.start_offset
+    indexed = base
+    time_index = indexes.get(metadata, IndexType.TIMESTAMP)
+    for entry_timestamp, relative in _TIME_ENTRY.iter_unpack(
+        time_index[: len(time_index) - len(time_index) % _TIME_ENTRY.size]
+    ):
+        if entry_timestamp >= timestamp:
+            break
+        indexed = base + relative
+    indexed = max(indexed, start_offset)
+    position = index_position(indexes.get(metadata, IndexType.OFFSET), base, indexed)
+    while position < metadata.segment_size_in_bytes:
+        chunk = rsm.fetch_log_segment(metadata, position, position + MIN_READ_BYTES - 1)
+        batches = _batches(chunk)
+        if not batches:
+            return None
+        for at, size, last in batches:
+            if at + size > len(chunk):
+                if at == 0:  # one batch larger than the range: read it whole
+                    chunk = rsm.fetch_log_segment(metadata, position, position + size - 1)
+                    if len(chunk) < size:
+                        raise RemoteStorageError(f"{metadata.remote_log_segment_id}: truncated")
+                else:
+                    break
+            (max_timestamp,) = _INT64.unpack_from(chunk, at + MAX_TIMESTAMP_POSITION)
+            if last < start_offset or max_timestamp < timestamp:
+                continue
+            data = chunk[at : at + size]
+            header = parse_header(data)
+            try:
+                for record in iter_records(data, header, STORED_EXPANSION * size):
+                    if record.offset >= start_offset and record.timestamp >= timestamp:
+                        return record.offset, record.timestamp
+            except (ExpansionLimitError, CorruptRecordError):
+                return max(header.base_offset, start_offset), header.max_timestamp
+        consumed = sum(size for at, size, _ in batches if at + size <= len(chunk))
+        if consumed == 0:
+            return None
+        position += consumed
+    return None

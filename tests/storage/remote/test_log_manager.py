@@ -388,3 +388,25 @@ def test_delete_records_and_local_retention_ms_on_a_tiered_log(
     assert finished(rlm) == ranges[2:]
     assert log.log_start_offset == ranges[2][0] + 1
     rlm.close()
+
+
+def test_list_offsets_by_timestamp_below_the_local_log(tmp_path: Path, clock: FakeClock) -> None:
+    log = new_log(tmp_path, clock, local_retention_bytes=0, index_interval_bytes=1)
+    t0 = clock()
+    for k in range(40):  # batch k: offsets 5k..5k+4, timestamps t0+1000k+i
+        log.append_as_leader(make_batch(5, size=40, timestamp=t0 + 1000 * k), leader_epoch=3)
+    log.high_watermark = log.log_end_offset
+    rlm = new_manager(tmp_path, clock, log)
+    asyncio.run(rlm.run_once())
+    log.delete_old_segments()
+    local_start = log.local_log_start_offset
+    assert local_start > 40
+
+    def find(timestamp: int) -> tuple[int, int] | None:
+        return asyncio.run(rlm.find_offset_for_timestamp(TP, log, timestamp))
+
+    assert find(t0 - 5) == (0, t0)
+    assert find(t0 + 7002) == (37, t0 + 7002)
+    assert find(t0 + 7005) == (40, t0 + 8000)  # between batches: the next record
+    assert find(t0 + 1000 * 39) is None  # only in the local log
+    rlm.close()
