@@ -143,6 +143,11 @@ class FetchService:
         (KIP-405; Kafka's remote-fetch purgatory): the RemoteLogManager reads on its
         reader pool while the loop serves other requests."""
         reads = [read for _, partitions in results for _, read in partitions if read.remote]
+        # One remote read per request, as Kafka: the others answer no records now (their
+        # clients ask again), so a response stays within its max bytes.
+        for later in reads[1:]:
+            later.remote = None
+        reads = reads[:1]
         done = await asyncio.gather(
             *(self._read_one_remote(read) for read in reads), return_exceptions=True
         )
