@@ -4,7 +4,8 @@ How this works and why (seeds/000 零拷贝): kio would need the records as a Py
 ``bytes`` value, i.e. a copy of every fetched byte through user space. The encoder
 writes the response structure itself and puts each partition's records as a
 ``FileRange`` in the output, so the connection can write the surrounding bytes and
-``os.sendfile`` the ranges between them. The decoder walks a received frame the same
+``os.sendfile`` the ranges between them; records read from remote storage (KIP-405)
+come as a ``MemoryRange`` and are written as bytes. The decoder walks a received frame the same
 way and leaves each partition's records as a ``memoryview`` slice of it: the Spark
 reader and replica fetchers need only a handful of fields around the records, and
 kio would copy them.
@@ -32,7 +33,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from odradek.protocol.bounds import uvarint_bytes as _uvarint
-from odradek.records.file_range import FileRange
+from odradek.records.file_range import FileRange, MemoryRange, RecordRange
 
 MIN_VERSION: Final = 4
 MAX_VERSION: Final = 17
@@ -72,7 +73,7 @@ class PartitionResult:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    ranges: list[FileRange] = field(default_factory=list)
+    ranges: list[RecordRange] = field(default_factory=list)
     aborted: list[tuple[int, int]] | None = None  # (producer id, first offset)
     # v12 tagged fields, left out when None: (epoch, end offset), (leader id, leader
     # epoch), (snapshot end offset, snapshot epoch)
@@ -186,7 +187,7 @@ def encode_fetch_response(
             if size:
                 parts.append(bytes(out))
                 out = bytearray()
-                parts.extend(partition.ranges)
+                parts.extend(r.data if isinstance(r, MemoryRange) else r for r in partition.ranges)
             if flexible:
                 out += _partition_tags(partition)
         if flexible:

@@ -17,3 +17,18 @@ class FileRange(NamedTuple):
     fd: int
     position: int
     length: int
+
+
+class MemoryRange(NamedTuple):
+    """Record bytes already in memory (a read from remote storage, KIP-405): sent as
+    they are, where a FileRange would be sendfile'd."""
+
+    data: bytes
+
+    @property
+    def length(self) -> int:
+        return len(self.data)
+
+
+RecordRange = FileRange | MemoryRange
+"""What a fetch response's records are made of."""

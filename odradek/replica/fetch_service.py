@@ -22,6 +22,11 @@ throttled partition answers no records while ``leader.replication.throttled.rate
 exceeded and that follower is not in the ISR (so it does not count toward min_bytes),
 and the bytes of throttled partitions a follower is sent count against the rate.
 
+Tiered storage (KIP-405): a consumer read below a tiered partition's local log start
+comes back from the partition as a ``RemoteFetch``; ``fetch`` then awaits the
+RemoteLogManager's reads (its reader thread pool) and answers at once with their
+bytes as ``MemoryRange``s, without long-polling (Kafka's remote-fetch purgatory).
+
 A mixin of ``ReplicaManager`` (replica/replica_manager.py), split from it so the
 manager keeps the metadata-driven roles and the produce path: the fetch path reads the
 manager's hosted partitions, clock, selector and current image, declared below, and
@@ -31,14 +36,20 @@ sends ISR proposals through it.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 
 from odradek.metadata.image import MetadataImage
+from odradek.records.file_range import MemoryRange
 from odradek.replica.partition import Partition, PartitionError
 from odradek.replica.reads import FetchParams, FetchPosition, FetchResults, PartitionRead
 from odradek.replica.replica_selector import ReplicaSelector, preferred_read_replica
 from odradek.replica.replication_quota import ReplicationQuota, leader_throttled, record_sent
-from odradek.storage.errors import StorageError
+from odradek.storage.errors import OffsetOutOfRangeError, StorageError
+from odradek.storage.remote.log_manager import RemoteLogManager
+from odradek.storage.remote.reader import RemoteRead
+
+logger = logging.getLogger(__name__)
 
 
 class FetchService:
@@ -51,6 +62,7 @@ class FetchService:
     image: MetadataImage  # the last one applied: brokers' racks
     closing: bool  # shutdown: fetches stop long-polling
     leader_quota: ReplicationQuota | None  # KIP-73 (replication_quota.py)
+    remote_log_manager: RemoteLogManager | None  # KIP-405: reads below the local log
 
     def hosted(self, topic: str, index: int) -> Partition:
         raise NotImplementedError
@@ -67,6 +79,9 @@ class FetchService:
         deadline = self.clock() + params.max_wait_ms
         while True:
             results, watched, total, final = self._read_all(params)
+            if any(read.remote for _, reads in results for _, read in reads):
+                await self._read_remote(results)  # answered once the remote reads are in
+                break
             remaining = deadline - self.clock()
             if final or total >= params.min_bytes or remaining <= 0 or not watched:
                 break
@@ -122,6 +137,46 @@ class FetchService:
                 partitions.append((index, read))
             results.append((name, partitions))
         return results, watched, total, final
+
+    async def _read_remote(self, results: FetchResults) -> None:
+        """Complete the reads below tiered partitions' local logs from remote storage
+        (KIP-405; Kafka's remote-fetch purgatory): the RemoteLogManager reads on its
+        reader pool while the loop serves other requests."""
+        reads = [read for _, partitions in results for _, read in partitions if read.remote]
+        # One remote read per request, as Kafka: the others answer no records now (their
+        # clients ask again), so a response stays within its max bytes.
+        for later in reads[1:]:
+            later.remote = None
+        reads = reads[:1]
+        done = await asyncio.gather(
+            *(self._read_one_remote(read) for read in reads), return_exceptions=True
+        )
+        for read, outcome in zip(reads, done, strict=True):
+            read.remote = None
+            if isinstance(outcome, OffsetOutOfRangeError):
+                read.error = "OFFSET_OUT_OF_RANGE"
+            elif isinstance(outcome, BaseException):
+                logger.warning("remote read failed: %s", outcome)
+                read.error = "KAFKA_STORAGE_ERROR"
+            else:
+                if outcome.data:
+                    read.ranges = [MemoryRange(outcome.data)]
+                if outcome.aborted is not None:
+                    read.aborted = [(a.producer_id, a.first_offset) for a in outcome.aborted]
+
+    async def _read_one_remote(self, read: PartitionRead) -> RemoteRead:
+        remote = read.remote
+        assert remote is not None
+        if self.remote_log_manager is None:
+            raise StorageError(f"{remote.tp}: tiered, but remote storage is disabled here")
+        return await self.remote_log_manager.read(
+            remote.tp,
+            remote.log,
+            remote.offset,
+            remote.max_bytes,
+            remote.min_one_batch,
+            remote.committed,
+        )
 
     def _preferred_read_replica(
         self, partition: Partition, position: FetchPosition, params: FetchParams, now: int

@@ -34,6 +34,7 @@ fetcher through the ``FollowerLog`` methods at the end.
 from __future__ import annotations
 
 import logging
+import uuid
 from collections.abc import Sequence
 
 from odradek.replica.isr_state import IsrTracking
@@ -64,11 +65,13 @@ from odradek.replica.reads import (
     READ_UNCOMMITTED,
     FetchPosition,
     PartitionRead,
+    RemoteFetch,
     diverging_epoch,
     lookup_offset,
 )
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.log import AppendInfo, Log
+from odradek.storage.remote.metadata import TopicIdPartition
 
 logger = logging.getLogger(__name__)
 
@@ -369,6 +372,18 @@ class Partition(IsrTracking):
                 replica_id, position.fetch_offset, broker_epoch, now_ms, position.log_start_offset
             )
         committed = isolation_level == READ_COMMITTED and not follower
+        if position.fetch_offset < log.local_log_start_offset and log.config.remote_storage_enable:
+            # Tiered storage (KIP-405): below the local log, the bytes are remote.
+            if follower:  # Kafka's follower then rebuilds its start from remote storage
+                result.error = "OFFSET_MOVED_TO_TIERED_STORAGE"
+                return result
+            tp = TopicIdPartition(uuid.UUID(str(self.topic_id)), self.topic, self.index)
+            result.remote = RemoteFetch(
+                tp, log, position.fetch_offset, max(max_bytes, 0), min_one_batch, committed
+            )
+            if committed:
+                result.aborted = []  # filled in with the remote read's
+            return result
         if follower:
             visible = None
         else:
@@ -383,7 +398,7 @@ class Partition(IsrTracking):
         except OffsetOutOfRangeError:
             result.error = out_of_range
             return result
-        result.ranges = info.ranges
+        result.ranges.extend(info.ranges)
         result.high_watermark = log.high_watermark
         result.last_stable_offset = log.last_stable_offset
         result.log_start_offset = log.log_start_offset

@@ -20,8 +20,9 @@ from typing import Final
 from odradek.records.codec import decode_batch
 from odradek.records.compression import STORED_EXPANSION, ExpansionLimitError
 from odradek.records.errors import CorruptRecordError
-from odradek.records.file_range import FileRange
+from odradek.records.file_range import RecordRange
 from odradek.storage.log import Log
+from odradek.storage.remote.metadata import TopicIdPartition
 
 LATEST: Final = -1
 EARLIEST: Final = -2
@@ -44,6 +45,19 @@ class FetchPosition:
     log_start_offset: int = -1  # a follower's own log start offset (v5+)
 
 
+@dataclass(frozen=True, slots=True)
+class RemoteFetch:
+    """A consumer read below the local log start of a tiered partition (KIP-405): the
+    fetch service completes it from remote storage, off the event loop."""
+
+    tp: TopicIdPartition
+    log: Log
+    offset: int
+    max_bytes: int
+    min_one_batch: bool
+    committed: bool = False  # read_committed: the aborted transactions too
+
+
 @dataclass(slots=True)
 class PartitionRead:
     """One partition's Fetch answer. ``error`` is a Kafka error name."""
@@ -52,12 +66,13 @@ class PartitionRead:
     high_watermark: int = -1
     last_stable_offset: int = -1
     log_start_offset: int = -1
-    ranges: list[FileRange] = field(default_factory=list)
+    ranges: list[RecordRange] = field(default_factory=list)
     diverging_epoch: tuple[int, int] | None = None  # (epoch, end offset): truncate there
     preferred_read_replica: int = -1  # v11+, KIP-392: read from this follower instead
     # read_committed only: (producer id, first offset) of each aborted transaction the
     # records may hold; None for read_uncommitted and followers (encoded as null).
     aborted: list[tuple[int, int]] | None = None
+    remote: RemoteFetch | None = None  # to be read from remote storage (fetch_service.py)
 
     @property
     def size(self) -> int:
@@ -89,10 +104,14 @@ def lookup_offset(
     if timestamp == LATEST:
         return -1, visible_end, leader_epoch
     if timestamp in (EARLIEST, EARLIEST_LOCAL):
-        offset = log.log_start_offset
+        # Tiered storage: EARLIEST is the remote start, EARLIEST_LOCAL the disk's.
+        offset = log.log_start_offset if timestamp == EARLIEST else log.local_log_start_offset
         return -1, offset, epoch_at(log, offset, leader_epoch)
     if timestamp == LATEST_TIERED:
-        return NOT_FOUND
+        highest = log.highest_offset_in_remote
+        if not log.config.remote_storage_enable or highest < 0:
+            return NOT_FOUND
+        return -1, highest, epoch_at(log, highest, leader_epoch)
     if timestamp == MAX_TIMESTAMP:
         max_timestamp, offset = log.max_timestamp_and_offset()
         if offset < 0 or offset >= visible_end:

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -57,6 +58,7 @@ from odradek.replica.partition import (
     Partition,
     PartitionError,
 )
+from odradek.replica.reads import epoch_at
 from odradek.replica.replica_selector import ReplicaSelector
 from odradek.replica.replication_quota import ReplicationQuota
 from odradek.storage.errors import StorageError
@@ -65,6 +67,8 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from odradek.storage.log_validator import conversion
 from odradek.storage.partition_metadata import check_topic_id
+from odradek.storage.remote.log_manager import RemoteLogManager
+from odradek.storage.remote.metadata import TopicIdPartition
 
 __all__ = ["Partition", "PartitionError", "ProduceStatus", "ReplicaManager"]
 # The coordinators' appends wait this long for the HW (offsets.commit.timeout.ms).
@@ -130,6 +134,7 @@ class ReplicaManager(FetchService):
         self.clock = clock
         self.replica_selector = replica_selector
         self.leader_quota = leader_quota  # KIP-73 (replication_quota.py)
+        self.remote_log_manager: RemoteLogManager | None = None  # KIP-405, set by the broker
         self.partitions: dict[tuple[str, int], Partition] = {}
         # Partitions answered with KAFKA_STORAGE_ERROR: ``offline`` ones had an I/O
         # error in their log (disk full, EIO) with its state on disk unknown, until a
@@ -182,8 +187,13 @@ class ReplicaManager(FetchService):
         stops: list[TopicPartition] = []
         for topic in delta.deleted_topics.values():
             for index in topic.partitions:
+                gone = self.partitions.get((topic.name, index))
+                tiered = gone is not None and gone.log.config.remote_storage_enable
                 if self._remove((topic.name, index), str(topic.topic_id)):
                     stops.append((topic.name, index))
+                    if tiered and self.remote_log_manager is not None:  # KIP-405
+                        tp = TopicIdPartition(uuid.UUID(str(topic.topic_id)), topic.name, index)
+                        self.remote_log_manager.delete_partition(tp)
                 self.not_created.pop((topic.name, index), None)
         wanted: dict[tuple[str, int], tuple[TopicImage, PartitionImage]] = {}
         for change in delta.partitions.values():
@@ -579,6 +589,30 @@ class ReplicaManager(FetchService):
         """ListOffsets on the leader: (timestamp, offset, leader epoch)."""
         partition = self.hosted(topic, index)
         return partition.offset_for_timestamp(timestamp, current_leader_epoch, isolation_level)
+
+    async def remote_offset_for_timestamp(
+        self, topic: str, index: int, timestamp: int, local: tuple[int, int, int]
+    ) -> tuple[int, int, int]:
+        """Tiered storage (KIP-405): a ListOffsets by timestamp whose answer may lie
+        below the local log, looked up in remote storage off the loop; ``local`` (the
+        local log's answer) stands when the remote part has no record that recent."""
+        partition = self.partitions.get((topic, index))
+        if timestamp < 0 or self.remote_log_manager is None or partition is None:
+            return local
+        log = partition.log
+        if not log.config.remote_storage_enable:
+            return local
+        if log.log_start_offset >= log.local_log_start_offset:
+            return local
+        tp = TopicIdPartition(uuid.UUID(str(partition.topic_id)), topic, index)
+        try:
+            found = await self.remote_log_manager.find_offset_for_timestamp(tp, log, timestamp)
+        except StorageError as error:
+            raise PartitionError("KAFKA_STORAGE_ERROR", str(error)) from None
+        if found is None:
+            return local
+        offset, found_timestamp = found
+        return found_timestamp, offset, epoch_at(log, offset, partition.leader_epoch)
 
     def last_offset_for_leader_epoch(
         self, topic: str, index: int, current_leader_epoch: int, requested_epoch: int

@@ -96,6 +96,7 @@ from odradek.server.broker_quorum import (
     load_metadata,
     start_quorum,
 )
+from odradek.server.broker_remote import build_remote_log_manager
 from odradek.server.broker_settings import (
     coordinator_settings,
     fetcher_settings,
@@ -209,6 +210,10 @@ class Broker:
             replica_selector=selector_for(config["replica.selector.class"]),
             leader_quota=self.replication_quotas.leader,
         )
+        # Tiered storage (KIP-405): None unless remote.log.storage.system.enable.
+        self.remote_log_manager = build_remote_log_manager(config, self.replica_manager)
+        self.replica_manager.remote_log_manager = self.remote_log_manager
+        self._remote_log_task: asyncio.Task[None] | None = None
         # AlterReplicaLogDirs: copies replicas into another of this broker's log dirs.
         self.log_dir_mover = LogDirMover(
             self.log_manager,
@@ -347,6 +352,8 @@ class Broker:
             )
         self._housekeeping = asyncio.create_task(self.log_manager.run())
         self.cleaner_task = asyncio.create_task(self.log_manager.cleaner.run())
+        if self.remote_log_manager is not None:
+            self._remote_log_task = asyncio.create_task(self.remote_log_manager.run())
         self._isr_expiration = asyncio.create_task(self.replica_manager.isr_expiration())
         self._log_dir_moves = asyncio.create_task(self.log_dir_mover.run())
         self._snapshot_timer = asyncio.create_task(snapshot_ticks(self.metadata_writer))
@@ -422,6 +429,7 @@ class Broker:
         """The tasks ``stop`` cancels, in the order it cancels them."""
         return (
             self._log_dir_moves,  # before housekeeping: a swap uses the log manager
+            self._remote_log_task,  # before housekeeping: copies read local segments
             self._housekeeping,
             self._isr_expiration,
             self._snapshot_timer,

@@ -58,6 +58,8 @@ async def stop_broker(broker: Broker) -> None:
     await broker.log_manager.cleaner.stop(broker.cleaner_task)
     for task in broker.background_tasks():
         await cancel_and_wait(task)
+    if broker.remote_log_manager is not None:  # waits for a running copy or read
+        await asyncio.get_running_loop().run_in_executor(None, broker.remote_log_manager.close)
     if broker.remote_channel is not None:
         await broker.remote_channel.close()
     if broker.metadata_writer is not None:

@@ -453,6 +453,18 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     ),
     BrokerConfigDef("log.cleaner.backoff.ms", _int(0, LONG_MAX), "15000"),
     BrokerConfigDef("offsets.topic.compression.codec", _int(0, 4), "0"),
+    # Tiered storage (KIP-405, storage/remote/): Kafka's names and defaults.
+    BrokerConfigDef("remote.log.storage.system.enable", _bool, "false"),
+    BrokerConfigDef("remote.log.manager.task.interval.ms", _int(1, LONG_MAX), "30000"),
+    BrokerConfigDef("remote.log.reader.threads", _int(1, INT_MAX), "10"),
+    BrokerConfigDef("remote.log.storage.manager.class.name", _text, "filesystem"),
+    BrokerConfigDef("remote.log.storage.manager.impl.prefix", _text, "rsm.config."),
+    BrokerConfigDef("remote.log.metadata.manager.impl.prefix", _text, "rlmm.config."),
+    BrokerConfigDef(
+        "remote.log.index.file.cache.total.size.bytes", _int(1, LONG_MAX), "1073741824"
+    ),
+    _topic("log.local.retention.ms", "local.retention.ms", "-2", _int(-2, LONG_MAX)),
+    _topic("log.local.retention.bytes", "local.retention.bytes", "-2", _int(-2, LONG_MAX)),
     _topic("log.message.timestamp.type", "message.timestamp.type", "CreateTime", _text),
     _topic(
         "log.message.timestamp.before.max.ms",
@@ -546,7 +558,18 @@ class BrokerConfig:
         from odradek.server import config_catalogue  # it builds on this module
 
         unknown, inert = [], []
+        # The remote storage and metadata plugins' own properties (rsm.config.*,
+        # rlmm.config.* by default) are theirs to check.
+        prefixes = tuple(
+            self.original.get(name, CONFIGS_BY_NAME[name].default or "") or "\0"
+            for name in (
+                "remote.log.storage.manager.impl.prefix",
+                "remote.log.metadata.manager.impl.prefix",
+            )
+        )
         for key in sorted(k for k in self.original if k not in CONFIGS_BY_NAME):
+            if key.startswith(prefixes):
+                continue
             definition = config_catalogue.definition(key)
             if definition is None:
                 unknown.append(key)

@@ -22,6 +22,7 @@ dynamically"), as Kafka answers broker config validation failures (KAFKA-13609).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Final
 
 from odradek.metadata.controller import ControllerError
@@ -38,6 +39,7 @@ from odradek.metadata.image import BROKER_RESOURCE, GROUP_RESOURCE, TOPIC_RESOUR
 from odradek.metadata.topic_changes import validate_topic_name
 from odradek.server import config_catalogue as catalogue
 from odradek.server import config_groups
+from odradek.server.broker_remote import SYSTEM_ENABLE, check_remote_storage
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.server.config_describe import (
     BROKER_TYPE,
@@ -74,7 +76,13 @@ class BrokerConfigRules:
             return broker_validator(self, resource_name)
         if resource_type == GROUP_RESOURCE:
             return config_groups.validator(self)
+        if resource_type == TOPIC_RESOURCE:  # tiered storage needs the brokers' flag
+            current = dict(self.metadata.image.topic_configs(resource_name))
+            return partial(check_remote_storage, self._remote_storage_enabled, current=current)
         return None
+
+    def _remote_storage_enabled(self) -> bool:
+        return bool(self.config.static[SYSTEM_ENABLE])
 
 
 def resolve(

@@ -19,6 +19,20 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "log.cleaner.backoff.ms": "how long a cleaner sleeps when no log needs cleaning",
     "offsets.topic.compression.codec": "codec of __consumer_offsets batches (0 none, 1 gzip, "
     "2 snappy, 3 lz4, 4 zstd)",
+    "remote.log.storage.system.enable": "allow tiered storage (KIP-405): topics may then set "
+    "remote.storage.enable",
+    "remote.log.manager.task.interval.ms": "how often rolled segments of tiered topics are "
+    "copied to remote storage and expired remote segments deleted",
+    "remote.log.reader.threads": "threads that read fetches below the local log from remote "
+    "storage",
+    "remote.log.storage.manager.class.name": "the remote storage backend: filesystem, s3 or "
+    "package.module:Class",
+    "remote.log.storage.manager.impl.prefix": "prefix of the properties passed to the remote "
+    "storage backend (without the prefix)",
+    "remote.log.metadata.manager.impl.prefix": "prefix of the properties passed to the remote "
+    "log metadata manager",
+    "remote.log.index.file.cache.total.size.bytes": "disk space for remote segments' indexes "
+    "cached under remote-log-index-cache/ in the first log dir",
     "node.id": "the id of this node in the cluster",
     "broker.id": "legacy name of node.id; must match it when both are set",
     "process.roles": "broker, controller, or both (combined mode)",

@@ -139,7 +139,18 @@ class Log:
         self._target_codec = target_codec(config)  # None: keep the producer's codec
         self._log_append_time = config.uses_log_append_time
         self.clock = clock
-        self.log_start_offset = max(log_start_offset, self.local.start_offset)
+        # A tiered log keeps its start below the local one (remote storage holds the
+        # gap); any other log starts where its disk does.
+        local_start = self.local.start_offset
+        self.log_start_offset = (
+            log_start_offset if config.remote_storage_enable else max(log_start_offset, local_start)
+        )
+        # Tiered storage: the last offset copied to remote storage (-1: none), set by
+        # the RemoteLogManager; local retention never passes it.
+        self.highest_offset_in_remote = -1
+        # The checkpointed log start, until the topic's own config arrives (the logs
+        # load with the broker defaults): a tiered topic's starts below its disk's.
+        self._checkpointed_start: int | None = log_start_offset
         self._high_watermark = self.log_start_offset
         self.epoch_cache = epoch_cache
         self.producer_state = producer_state
@@ -571,7 +582,8 @@ class Log:
         removed = self.local.delete_segments_from_start(predicate, self._high_watermark)
         if removed:
             first = self.local.start_offset
-            self.log_start_offset = max(self.log_start_offset, first)
+            if not self.config.remote_storage_enable:  # tiered: the remote start stays
+                self.log_start_offset = max(self.log_start_offset, first)
             self.epoch_cache.truncate_from_start(self.log_start_offset)
             self.producer_state.delete_snapshots(below=first)
             logger.info(
@@ -619,6 +631,12 @@ class Log:
 
     # -- lifecycle -------------------------------------------------------------------
     def update_config(self, config: LogConfig) -> None:
+        start, self._checkpointed_start = self._checkpointed_start, None
+        if start is not None and start < self.log_start_offset:
+            if config.remote_storage_enable and self.log_start_offset == self.local.start_offset:
+                self.log_start_offset = start  # tiered: remote storage holds the gap
+            else:  # the loader kept the epochs from there (log_loader.py)
+                self.epoch_cache.truncate_from_start(self.log_start_offset)
         self.config = config
         self.local.config = config
         self._target_codec = target_codec(config)

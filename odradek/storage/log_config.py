@@ -127,6 +127,20 @@ TOPIC_CONFIGS: Final[tuple[ConfigDef, ...]] = (
         "",
         "partition:broker replicas whose leader's sends are throttled (KIP-73), or *",
     ),
+    _int_def(
+        "local.retention.bytes",
+        -2,
+        -2,
+        LONG_MAX,
+        "tiered topics: local size limit per partition; -2 = retention.bytes",
+    ),
+    _int_def(
+        "local.retention.ms",
+        -2,
+        -2,
+        LONG_MAX,
+        "tiered topics: age limit of local segments; -2 = retention.ms",
+    ),
     _int_def("max.compaction.lag.ms", LONG_MAX, 1, LONG_MAX, "max time a record stays uncompacted"),
     _int_def("max.message.bytes", 1_048_588, 0, INT_MAX, "largest record batch accepted"),
     _int_def(
@@ -157,6 +171,13 @@ TOPIC_CONFIGS: Final[tuple[ConfigDef, ...]] = (
     _int_def("min.insync.replicas", 1, 1, INT_MAX, "replicas that must ack an acks=all write"),
     ConfigDef(
         "preallocate", "preallocate", _parse_bool, False, "accepted for compatibility; unused"
+    ),
+    ConfigDef(
+        "remote.storage.enable",
+        "remote_storage_enable",
+        _parse_bool,
+        False,
+        "tiered storage (KIP-405): copy rolled segments to remote storage",
     ),
     _int_def("retention.bytes", -1, -1, LONG_MAX, "size limit per partition; -1 = none"),
     _int_def("retention.ms", 604_800_000, -1, LONG_MAX, "age limit of segments; -1 = none"),
@@ -200,6 +221,8 @@ class LogConfig:
     follower_replication_throttled_replicas: str = ""
     index_interval_bytes: int = 4096
     leader_replication_throttled_replicas: str = ""
+    local_retention_bytes: int = -2
+    local_retention_ms: int = -2
     max_compaction_lag_ms: int = LONG_MAX
     max_message_bytes: int = 1_048_588
     message_timestamp_after_max_ms: int = 3_600_000
@@ -209,6 +232,7 @@ class LogConfig:
     min_compaction_lag_ms: int = 0
     min_insync_replicas: int = 1
     preallocate: bool = False
+    remote_storage_enable: bool = False
     retention_bytes: int = -1
     retention_ms: int = 604_800_000
     segment_bytes: int = 1_073_741_824
@@ -228,7 +252,44 @@ class LogConfig:
             if definition is None:
                 raise LogConfigError(name, "unknown topic config")
             changes[definition.attribute] = definition.parse(name, raw)
-        return replace(base or cls(), **changes)
+        config = replace(base or cls(), **changes)
+        config.check_tiered()
+        return config
+
+    def check_tiered(self) -> None:
+        """Kafka's checks of a tiered topic: not compacted, and local retention within
+        retention (LogConfigError names the key)."""
+        if self.remote_storage_enable and self.is_compacted:
+            raise LogConfigError(
+                "remote.storage.enable",
+                "remote storage cannot be enabled on a compacted topic (cleanup.policy="
+                f"{self.cleanup_policy})",
+            )
+        if not self.remote_storage_enable:
+            return
+        for local, total, local_key, key in (
+            (self.local_retention_ms, self.retention_ms, "local.retention.ms", "retention.ms"),
+            (
+                self.local_retention_bytes,
+                self.retention_bytes,
+                "local.retention.bytes",
+                "retention.bytes",
+            ),
+        ):
+            if total != -1 and local != -2 and (local == -1 or local > total):
+                raise LogConfigError(local_key, f"value {local} exceeds {key} {total}; it must not")
+
+    @property
+    def effective_local_retention_ms(self) -> int:
+        """local.retention.ms, or retention.ms for -2."""
+        return self.retention_ms if self.local_retention_ms == -2 else self.local_retention_ms
+
+    @property
+    def effective_local_retention_bytes(self) -> int:
+        """local.retention.bytes, or retention.bytes for -2."""
+        if self.local_retention_bytes == -2:
+            return self.retention_bytes
+        return self.local_retention_bytes
 
     def to_properties(self) -> dict[str, object]:
         return {d.name: getattr(self, d.attribute) for d in TOPIC_CONFIGS}

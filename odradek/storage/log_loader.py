@@ -201,8 +201,12 @@ def open_log(
         producer_state=producer_state,
         clock=clock,
     )
+    # The epochs are kept from the checkpointed log start, which the Log raises to its
+    # local start unless it knows the topic is tiered: the topic's config arrives later
+    # (Log.update_config), and a tiered log needs the epochs of its remote part.
+    epochs_start = min(log.log_start_offset, log_start_offset)
     if rebuild_epochs:
-        _assign_epochs(log, log.log_start_offset)
+        _assign_epochs(log, epochs_start)
     elif first_recovered is not None and not clean_shutdown:
         # The checkpoint may lag the log by queued truncations: from the first re-read
         # segment on, the batches say which epoch wrote what.
@@ -210,7 +214,7 @@ def open_log(
         epoch_cache.truncate_from_end(start)
         _assign_epochs(log, start)
     epoch_cache.truncate_from_end(log.log_end_offset)
-    epoch_cache.truncate_from_start(log.log_start_offset)
+    epoch_cache.truncate_from_start(epochs_start)
     if not clean_shutdown and not rebuild_epochs and not _epochs_match_batches(log):
         # Below the re-read segments a truncation that had not landed left an entry
         # in the middle of another epoch's batches: the batches are the truth.
@@ -219,8 +223,8 @@ def open_log(
             directory.name,
         )
         epoch_cache.clear()
-        _assign_epochs(log, log.log_start_offset)
-        epoch_cache.truncate_from_start(log.log_start_offset)
+        _assign_epochs(log, epochs_start)
+        epoch_cache.truncate_from_start(epochs_start)
     if not clean_shutdown:
         # An emptied log (truncated fully, the clear not landed) keeps no epoch at its end.
         epoch_cache.truncate_from_end(log.log_end_offset)
@@ -280,7 +284,8 @@ def _epochs_match_batches(log: Log) -> bool:
     queued truncation should have removed before the log grew again in older epochs.
     """
     for entry in log.epoch_cache.entries:
-        if not log.log_start_offset <= entry.start_offset < log.log_end_offset:
+        # (entries below the local log start describe tiered storage's segments)
+        if not log.local_log_start_offset <= entry.start_offset < log.log_end_offset:
             continue
         header = next(log.iter_headers(entry.start_offset), None)
         if header is None or header.partition_leader_epoch != entry.epoch:

@@ -77,6 +77,9 @@ from odradek.storage.meta_properties import write_meta_properties as write_meta_
 from odradek.storage.partition_metadata import check_topic_id, write_partition_metadata
 from odradek.storage.segment import LogSegment
 
+# Directories of a log dir that are not logs: the remote index cache and the
+# single-node remote log metadata (storage/remote/reader.py, metadata_manager.py).
+NON_LOG_DIRS: Final = frozenset({"remote-log-index-cache", "remote-log-metadata"})
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_FILE: Final = ".kafka_cleanshutdown"
@@ -240,6 +243,8 @@ class LogManager:
         for child in children:
             if _DELETED_DIR_NAME.match(child.name):
                 shutil.rmtree(child, ignore_errors=True)  # a delete that a restart interrupted
+                continue
+            if child.name in NON_LOG_DIRS:  # tiered storage's caches (storage/remote/)
                 continue
             if child.name in self.reserved_dirs:
                 reserved_tp = parse_log_dir_name(child.name)

@@ -8,6 +8,14 @@ start offset (DeleteRecords moved it), then — when ``cleanup.policy`` includes
 oldest segments while the log is larger than ``retention.bytes``. A segment's age is
 its largest record timestamp (the file's mtime when it has none).
 
+Tiered topics (``remote.storage.enable``, KIP-405): the rules here only trim the
+*local* log, by ``local.retention.ms`` / ``local.retention.bytes`` (-2: the
+retention.* value), and only segments wholly copied to remote storage (last offset <=
+``log.highest_offset_in_remote``); the log start offset stays at the remote start
+(Log.delete_segments). Remote segments go by retention.* in the RemoteLogManager's
+expiration task (storage/remote/log_manager.py), which moves the log start offset;
+the first rule then drops local segments below it.
+
 Concurrency: runs on the event loop that owns the log.
 """
 
@@ -28,19 +36,35 @@ def delete_old_segments(log: Log) -> int:
     deleted = log.delete_segments(lambda segment, next_base: next_base <= log.log_start_offset)
     if not log.config.is_deleting:
         return deleted
+    config = log.config
+    tiered = config.remote_storage_enable
+    if tiered:
+        retention_ms = config.effective_local_retention_ms
+        retention_bytes = config.effective_local_retention_bytes
+        copied = log.highest_offset_in_remote
+
+        def allowed(next_base: int) -> bool:  # only what remote storage already holds
+            return next_base - 1 <= copied
+
+    else:
+        retention_ms, retention_bytes = config.retention_ms, config.retention_bytes
+
+        def allowed(next_base: int) -> bool:
+            return True
+
     now_ms = log.clock()
-    retention_ms = log.config.retention_ms
     if retention_ms >= 0:
         deleted += log.delete_segments(
-            lambda segment, next_base: now_ms - segment_timestamp(segment) > retention_ms
+            lambda segment, next_base: (
+                allowed(next_base) and now_ms - segment_timestamp(segment) > retention_ms
+            )
         )
-    retention_bytes = log.config.retention_bytes
     if retention_bytes >= 0:
         excess = log.size - retention_bytes
 
         def over_size(segment: LogSegment, next_base: int) -> bool:
             nonlocal excess
-            if excess - segment.size < 0:
+            if excess - segment.size < 0 or not allowed(next_base):
                 return False
             excess -= segment.size
             return True

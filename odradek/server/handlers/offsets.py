@@ -39,6 +39,13 @@ async def list_offsets(services: BrokerServices, request: Request) -> Any:
                     getattr(wanted, "current_leader_epoch", -1),
                     isolation,
                 )
+                if wanted.timestamp >= 0:  # tiered storage: maybe below the local log
+                    timestamp, offset, epoch = await services.replicas.remote_offset_for_timestamp(
+                        topic.name,
+                        wanted.partition_index,
+                        wanted.timestamp,
+                        (timestamp, offset, epoch),
+                    )
                 error = "NONE"
             except PartitionError as failure:
                 timestamp, offset, epoch, error = -1, -1, -1, failure.code

@@ -19,6 +19,7 @@ from odradek.metadata.controller_channel import ControllerError, NewTopic
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.broker_remote import SYSTEM_ENABLE, check_remote_storage
 from odradek.server.handlers import BOTH_PLANES, handles
 
 if TYPE_CHECKING:
@@ -43,7 +44,17 @@ async def create_topics(services: AdminServices, request: Request) -> Any:
         )
         for topic in body.topics
     ]
-    errors = await services.controller.create_topics(wanted, body.validate_only)
+    refused: dict[str, ControllerError] = {}
+    for topic in wanted:  # tiered storage needs the brokers' flag (broker_remote.py)
+        try:
+            check_remote_storage(
+                lambda: bool(services.config.static[SYSTEM_ENABLE]), topic.configs or {}
+            )
+        except ControllerError as refusal:
+            refused[topic.name] = refusal
+    asked = [topic for topic in wanted if topic.name not in refused]
+    answered = iter(await services.controller.create_topics(asked, body.validate_only))
+    errors = [refused[t.name] if t.name in refused else next(answered) for t in wanted]
     results = []
     for topic, error in zip(wanted, errors, strict=True):
         if error is not None:
