@@ -5,6 +5,7 @@ bound, and a model check under hypothesis with the boundaries as parameters."""
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import pytest
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from odradek.records import batch as b
 from odradek.records.codec import Record, decode_batches, encode_batch
-from odradek.storage.cleaner.clean import clean_log_now
+from odradek.storage.cleaner.clean import CleanJob, clean_log_now
 from odradek.storage.cleaner.manager import cleanable_range, log_to_clean
 from odradek.storage.log import Log
 from odradek.storage.log_config import LogConfig
@@ -207,6 +208,19 @@ def test_aborted_transactions_go_and_markers_follow_the_two_pass_rules(
     assert controls == [3]
     assert (2, b"b", b"committed") in contents(log)
     assert log.last_stable_offset == log.high_watermark
+    # The kept COMMIT marker's horizon has passed: no timer asks for another clean.
+    todo = log_to_clean(("t", 0), log, log.active_segment.base_offset, clock.now_ms, None)
+    job = CleanJob.prepare(
+        todo,
+        dedupe_entries=1000,
+        now_ms=clock.now_ms,
+        max_bytes_per_second=float("inf"),
+        abort=threading.Event(),
+    )
+    for group in job.groups(job.build_map()):
+        assert job.install(job.clean_group(group))
+    job.close()
+    assert job.earliest_horizon is None
 
 
 def test_a_map_that_fills_inside_a_segment_cleans_up_to_there(

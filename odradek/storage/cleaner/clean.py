@@ -343,6 +343,11 @@ class CleanJob:
         return False, self.now_ms + self.log.config.delete_retention_ms
 
     def _note_horizon(self, horizon: int) -> None:
+        """Remember the earliest horizon still to come: the manager cleans the log again
+        when it passes. A kept batch whose horizon already passed (a marker whose
+        transaction still has records) needs a dirty clean, not a timer."""
+        if horizon <= self.now_ms:
+            return
         if self.earliest_horizon is None or horizon < self.earliest_horizon:
             self.earliest_horizon = horizon
 
