@@ -36,7 +36,18 @@ from tests.chaos.workload import (
 TOPIC = "chaos"
 GROUP = "chaos-group"
 MEMBERS = 2
-BROKER_ARGS = ("--override", "group.initial.rebalance.delay.ms=0")
+# __consumer_offsets in 4 KiB segments and a cleaner that looks every 200 ms: the
+# group's commits roll segments and get compacted (a .cleaned/.swap swap) while the
+# broker is being killed, so the committed offsets the checks read have gone through
+# the cleaner and its crash recovery.
+BROKER_ARGS = (
+    "--override",
+    "group.initial.rebalance.delay.ms=0",
+    "--override",
+    "offsets.topic.segment.bytes=4096",
+    "--override",
+    "log.cleaner.backoff.ms=200",
+)
 
 
 @dataclass(frozen=True)
