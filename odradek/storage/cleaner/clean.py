@@ -195,6 +195,7 @@ class CleanJob:
     # Producer id -> whether its transaction in progress (in offset order, across the
     # groups of this clean) kept any record: its marker must stay while it did.
     txn_has_data: dict[int, bool] = field(default_factory=dict)
+    _aborted_by_producer: dict[int, list[AbortedTxn]] | None = None
     _closed: bool = field(default=False)
 
     @classmethod
@@ -237,10 +238,14 @@ class CleanJob:
     def _aborted(self, header: BatchHeader) -> bool:
         if not header.is_transactional or header.is_control:
             return False
+        if self._aborted_by_producer is None:
+            by_producer: dict[int, list[AbortedTxn]] = {}
+            for entry in self.aborted:
+                by_producer.setdefault(entry.producer_id, []).append(entry)
+            self._aborted_by_producer = by_producer
         return any(
-            a.producer_id == header.producer_id
-            and a.first_offset <= header.base_offset <= a.last_offset
-            for a in self.aborted
+            a.first_offset <= header.base_offset <= a.last_offset
+            for a in self._aborted_by_producer.get(header.producer_id, ())
         )
 
     def build_map(self) -> int:
