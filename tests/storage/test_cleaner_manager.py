@@ -5,8 +5,11 @@ under a clean left alone, and ``stop`` ending a slow (throttled) clean at once."
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
+
+import pytest
 
 from odradek.records.codec import Record, encode_batch
 from odradek.storage.checkpoint import CLEANER_OFFSET_CHECKPOINT, read_offset_checkpoint
@@ -121,5 +124,36 @@ def test_stop_ends_a_throttled_clean_promptly(tmp_path: Path, clock: FakeClock) 
 
     assert asyncio.run(run_then_stop()) < 2.0
     assert lm.cleaner.stats.aborted == 1 and lm.cleaner.stats.failed == 0
+    assert not [p for p in (tmp_path / "c-0").iterdir() if p.name.endswith(".cleaned")]
+    lm.shutdown()
+
+
+def test_a_damaged_segment_stops_cleaning_that_log_with_one_line(
+    tmp_path: Path, clock: FakeClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    lm = manager(tmp_path, clock, backoff_ms=10)
+    log = lm.get_or_create_log("c", 0)
+    fill(log, keys=3, rounds=60)
+    first = log.segments[0]
+    with open(first.log_path, "r+b") as file:  # a flipped byte in the first record
+        file.seek(70)
+        byte = file.read(1)
+        file.seek(70)
+        file.write(bytes([byte[0] ^ 0xFF]))
+    before = first.size
+
+    async def run_until_failed() -> None:
+        task = asyncio.create_task(lm.cleaner.run())
+        while not lm.cleaner.stats.failed:
+            await asyncio.sleep(0.01)
+        await lm.cleaner.stop(task)
+
+    with caplog.at_level(logging.ERROR, logger="odradek.storage.cleaner.manager"):
+        asyncio.run(run_until_failed())
+    assert ("c", 0) in lm.cleaner.uncleanable
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert len(errors) == 1 and errors[0].exc_info is None, errors
+    assert "not cleaned again" in errors[0].getMessage()
+    assert log.segments[0] is first and first.size == before  # nothing was changed
     assert not [p for p in (tmp_path / "c-0").iterdir() if p.name.endswith(".cleaned")]
     lm.shutdown()

@@ -43,12 +43,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Final
 
+from odradek.records.errors import CodedError
 from odradek.storage.checkpoint import (
     CLEANER_OFFSET_CHECKPOINT,
     CheckpointError,
     read_offset_checkpoint,
     write_offset_checkpoint,
 )
+from odradek.storage.errors import StorageError
 
 if TYPE_CHECKING:
     from odradek.storage.log import Log
@@ -304,13 +306,25 @@ class LogCleaner:
                 await self.clean(todo)
             except asyncio.CancelledError:
                 raise
-            except Exception:
-                # Kafka marks such a partition uncleanable rather than retrying forever.
-                self.stats.failed += 1
-                self.uncleanable.add(todo.tp)
+            except (CodedError, StorageError, OSError) as error:
+                # Damage or a failing disk: one line (the log itself is untouched, the
+                # partition keeps serving). Kafka marks such a partition uncleanable
+                # rather than retrying forever.
+                self._give_up(todo.tp)
+                logger.error(
+                    "cleaning %s-%d failed; it is not cleaned again until a restart: %s",
+                    *todo.tp,
+                    error,
+                )
+            except Exception:  # a bug: the traceback says where
+                self._give_up(todo.tp)
                 logger.exception("cleaning %s-%d failed; it is not cleaned again", *todo.tp)
             finally:
                 self.in_progress.discard(todo.tp)
+
+    def _give_up(self, tp: TopicPartition) -> None:
+        self.stats.failed += 1
+        self.uncleanable.add(tp)
 
     async def clean(self, todo: LogToClean) -> bool:
         """Clean one log; False when the log changed under the clean (thrown away)."""
