@@ -98,6 +98,7 @@ from odradek.server.broker_quorum import (
 )
 from odradek.server.broker_remote import build_remote_log_manager
 from odradek.server.broker_settings import (
+    cleaner_settings,
     coordinator_settings,
     fetcher_settings,
     replication_quotas,
@@ -123,7 +124,6 @@ from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.server.txn_verify import TxnVerifier
-from odradek.storage.cleaner.manager import CleanerSettings
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager, LogManagerSettings
@@ -156,14 +156,7 @@ class Broker:
                 producer_id_expiration_ms=config["producer.id.expiration.ms"],
             ),
             reserved_dirs=frozenset({METADATA_LOG_DIR}),
-            cleaner=CleanerSettings(
-                enable=config["log.cleaner.enable"],
-                threads=config["log.cleaner.threads"],
-                dedupe_buffer_size=config["log.cleaner.dedupe.buffer.size"],
-                io_buffer_load_factor=config["log.cleaner.io.buffer.load.factor"],
-                io_max_bytes_per_second=config["log.cleaner.io.max.bytes.per.second"],
-                backoff_ms=config["log.cleaner.backoff.ms"],
-            ),
+            cleaner=cleaner_settings(config, {}),
         )
         self.metadata_log: Log | None = None
         self.raft_log: DiskRaftLog | None = None
@@ -452,6 +445,9 @@ class Broker:
         self._feed_coordinators(delta, image)
         if delta.broker_configs_changed:
             self.server.quotas.update(self.connection_limits())
+            settings = cleaner_settings(self.config, self.dynamic_broker_configs())
+            if settings != self.log_manager.cleaner.settings:
+                self.log_manager.cleaner.update_settings(settings)
         if delta.topics_changed:
             self.server.reserve_files()  # new partitions hold files: keep them a reserve
 

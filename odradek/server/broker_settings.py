@@ -10,7 +10,8 @@ composition root, which calls them when it builds the parts.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from odradek.coordinator.group.classic import GroupSettings
 from odradek.coordinator.group.consumer_model import ConsumerGroupSettings
@@ -26,7 +27,8 @@ from odradek.replica.replication_quota import (
     QuotaSettings,
     ReplicationQuotas,
 )
-from odradek.server.config import BrokerConfig
+from odradek.server.config import CONFIGS_BY_NAME, BrokerConfig, ConfigError
+from odradek.storage.cleaner.manager import CleanerSettings
 
 
 def internal_replication_factor(config: BrokerConfig, name: str) -> int:
@@ -112,4 +114,27 @@ def replication_quotas(config: BrokerConfig, clock: Callable[[], int]) -> Replic
             window_seconds=config[WINDOW_SIZE_SECONDS],
             static_rates={n: config[n] for n in (LEADER_RATE, FOLLOWER_RATE, ALTER_LOG_DIRS_RATE)},
         ),
+    )
+
+
+def cleaner_settings(config: BrokerConfig, dynamic: Mapping[str, str]) -> CleanerSettings:
+    """The log cleaner's ``log.cleaner.*``: a dynamic value (AlterConfigs, already
+    validated when it was set) over the static one."""
+
+    def value(name: str) -> Any:
+        raw = dynamic.get(name)
+        if raw is not None:
+            try:
+                return CONFIGS_BY_NAME[name].parse(name, raw)
+            except ConfigError:  # checked when set; never fatal here
+                pass
+        return config[name]
+
+    return CleanerSettings(
+        enable=config["log.cleaner.enable"],
+        threads=value("log.cleaner.threads"),
+        dedupe_buffer_size=value("log.cleaner.dedupe.buffer.size"),
+        io_buffer_load_factor=value("log.cleaner.io.buffer.load.factor"),
+        io_max_bytes_per_second=value("log.cleaner.io.max.bytes.per.second"),
+        backoff_ms=value("log.cleaner.backoff.ms"),
     )

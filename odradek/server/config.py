@@ -445,13 +445,22 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     ),
     # The log cleaner (storage/cleaner/): compaction of cleanup.policy=compact topics.
     BrokerConfigDef("log.cleaner.enable", _bool, "true"),
-    BrokerConfigDef("log.cleaner.threads", _int(0, 64), "1"),
-    BrokerConfigDef("log.cleaner.dedupe.buffer.size", _int(1024 * 1024, LONG_MAX), "134217728"),
-    BrokerConfigDef("log.cleaner.io.buffer.load.factor", _float(0.01, 1.0), "0.9"),
+    # Dynamic, as in Kafka (cluster-wide or per broker): Broker.update_cleaner applies them.
+    BrokerConfigDef("log.cleaner.threads", _int(0, 64), "1", dynamic=True),
     BrokerConfigDef(
-        "log.cleaner.io.max.bytes.per.second", _float(1.0, float("inf")), "1.7976931348623157E308"
+        "log.cleaner.dedupe.buffer.size",
+        _int(1024 * 1024, LONG_MAX),
+        "134217728",
+        dynamic=True,
     ),
-    BrokerConfigDef("log.cleaner.backoff.ms", _int(0, LONG_MAX), "15000"),
+    BrokerConfigDef("log.cleaner.io.buffer.load.factor", _float(0.01, 1.0), "0.9", dynamic=True),
+    BrokerConfigDef(
+        "log.cleaner.io.max.bytes.per.second",
+        _float(1.0, float("inf")),
+        "1.7976931348623157E308",
+        dynamic=True,
+    ),
+    BrokerConfigDef("log.cleaner.backoff.ms", _int(0, LONG_MAX), "15000", dynamic=True),
     BrokerConfigDef("offsets.topic.compression.codec", _int(0, 4), "0"),
     # Tiered storage (KIP-405, storage/remote/): Kafka's names and defaults.
     BrokerConfigDef("remote.log.storage.system.enable", _bool, "false"),

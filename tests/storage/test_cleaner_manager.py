@@ -157,3 +157,33 @@ def test_a_damaged_segment_stops_cleaning_that_log_with_one_line(
     assert log.segments[0] is first and first.size == before  # nothing was changed
     assert not [p for p in (tmp_path / "c-0").iterdir() if p.name.endswith(".cleaned")]
     lm.shutdown()
+
+
+def test_settings_change_while_running(tmp_path: Path, clock: FakeClock) -> None:
+    lm = manager(tmp_path, clock, backoff_ms=10_000)
+    logs = [lm.get_or_create_log(topic, 0) for topic in ("c", "d")]
+    cleaner = lm.cleaner
+
+    async def scenario() -> None:
+        task = asyncio.create_task(cleaner.run())
+        await asyncio.sleep(0.05)
+        assert len([w for w in cleaner._workers if not w.done()]) == 1
+        # Two threads now; the sleeping worker wakes with the new backoff.
+        cleaner.update_settings(CleanerSettings(threads=2, backoff_ms=10))
+        await asyncio.sleep(0.05)
+        assert len([w for w in cleaner._workers if not w.done()]) == 2
+        for log in logs:
+            fill(log, keys=3, rounds=40)
+        deadline = asyncio.get_running_loop().time() + 10
+        while cleaner.stats.cleans < 2:
+            assert asyncio.get_running_loop().time() < deadline, cleaner.stats
+            await asyncio.sleep(0.01)
+        # Back to one: the second worker ends at its next look.
+        cleaner.update_settings(CleanerSettings(threads=1, backoff_ms=10))
+        await asyncio.sleep(0.1)
+        assert len([w for w in cleaner._workers if not w.done()]) == 1
+        await cleaner.stop(task)
+
+    asyncio.run(scenario())
+    assert cleaner.stats.failed == 0
+    lm.shutdown()

@@ -221,7 +221,10 @@ class LogCleaner:
         self.uncleanable: set[TopicPartition] = set()  # failed unexpectedly: not retried
         self.stats = CleanerStats()
         self._abort = threading.Event()
-        self._wake = asyncio.Event()  # ends a worker's backoff sleep (stop)
+        self._wake = asyncio.Event()  # ends a worker's backoff sleep (stop, new settings)
+        self._workers: list[asyncio.Task[None]] = []
+        self._retired_pools: list[concurrent.futures.ThreadPoolExecutor] = []
+        self._running = False
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self._checkpoint_lock = threading.Lock()
 
@@ -281,22 +284,50 @@ class LogCleaner:
 
     # -- running ---------------------------------------------------------------------------
     async def run(self) -> None:
-        """Clean until cancelled: up to ``threads`` logs at once."""
+        """Clean until cancelled: up to ``threads`` logs at once (``update_settings``
+        may change how many while it runs)."""
         if not self.settings.enable or self.settings.threads <= 0:
             return
         self._pool = concurrent.futures.ThreadPoolExecutor(
             self.settings.threads, thread_name_prefix="log-cleaner"
         )
-        workers = [asyncio.create_task(self._worker()) for _ in range(self.settings.threads)]
+        self._running = True
+        for index in range(self.settings.threads):
+            self._workers.append(asyncio.create_task(self._worker(index)))
         try:
-            await asyncio.gather(*workers)
+            while self._workers:
+                await asyncio.gather(*self._workers)
+                self._workers = [w for w in self._workers if not w.done()]
         finally:
-            for worker in workers:
+            self._running = False
+            for worker in self._workers:
                 worker.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
+            await asyncio.gather(*self._workers, return_exceptions=True)
 
-    async def _worker(self) -> None:
-        while not self._abort.is_set():
+    def update_settings(self, settings: CleanerSettings) -> None:
+        """Dynamic ``log.cleaner.*`` changes (AlterConfigs on the broker): the rate,
+        map size and backoff apply from the next clean; more threads start now, fewer
+        end as their current clean ends (``log.cleaner.enable`` is read at start, as in
+        Kafka)."""
+        old, self.settings = self.settings, settings
+        if not self._running or settings.threads <= old.threads:
+            self._wake.set()  # idle workers re-read the settings
+            self._wake = asyncio.Event()
+            return
+        previous, self._pool = (
+            self._pool,
+            concurrent.futures.ThreadPoolExecutor(
+                settings.threads, thread_name_prefix="log-cleaner"
+            ),
+        )
+        if previous is not None:
+            previous.shutdown(wait=False)  # its running cleans finish first
+            self._retired_pools.append(previous)
+        for index in range(old.threads, settings.threads):
+            self._workers.append(asyncio.create_task(self._worker(index)))
+
+    async def _worker(self, index: int) -> None:
+        while not self._abort.is_set() and index < self.settings.threads:
             todo = self.grab_filthiest(self.clock())
             if todo is None:
                 with contextlib.suppress(TimeoutError):
@@ -402,5 +433,5 @@ class LogCleaner:
                 pass
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
-        if self._pool is not None:
-            await asyncio.get_running_loop().run_in_executor(None, self._pool.shutdown, True)
+        for pool in [*self._retired_pools, *([self._pool] if self._pool else [])]:
+            await asyncio.get_running_loop().run_in_executor(None, pool.shutdown, True)
