@@ -60,6 +60,7 @@ async def stop_broker(broker: Broker) -> None:
         await cancel_and_wait(task)
     if broker.remote_log_manager is not None:  # waits for a running copy or read
         await asyncio.get_running_loop().run_in_executor(None, broker.remote_log_manager.close)
+        await broker.remote_log_manager.stop_metadata()
     if broker.remote_channel is not None:
         await broker.remote_channel.close()
     if broker.metadata_writer is not None:
