@@ -65,8 +65,8 @@ def quorum(tmp_path: Path) -> Iterator[Quorum]:
         running.close()
 
 
-def produce(bootstrap: str, records: list[tuple[bytes, bytes]]) -> None:
-    producer = confluent_kafka.Producer(
+def new_producer(bootstrap: str) -> confluent_kafka.Producer:
+    return confluent_kafka.Producer(
         {
             "bootstrap.servers": bootstrap,
             "linger.ms": 5,
@@ -76,6 +76,14 @@ def produce(bootstrap: str, records: list[tuple[bytes, bytes]]) -> None:
             **QUIET,
         }
     )
+
+
+def produce(
+    bootstrap: str,
+    records: list[tuple[bytes, bytes]],
+    producer: confluent_kafka.Producer | None = None,
+) -> None:
+    producer = producer or new_producer(bootstrap)
     for key, value in records:
         producer.produce(TOPIC, value, key, partition=0)
         producer.poll(0)
@@ -174,11 +182,15 @@ def test_a_replica_without_data_starts_from_the_leaders_local_log(
 ) -> None:
     """A follower whose partition directory is gone (a new replica) builds its state
     from remote storage (OFFSET_MOVED_TO_TIERED_STORAGE, ListOffsets EARLIEST_LOCAL) and
-    fetches from the leader's local log start, never from offset 0."""
+    fetches from the leader's local log start, never from offset 0. Then it becomes
+    leader (the first replica of the assignment in the ISR once node 1 is killed):
+    it serves offset 0 from remote storage, and the idempotent producer that wrote
+    everything goes on with its sequence numbers — each record once."""
     client = admin(quorum)
     create_topic(
         client,
         TOPIC,
+        assignment=[[1, 2, 3]],
         config={
             "remote.storage.enable": "true",
             "segment.bytes": str(256 * 1024),
@@ -187,11 +199,12 @@ def test_a_replica_without_data_starts_from_the_leaders_local_log(
         },
     )
     wait_in_sync(client, TOPIC)
+    leader, follower = 1, 2
+    assert leader_of(client, TOPIC) == leader
     sent = [(f"k{i}".encode(), os.urandom(1000)) for i in range(COUNT)]
-    produce(quorum.bootstrap, sent)
-    leader = leader_of(client, TOPIC)
+    producer = new_producer(quorum.bootstrap)
+    produce(quorum.bootstrap, sent, producer)
     eventually(f"leader {leader}'s local segments deleted", lambda: local_only_tail(quorum, leader))
-    follower = next(n for n in NODE_IDS if n != leader)
     assert quorum.stop(follower) == 0
     shutil.rmtree(quorum.data_dir(follower) / f"{TOPIC}-0")
     quorum.start_node(follower)
@@ -200,11 +213,9 @@ def test_a_replica_without_data_starts_from_the_leaders_local_log(
     first = int(logs[0].name.removesuffix(".log"))
     assert first > 0, [p.name for p in logs]  # it never fetched offset 0
     assert "built from remote segment" in quorum.nodes[follower].log()
-    # It serves as leader too: the others go, it reads everything from offset 0.
     quorum.kill(leader)
-    new_leader = wait_new_leader(client, TOPIC, leader)
+    assert wait_new_leader(client, TOPIC, leader) == follower
     assert consume(quorum.bootstrap, COUNT) == sent
     more = [(f"m{i}".encode(), os.urandom(1000)) for i in range(500)]
-    produce(quorum.bootstrap, more)
+    produce(quorum.bootstrap, more, producer)
     assert consume(quorum.bootstrap, COUNT + 500) == sent + more
-    assert new_leader != leader

@@ -478,7 +478,8 @@ class RemoteLogManager:
         )
 
     async def stop_metadata(self) -> None:
-        """After ``close``, on the loop: stop the metadata manager's background work."""
+        """Before ``close``, on the loop: stop the metadata manager's background work
+        (a copy waiting on it fails at once, so ``close`` does not wait for it)."""
         await self.rlmm.stop()
 
     def close(self) -> None:

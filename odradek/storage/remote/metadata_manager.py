@@ -96,7 +96,7 @@ class RemoteLogMetadataManager(Protocol):
         ...
 
     async def stop(self) -> None:
-        """Stop what ``start`` started (on the loop, after ``close``)."""
+        """Stop what ``start`` started (on the loop, before ``close``)."""
         ...
 
 

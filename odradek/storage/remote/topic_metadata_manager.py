@@ -68,6 +68,7 @@ logger = logging.getLogger(__name__)
 TOPIC: Final = "__remote_log_metadata"
 PUBLISH_TIMEOUT_S: Final = 60.0
 POLL_TIMEOUT_S: Final = 0.2
+CLOSE_TIMEOUT_S: Final = 5.0
 
 
 class MetadataTransport(Protocol):
@@ -112,6 +113,7 @@ class TopicBasedRemoteLogMetadataManager:
         self._progress: asyncio.Condition | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._consumer: asyncio.Task[None] | None = None
+        self._closing = threading.Event()  # set by ``stop``: blocked publishes give up
 
     # -- lifecycle ---------------------------------------------------------------------
     def start(self) -> None:
@@ -121,11 +123,17 @@ class TopicBasedRemoteLogMetadataManager:
         self._consumer = self._loop.create_task(self._consume())
 
     async def stop(self) -> None:
+        """Publishes still waiting fail at once; the consumer and the clients stop
+        (within CLOSE_TIMEOUT_S: the metadata partitions' leaders may be gone)."""
+        self._closing.set()
         if self._consumer is not None:
             self._consumer.cancel()
             await asyncio.gather(self._consumer, return_exceptions=True)
             self._consumer = None
-        await self.transport.close()
+        try:
+            await asyncio.wait_for(self.transport.close(), CLOSE_TIMEOUT_S)
+        except TimeoutError:
+            logger.warning("%s: clients not closed within %.0f s", TOPIC, CLOSE_TIMEOUT_S)
 
     def close(self) -> None:
         """The RemoteLogManager's close (from any thread): the caches go; ``stop`` ends
@@ -202,12 +210,19 @@ class TopicBasedRemoteLogMetadataManager:
         loop = self._loop
         if loop is None:
             raise StorageError(f"{TOPIC}: the metadata manager is not started")
+        if self._closing.is_set():
+            raise StorageError(f"{TOPIC}: the metadata manager is stopping")
         future = asyncio.run_coroutine_threadsafe(self.publish(message), loop)
-        try:
-            future.result(self.publish_timeout_s)
-        except TimeoutError:
-            future.cancel()
-            raise StorageError(f"{TOPIC}: publishing timed out") from None
+        deadline = time.monotonic() + self.publish_timeout_s
+        while True:
+            try:
+                future.result(0.1)
+                return
+            except TimeoutError:
+                if self._closing.is_set() or time.monotonic() > deadline:
+                    future.cancel()
+                    why = "is stopping" if self._closing.is_set() else "timed out"
+                    raise StorageError(f"{TOPIC}: publishing {why}") from None
 
     def add_remote_log_segment_metadata(self, metadata: RemoteLogSegmentMetadata) -> None:
         if metadata.state != RemoteLogSegmentState.COPY_SEGMENT_STARTED:

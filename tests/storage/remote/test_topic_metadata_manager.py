@@ -7,9 +7,13 @@ copied, and an event breaking the state machine is skipped alike everywhere."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Collection
 from pathlib import Path
 
+import pytest
+
+from odradek.storage.errors import StorageError
 from odradek.storage.log import Log
 from odradek.storage.remote.filesystem import FileSystemRemoteStorageManager
 from odradek.storage.remote.log_manager import RemoteLogManager
@@ -220,5 +224,33 @@ def test_after_a_restart_a_remote_read_waits_for_the_metadata(
         restarted._workers.shutdown()
         restarted._readers.shutdown()
         rlm._readers.shutdown()
+
+    asyncio.run(scenario())
+
+
+def test_stop_fails_a_publish_that_waits_for_a_gone_leader() -> None:
+    """Shutdown must not wait for a metadata partition whose leader is gone: a copy
+    blocked publishing fails at once, and the clients get a bounded close."""
+
+    class Hanging(MemoryTransport):
+        async def produce(self, partition: int, value: bytes) -> int:
+            await asyncio.Event().wait()  # the leader never answers
+            raise AssertionError("unreachable")
+
+    async def scenario() -> None:
+        rlmm = TopicBasedRemoteLogMetadataManager(Hanging(MemoryTopic(3)), num_partitions=3)
+        rlmm.start()
+        blocked = asyncio.ensure_future(
+            asyncio.to_thread(rlmm.add_remote_log_segment_metadata, segment(0, 9))
+        )
+        await asyncio.sleep(0.3)
+        assert not blocked.done()
+        started = time.monotonic()
+        await rlmm.stop()
+        with pytest.raises(StorageError, match="stopping"):
+            await blocked
+        assert time.monotonic() - started < 2
+        with pytest.raises(StorageError):
+            rlmm.add_remote_log_segment_metadata(segment(10, 19))
 
     asyncio.run(scenario())
