@@ -24,9 +24,17 @@ def test_an_empty_follower_restarts_at_the_leaders_local_start(
     tmp_path: Path, clock: FakeClock
 ) -> None:
     leader = new_log(tmp_path / "leader", clock)
+    sequence = 0
     for epoch in (1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3):
         for _ in range(2):
-            leader.append_as_leader(make_batch(5, size=40), leader_epoch=epoch)
+            # An idempotent producer writes the first part only: its state at the
+            # follower's restart comes from the remote producer snapshot alone.
+            idempotent = sequence < 40
+            ids = {"producer_id": 77, "producer_epoch": 0, "base_sequence": sequence}
+            leader.append_as_leader(
+                make_batch(5, size=40, **(ids if idempotent else {})), leader_epoch=epoch
+            )
+            sequence += 5
     leader.high_watermark = leader.log_end_offset
     rlm = new_manager(tmp_path, clock, leader)
     asyncio.run(rlm.run_once())
@@ -47,6 +55,8 @@ def test_an_empty_follower_restarts_at_the_leaders_local_start(
         if e.start_offset < local_start
     ]
     assert [(e.epoch, e.start_offset) for e in follower.epoch_cache.entries] == expected
+    restored = follower.producer_state.producers[77]
+    assert restored.last_seq == leader.producer_state.producers[77].last_seq == 39
     # Then it appends the leader's batches from there, as a fetch brings them.
     for data in leader.read_batches(local_start):
         follower.append_as_follower(data)
