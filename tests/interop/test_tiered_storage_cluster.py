@@ -90,7 +90,7 @@ def produce(
     assert producer.flush(60) == 0
 
 
-def consume(bootstrap: str, count: int) -> list[tuple[bytes, bytes]]:
+def consume(bootstrap: str, count: int) -> list[tuple[bytes | None, bytes | None]]:
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": bootstrap,
@@ -101,7 +101,7 @@ def consume(bootstrap: str, count: int) -> list[tuple[bytes, bytes]]:
         }
     )
     consumer.assign([confluent_kafka.TopicPartition(TOPIC, 0, 0)])
-    got: list[tuple[bytes, bytes]] = []
+    got: list[tuple[bytes | None, bytes | None]] = []
     deadline = time.monotonic() + 90
     try:
         while len(got) < count and time.monotonic() < deadline:

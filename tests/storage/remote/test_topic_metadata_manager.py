@@ -55,7 +55,7 @@ class MemoryTransport:
             self.positions.setdefault(p, 0)
 
     async def poll(self, timeout_s: float) -> list[tuple[int, int, bytes]]:
-        out = []
+        out: list[tuple[int, int, bytes]] = []
         for p, position in self.positions.items():
             records = self.topic.partitions[p]
             out.extend((p, o, records[o]) for o in range(position, len(records)))
