@@ -49,6 +49,7 @@ from odradek.storage.remote.storage_manager import IndexType, RemoteStorageManag
 logger = logging.getLogger(__name__)
 
 FINISHED = (RemoteLogSegmentState.COPY_SEGMENT_FINISHED,)
+READY_TIMEOUT_S = 10.0
 
 
 def segment_ending_before(
@@ -101,7 +102,9 @@ async def build_follower_state(
     segment is not known (yet)."""
     if local_start <= log.log_end_offset:
         return True  # nothing to build: the follower already reaches the leader's disk
-    await rlmm.ready(tp)
+    # Bounded: the fetcher awaits this between rounds for all its partitions (a
+    # TimeoutError is a failure it retries after a backoff).
+    await asyncio.wait_for(rlmm.ready(tp), READY_TIMEOUT_S)
     listed = rlmm.list_remote_log_segments(tp, FINISHED)
     metadata = segment_ending_before(listed, local_start, leader_epoch)
     if metadata is None:
