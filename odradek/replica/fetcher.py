@@ -26,6 +26,12 @@ newer FetchStart for another leader moves the partition to that leader's fetcher
 older one is ignored. A fetcher left with no partitions stops and is forgotten.
 ``close`` cancels every fetcher's task at once: shutdown does not wait for a long
 poll to return.
+
+Tiered storage (KIP-405): a partition the leader answers OFFSET_MOVED_TO_TIERED_STORAGE
+gets its state built from remote storage by ``tier_state(tp, leader's local start,
+its epoch)`` (the broker's: storage/remote/follower_state.py), awaited by the
+fetcher between rounds, like Kafka's fetcher thread builds it; without one (tiering
+disabled) the partition backs off and asks again.
 """
 
 from __future__ import annotations
@@ -35,7 +41,7 @@ import contextlib
 import logging
 import time
 import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final
 
 from odradek.client.connection import (
@@ -71,6 +77,8 @@ CLIENT_VERSIONS: Final[Mapping[int, tuple[int, int]]] = {
 IDLE_WAIT_S: Final = 60.0  # nothing due and nothing scheduled: sleep until woken
 
 Endpoint = Callable[[int], tuple[str, int] | None]
+# (partition, the leader's local log start, its epoch) -> built (False: ask again later)
+TierStateBuilder = Callable[[TopicPartition, int, int], Awaitable[bool]]
 
 
 def monotonic_ms() -> int:
@@ -97,8 +105,10 @@ class ReplicaFetcher:
         socket_timeout_ms: int,
         clock: Callable[[], int] = monotonic_ms,
         quota: ReplicationQuota | None = None,
+        tier_state: TierStateBuilder | None = None,
     ) -> None:
         self.source_id = source_id
+        self._tier_state = tier_state
         self.index = index
         self.core = FetcherCore(source_id, settings, partition, clock, quota)
         self._settings = settings
@@ -162,6 +172,17 @@ class ReplicaFetcher:
         finally:
             await self._drop_connection()
 
+    async def _build(self, tp: TopicPartition, local_start: int, epoch: int) -> bool:
+        if self._tier_state is None:
+            return False
+        try:
+            return await self._tier_state(tp, local_start, epoch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:  # the store or the metadata failing: ask again later
+            logger.warning("%s: %s-%d: building from remote storage: %s", self.name, *tp, error)
+            return False
+
     async def _sleep(self, until_ms: int | None) -> None:
         self._wake.clear()
         timeout = IDLE_WAIT_S if until_ms is None else max(until_ms - self._clock(), 0) / 1000
@@ -174,8 +195,10 @@ class ReplicaFetcher:
             plan = self.core.build_list_offsets(connection.version_for(LIST_OFFSETS_KEY))
             if plan is not None:
                 response = await connection.send(plan.request, timeout_s=self._socket_timeout_s)
-                self.core.apply_list_offsets(plan, response)
+                result = self.core.apply_list_offsets(plan, response)
                 self.fetches += 1
+                for tp, (local_start, epoch) in result.tiered.items():
+                    self.core.tier_state_built(tp, await self._build(tp, local_start, epoch))
                 return
             plan = self.core.build_fetch(connection.version_for(FETCH_KEY), self._broker_epoch())
             if plan is None:  # every fetching partition throttled (KIP-73): back off, as
@@ -254,8 +277,10 @@ class ReplicaFetcherManager:
         broker_epoch: Callable[[], int],
         clock: Callable[[], int] = monotonic_ms,
         quota: ReplicationQuota | None = None,
+        tier_state: TierStateBuilder | None = None,
     ) -> None:
         self.settings = settings
+        self.tier_state = tier_state  # KIP-405, set by the broker once it has the RLM
         self.quota = quota  # follower.replication.throttled.rate, shared by the fetchers
         self.num_fetchers = max(num_fetchers, 1)
         self._socket_timeout_ms = socket_timeout_ms
@@ -302,6 +327,7 @@ class ReplicaFetcherManager:
                     socket_timeout_ms=self._socket_timeout_ms,
                     clock=self._clock,
                     quota=self.quota,
+                    tier_state=self.tier_state,
                 )
             fetcher.assign(tp, start)
         for key, tps in moved.items():

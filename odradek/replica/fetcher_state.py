@@ -30,6 +30,16 @@ Each partition has a ``FetchStart`` (leader, leader epoch, topic id) and a state
   empty the log and restart it there (``truncate_fully_and_start_at``). Then FETCHING
   — after a backoff if neither applied, so a leader that keeps answering
   OFFSET_OUT_OF_RANGE for an offset it holds is not asked again in a tight loop.
+- TIERED (KIP-405, Kafka's ReplicaFetcherTierStateMachine): the leader answered
+  OFFSET_MOVED_TO_TIERED_STORAGE — what this follower would fetch next is only in
+  remote storage. Fetching it from there record by record would be pointless (the
+  leader keeps only its local tail), so the follower asks the leader's local log
+  start and its epoch (ListOffsets EARLIEST_LOCAL, -4), hands them to the broker's
+  tier state builder (``ApplyResult.tiered``; storage/remote/follower_state.py builds
+  the epochs, producer state and log start from the remote segment ending just below
+  that offset and restarts the log there) and, told the outcome by
+  ``tier_state_built``, fetches from the leader's local start — or asks again after
+  a backoff when the remote metadata was not there yet.
 - DELAYED: an error the partition may recover from by itself (NOT_LEADER_OR_FOLLOWER
   and UNKNOWN_LEADER_EPOCH while the leader catches up with the metadata,
   UNKNOWN_TOPIC_ID, a storage error, a failed connection): skipped for
@@ -82,6 +92,7 @@ MIN_LIST_OFFSETS_VERSION: Final = 4
 MAX_LIST_OFFSETS_VERSION: Final = 8
 LATEST_TIMESTAMP: Final = -1
 EARLIEST_TIMESTAMP: Final = -2
+EARLIEST_LOCAL_TIMESTAMP: Final = -4  # KIP-405: the leader's local log start
 NO_SESSION_EPOCH: Final = -1  # a full fetch without a session (the broker declines them)
 _BATCH_LENGTH: Final = struct.Struct(">i")
 _LOG_OVERHEAD: Final = 12  # base offset + batch length
@@ -112,6 +123,7 @@ def request_entity(api_key: int, version: int, class_name: str = "", **fields: A
 class FetchState(enum.Enum):
     FETCHING = "fetching"
     TRUNCATING = "truncating"
+    TIERED = "tiered"
     DELAYED = "delayed"
     FENCED = "fenced"
 
@@ -120,7 +132,8 @@ class FetchState(enum.Enum):
 LEGAL_TRANSITIONS: Final[Mapping[FetchState, frozenset[FetchState]]] = {
     FetchState.FETCHING: frozenset(FetchState),
     FetchState.TRUNCATING: frozenset(FetchState),
-    FetchState.DELAYED: frozenset({FetchState.FETCHING, FetchState.TRUNCATING}),
+    FetchState.TIERED: frozenset(FetchState),
+    FetchState.DELAYED: frozenset({FetchState.FETCHING, FetchState.TRUNCATING, FetchState.TIERED}),
     FetchState.FENCED: frozenset({FetchState.FETCHING}),
 }
 
@@ -147,6 +160,8 @@ class PartitionFetch:
     delayed_until_ms: int = 0
     resume: FetchState = FetchState.FETCHING  # where a DELAYED partition goes back to
     leader_end_offset: int | None = None  # TRUNCATING: LATEST answered, EARLIEST next
+    # TIERED: the leader's (local log start, its epoch) being built from, once answered
+    tier_target: tuple[int, int] | None = None
     last_error: str = "NONE"
     generation: int = 0  # bumped on every change, so stale answers are recognised
     in_sync: bool = False  # KIP-73: caught up with the leader's HW at the last answer
@@ -168,7 +183,7 @@ class RequestPlan:
     version: int
     request: Any
     partitions: Mapping[TopicPartition, SentPartition]
-    timestamp: int = 0  # ListOffsets: LATEST or EARLIEST
+    timestamp: int = 0  # ListOffsets: LATEST, EARLIEST or EARLIEST_LOCAL
 
 
 @dataclass(slots=True)
@@ -179,6 +194,8 @@ class ApplyResult:
     truncated: dict[TopicPartition, int] = field(default_factory=dict)
     errors: dict[TopicPartition, str] = field(default_factory=dict)
     stale: list[TopicPartition] = field(default_factory=list)
+    # TIERED: build the state from remote storage for (leader's local start, epoch)
+    tiered: dict[TopicPartition, tuple[int, int]] = field(default_factory=dict)
 
 
 class FetcherCore:
@@ -216,6 +233,7 @@ class FetcherCore:
             self._transition(current, FetchState.FETCHING, f"new fetch start {start}")
             current.start = start
             current.leader_end_offset = None
+            current.tier_target = None
             current.last_error = "NONE"
             return True
         self._partitions[tp] = PartitionFetch(tp, start)
@@ -242,8 +260,8 @@ class FetcherCore:
     def _delay(self, partition: PartitionFetch, error: str) -> None:
         if partition.state is not FetchState.DELAYED:
             partition.resume = (
-                FetchState.TRUNCATING
-                if partition.state is FetchState.TRUNCATING
+                partition.state
+                if partition.state in (FetchState.TRUNCATING, FetchState.TIERED)
                 else FetchState.FETCHING
             )
         partition.last_error = error
@@ -271,6 +289,7 @@ class FetcherCore:
         self._wake_delayed()
         return any(
             p.state in (FetchState.FETCHING, FetchState.TRUNCATING)
+            or (p.state is FetchState.TIERED and p.tier_target is None)
             for p in self._partitions.values()
         )
 
@@ -408,11 +427,27 @@ class FetcherCore:
             partition.leader_end_offset = None
             partition.last_error = name
             self._transition(partition, FetchState.TRUNCATING, "fetch offset out of range")
+        elif error == ErrorCode.offset_moved_to_tiered_storage:
+            partition.tier_target = None
+            partition.last_error = name
+            self._transition(partition, FetchState.TIERED, "fetch offset in remote storage")
         elif error == ErrorCode.fenced_leader_epoch:
             partition.last_error = name
             self._transition(partition, FetchState.FENCED, name)
         else:
             self._delay(partition, name)
+
+    def tier_state_built(self, tp: TopicPartition, built: bool) -> None:
+        """The broker's answer for ``ApplyResult.tiered``: fetch from the leader's local
+        start, or (the remote metadata not there yet, a store error) ask again later."""
+        partition = self._partitions.get(tp)
+        if partition is None or partition.state is not FetchState.TIERED:
+            return  # a new FetchStart meanwhile: it decides
+        partition.tier_target = None
+        if built:
+            self._transition(partition, FetchState.FETCHING, "state built from remote storage")
+        else:
+            self._delay(partition, "OFFSET_MOVED_TO_TIERED_STORAGE")
 
     def _reconcile(
         self, partition: PartitionFetch, log: FollowerLog, epoch: int, leader_end: int
@@ -476,11 +511,21 @@ class FetcherCore:
             for p in self._partitions.values()
             if p.state is FetchState.TRUNCATING and self._logs(p.tp) is not None
         ]
-        if not waiting:
+        tiered = [
+            p
+            for p in self._partitions.values()
+            if p.state is FetchState.TIERED
+            and p.tier_target is None
+            and self._logs(p.tp) is not None
+        ]
+        if not waiting and not tiered:
             return None
         latest = [p for p in waiting if p.leader_end_offset is None]
-        members = latest or waiting
-        timestamp = LATEST_TIMESTAMP if latest else EARLIEST_TIMESTAMP
+        if latest or waiting:
+            members = latest or waiting
+            timestamp = LATEST_TIMESTAMP if latest else EARLIEST_TIMESTAMP
+        else:
+            members, timestamp = tiered, EARLIEST_LOCAL_TIMESTAMP
         by_topic: dict[str, list[Any]] = {}
         sent: dict[TopicPartition, SentPartition] = {}
         for partition in members:
@@ -536,6 +581,13 @@ class FetcherCore:
                         self._transition(partition, FetchState.FENCED, name)
                     else:
                         self._delay(partition, name)
+                    continue
+                if plan.timestamp == EARLIEST_LOCAL_TIMESTAMP:
+                    if partition.state is FetchState.TIERED:
+                        target = (int(answer.offset), int(answer.leader_epoch))
+                        partition.tier_target = target
+                        partition.generation += 1
+                        result.tiered[tp] = target
                     continue
                 try:
                     self._reset_out_of_range(

@@ -67,6 +67,7 @@ from odradek.storage.log_config import LogConfig
 from odradek.storage.log_manager import LogManager
 from odradek.storage.log_validator import conversion
 from odradek.storage.partition_metadata import check_topic_id
+from odradek.storage.remote.follower_state import build_follower_state
 from odradek.storage.remote.log_manager import RemoteLogManager
 from odradek.storage.remote.metadata import TopicIdPartition
 
@@ -589,6 +590,20 @@ class ReplicaManager(FetchService):
         """ListOffsets on the leader: (timestamp, offset, leader epoch)."""
         partition = self.hosted(topic, index)
         return partition.offset_for_timestamp(timestamp, current_leader_epoch, isolation_level)
+
+    async def build_tier_state(self, tp: TopicPartition, local_start: int, epoch: int) -> bool:
+        """KIP-405: a follower lacking what only remote storage holds restarts at its
+        leader's local log start ``local_start`` (storage/remote/follower_state.py);
+        the replica fetcher calls this on OFFSET_MOVED_TO_TIERED_STORAGE."""
+        partition = self.partitions.get(tp)
+        rlm = self.remote_log_manager
+        if partition is None or rlm is None or partition.state is not FOLLOWER:
+            return False
+        log = partition.log
+        if not log.config.remote_storage_enable:
+            return False
+        tip = TopicIdPartition(uuid.UUID(str(partition.topic_id)), tp[0], tp[1])
+        return await build_follower_state(rlm.rlmm, rlm.rsm, tip, log, local_start, epoch)
 
     async def remote_offset_for_timestamp(
         self, topic: str, index: int, timestamp: int, local: tuple[int, int, int]

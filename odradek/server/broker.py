@@ -62,6 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, GroupCoordinator
+from odradek.coordinator.internal_topic import InternalTopic, InternalTopicCreator
 from odradek.coordinator.runtime import leadership_changes
 from odradek.coordinator.transaction.coordinator import (
     TRANSACTION_STATE_TOPIC,
@@ -121,6 +122,7 @@ from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane
 from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
+from odradek.server.remote_metadata_transport import ClientMetadataTransport
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.server.txn_verify import TxnVerifier
@@ -203,10 +205,6 @@ class Broker:
             replica_selector=selector_for(config["replica.selector.class"]),
             leader_quota=self.replication_quotas.leader,
         )
-        # Tiered storage (KIP-405): None unless remote.log.storage.system.enable.
-        self.remote_log_manager = build_remote_log_manager(config, self.replica_manager)
-        self.replica_manager.remote_log_manager = self.remote_log_manager
-        self._remote_log_task: asyncio.Task[None] | None = None
         # AlterReplicaLogDirs: copies replicas into another of this broker's log dirs.
         self.log_dir_mover = LogDirMover(
             self.log_manager,
@@ -259,6 +257,15 @@ class Broker:
             producer_ids,
             self.txn_markers,
         )
+        # Tiered storage (KIP-405): None unless remote.log.storage.system.enable; its
+        # metadata goes through __remote_log_metadata with this broker's own client.
+        self.remote_log_manager = build_remote_log_manager(
+            config, self.replica_manager, self._remote_metadata_transport
+        )
+        self.replica_manager.remote_log_manager = self.remote_log_manager
+        if self.remote_log_manager is not None:  # followers build from remote storage
+            self.replica_fetchers.tier_state = self.replica_manager.build_tier_state
+        self._remote_log_task: asyncio.Task[None] | None = None
         # KIP-890 part 1: transactional produce verified with the coordinator.
         self.txn_verifier = (
             TxnVerifier(metadata, lambda: self.txn_coordinator, self._inter_broker_endpoint)
@@ -296,6 +303,16 @@ class Broker:
         self._isr_expiration: asyncio.Task[None] | None = None
         self._log_dir_moves: asyncio.Task[None] | None = None
         self.stopped = asyncio.Event()
+
+    def _remote_metadata_transport(self, topic: InternalTopic) -> ClientMetadataTransport:
+        def bootstrap() -> str | None:
+            found = self._inter_broker_endpoint(self.node_id)
+            return None if found is None else f"{found[0]}:{found[1]}"
+
+        creator = InternalTopicCreator(
+            self.metadata_view, ChannelTopicCreator(self.controller_channel), topic
+        )
+        return ClientMetadataTransport(bootstrap, creator, f"broker-{self.node_id}-rlmm")
 
     def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """(host, port) of ``broker_id``'s inter-broker listener, as it registered it."""

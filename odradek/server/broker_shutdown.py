@@ -59,6 +59,8 @@ async def stop_broker(broker: Broker) -> None:
     for task in broker.background_tasks():
         await cancel_and_wait(task)
     if broker.remote_log_manager is not None:  # waits for a running copy or read
+        # The metadata clients first: a copy blocked publishing gives up at once.
+        await broker.remote_log_manager.stop_metadata()
         await asyncio.get_running_loop().run_in_executor(None, broker.remote_log_manager.close)
     if broker.remote_channel is not None:
         await broker.remote_channel.close()

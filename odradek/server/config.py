@@ -469,6 +469,7 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("remote.log.storage.manager.class.name", _text, "filesystem"),
     BrokerConfigDef("remote.log.storage.manager.impl.prefix", _text, "rsm.config."),
     BrokerConfigDef("remote.log.metadata.manager.impl.prefix", _text, "rlmm.config."),
+    BrokerConfigDef("remote.log.metadata.manager.class.name", _text, "topic"),
     BrokerConfigDef(
         "remote.log.index.file.cache.total.size.bytes", _int(1, LONG_MAX), "1073741824"
     ),

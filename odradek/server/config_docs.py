@@ -31,6 +31,9 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "storage backend (without the prefix)",
     "remote.log.metadata.manager.impl.prefix": "prefix of the properties passed to the remote "
     "log metadata manager",
+    "remote.log.metadata.manager.class.name": "where remote segment metadata lives: topic "
+    "(__remote_log_metadata, shared by all replicas; Kafka's TopicBasedRemoteLogMetadataManager "
+    "names it too) or file (one broker's own files: single node only)",
     "remote.log.index.file.cache.total.size.bytes": "disk space for remote segments' indexes "
     "cached under remote-log-index-cache/ in the first log dir",
     "node.id": "the id of this node in the cluster",

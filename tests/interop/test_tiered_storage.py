@@ -83,6 +83,10 @@ def test_a_consumer_reads_from_offset_0_after_the_local_segments_are_gone(
             pytest.fail(f"local segments never went: {sorted(os.listdir(partition_dir))}")
         remote_logs = list(remote_dir.rglob("*.log"))
         assert len(remote_logs) >= 8  # ~3 MB in 256 KiB segments
+        # The metadata went through __remote_log_metadata (the default manager), not
+        # the single-node file store.
+        assert (tmp_path / "data" / "__remote_log_metadata-0").is_dir()
+        assert not (tmp_path / "data" / "remote-log-metadata").exists()
 
         assert _consume(broker.bootstrap, COUNT) == sent
         assert _offsets_for_times(broker.bootstrap, [t0 - 1, t0 + 5, t0 + COUNT - 1]) == [

@@ -126,6 +126,9 @@ class LeaderReplica:
         self.topic = topic
         self.high_watermark: int | None = None  # None: the log end (every follower caught up)
         self.errors: dict[int, str] = {}  # partition -> error to answer instead
+        # KIP-405: where the leader's local log starts (None: its log start); a fetch
+        # below it is answered OFFSET_MOVED_TO_TIERED_STORAGE
+        self.local_start: int | None = None
         self.requests: list[Any] = []
 
     def become_leader(self, epoch: int) -> None:
@@ -160,6 +163,8 @@ class LeaderReplica:
             if epoch < last_epoch or end < offset:
                 result.diverging_epoch = (epoch, end)
                 return result
+        if self.local_start is not None and log.log_start_offset <= offset < self.local_start:
+            return PartitionResult(index, ErrorCode.offset_moved_to_tiered_storage.value)
         if not log.log_start_offset <= offset <= log.log_end_offset:
             return PartitionResult(index, ErrorCode.offset_out_of_range.value)
         read = log.read(offset, int(partition.partition_max_bytes))
@@ -198,6 +203,8 @@ class LeaderReplica:
                     code = ErrorCode.none
                     latest = int(p.timestamp) == -1
                     offset = self.log.log_end_offset if latest else self.log.log_start_offset
+                    if int(p.timestamp) == -4 and self.local_start is not None:
+                        offset = self.local_start  # EARLIEST_LOCAL
                 partitions.append(
                     make(
                         module.ListOffsetsPartitionResponse,

@@ -9,7 +9,9 @@ connection, raw parsing, reconnection and shutdown are what a broker would see:
 - a leader that goes away and comes back on the same port is fetched from again;
 - ``close`` returns while the leader still holds a long poll;
 - a newer FetchStart for another leader moves the partition, a stale one is ignored,
-  and a fetcher left empty stops.
+  and a fetcher left empty stops;
+- OFFSET_MOVED_TO_TIERED_STORAGE is handed to the broker's tier state builder, and
+  fetching goes on from the leader's local start.
 """
 
 from __future__ import annotations
@@ -385,3 +387,35 @@ def test_a_bug_in_one_round_backs_off_and_the_fetcher_goes_on(tmp_path: Path) ->
         await server.stop()
 
     run(scenario)
+
+
+def test_offset_moved_to_tiered_storage_awaits_the_tier_state_builder(tmp_path: Path) -> None:
+    """KIP-405: the fetcher hands the leader's local start and epoch to the broker's
+    builder (asked again after a backoff when it could not build), then fetches from
+    there — never the part only remote storage holds."""
+    tp = ("a", 0)
+    leaders, followers = _setup(tmp_path, [tp], batches=20)
+    leaders[tp].local_start = 30
+    calls: list[tuple[TopicPartition, int, int]] = []
+
+    async def build(asked: TopicPartition, local_start: int, epoch: int) -> bool:
+        calls.append((asked, local_start, epoch))
+        if len(calls) == 1:
+            return False  # the remote metadata not there yet
+        followers[asked].truncate_fully_and_start_at(local_start)
+        return True
+
+    async def scenario() -> None:
+        server = WireLeader(leaders, 17)
+        await server.start()
+        manager = _manager(server, followers)
+        manager.tier_state = build
+        manager.add_partitions({tp: FetchStart(TOPIC_IDS["a"], 2, 1)})
+        await wait_for(lambda: _caught_up(leaders, followers))
+        await manager.close()
+        await server.stop()
+
+    run(scenario)
+    assert calls == [(tp, 30, 1), (tp, 30, 1)]
+    assert followers[tp].truncations == [30]
+    assert list(followers[tp].log.read_batches(30)) == list(leaders[tp].log.read_batches(30))

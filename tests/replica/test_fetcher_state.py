@@ -8,6 +8,10 @@
   ("未提交数据不一致") — never at the high watermark;
 - OFFSET_OUT_OF_RANGE follows Kafka's rule (leader's end below ours: truncate to it;
   leader's start past ours: restart the log there);
+- OFFSET_MOVED_TO_TIERED_STORAGE (KIP-405): the leader's local start and epoch are
+  asked (ListOffsets EARLIEST_LOCAL) and handed to the broker's tier state builder;
+  fetching resumes from there once built, or the question is asked again after a
+  backoff;
 - errors back off for replica.fetch.backoff.ms on an injected clock; FENCED_LEADER_EPOCH
   waits for newer metadata; a stale FetchStart is ignored; an answer to a superseded
   request is dropped;
@@ -226,6 +230,40 @@ def test_offset_out_of_range_above_the_leaders_end_truncates_to_it(
     assert core.partitions[TP].state is FetchState.FETCHING
     catch_up(core, leader, follower)
     assert log_bytes(follower.log) == log_bytes(leader.log)
+
+
+def test_offset_moved_to_tiered_storage_builds_from_the_leaders_local_start(
+    tmp_path: Path, clock: FakeClock
+) -> None:
+    leader = LeaderReplica(new_log(tmp_path / "leader" / "t-0", clock, segment_bytes=2048), 0)
+    leader.become_leader(4)
+    leader.append(count=30)
+    leader.local_start = 45  # 0..44 are only in remote storage
+    follower = FollowerReplica(new_log(tmp_path / "follower" / "t-0", clock))
+    core = make_core(follower, clock)
+    core.assign(TP, start(4))
+    result = step(core, leader)
+    assert result is not None and result.errors == {TP: "OFFSET_MOVED_TO_TIERED_STORAGE"}
+    assert core.partitions[TP].state is FetchState.TIERED
+    plan = core.build_list_offsets(8)
+    assert plan is not None and plan.timestamp == -4  # EARLIEST_LOCAL
+    result = core.apply_list_offsets(plan, leader.list_offsets(plan))
+    assert result.tiered == {TP: (45, 4)}
+    assert not core.has_work()  # the builder runs; nothing is asked meanwhile
+    # The remote metadata is not there yet: asked again after the backoff.
+    core.tier_state_built(TP, False)
+    assert core.partitions[TP].state is FetchState.DELAYED
+    assert not core.has_work()
+    clock.advance(BACKOFF)
+    assert core.has_work() and core.partitions[TP].state is FetchState.TIERED
+    result = step(core, leader)
+    assert result is not None and result.tiered == {TP: (45, 4)}
+    follower.truncate_fully_and_start_at(45)  # what the builder does (and more)
+    core.tier_state_built(TP, True)
+    assert core.partitions[TP].state is FetchState.FETCHING
+    catch_up(core, leader, follower)
+    assert batches_from(follower.log, 45) == batches_from(leader.log, 45)
+    assert follower.truncations == [45]
 
 
 def _error_response(code: int) -> RawFetchResponse:

@@ -19,7 +19,18 @@ broker leads whose topic is tiered (``leaders()``, from the replica manager) and
   past a segment *before* its deletion starts, so no read is sent to it:
   DELETE_SEGMENT_STARTED -> delete -> DELETE_SEGMENT_FINISHED.
 * cleans up leftovers of a copy or delete that died half-way (COPY_SEGMENT_STARTED
-  or DELETE_SEGMENT_STARTED segments; single node: nothing else is in flight).
+  or DELETE_SEGMENT_STARTED segments; a deposed leader's copy still in flight then
+  ends in an event the metadata's state machine refuses, on every broker alike).
+
+Replicas (the topic-based metadata manager, shared by every broker): a broker that
+becomes leader first reads its partition's metadata to the end (``rlmm.ready``), so
+``highest_offset_in_remote`` is what the previous leaders copied and copying resumes
+after it; a local segment that straddles that offset (this replica rolled elsewhere)
+is copied whole — an overlap the metadata cache serves, never a gap. On followed
+tiered partitions each pass only moves ``highest_offset_in_remote`` to what the
+metadata says is copied, so local retention trims followers as it trims the leader;
+a follower missing what only remote storage holds builds its state from there
+(follower_state.py).
 
 When a tiered topic is deleted, ``delete_partition`` deletes each partition's remote
 segments and metadata in the background.
@@ -54,7 +65,7 @@ from typing import Final, TypeVar
 from odradek.records.batch import NO_TIMESTAMP
 from odradek.storage.checkpoint import checkpoint_bytes
 from odradek.storage.epoch_cache import LEADER_EPOCH_CHECKPOINT_VERSION
-from odradek.storage.errors import OffsetOutOfRangeError
+from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.log import Log, wall_clock_ms
 from odradek.storage.producer_state import snapshot_path
 from odradek.storage.remote.metadata import (
@@ -81,6 +92,7 @@ COPY_FINISHED: Final = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETE_STARTED: Final = RemoteLogSegmentState.DELETE_SEGMENT_STARTED
 DELETE_FINISHED: Final = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
 MAX_BACKOFF_INTERVALS: Final = 32
+READY_TIMEOUT_S: Final = 10.0
 
 _T = TypeVar("_T")
 Leaders = Callable[[], Iterable[tuple[TopicIdPartition, Log]]]
@@ -100,6 +112,7 @@ class RemoteLogManager:
         *,
         broker_id: int,
         leaders: Leaders,
+        followers: Leaders | None = None,
         index_cache_dir: Path,
         index_cache_bytes: int = 1 << 30,
         task_interval_ms: int = 30_000,
@@ -110,6 +123,12 @@ class RemoteLogManager:
         self.rlmm = rlmm
         self.broker_id = broker_id
         self.leaders = leaders
+        self.followers = followers
+        # Partitions led / followed whose metadata was read to its end (``ready``) since
+        # the role began; the metadata consumer keeps them current from then on.
+        self._led: set[TopicIdPartition] = set()
+        self._followed: set[TopicIdPartition] = set()
+        self._readable: set[TopicIdPartition] = set()  # metadata read to its end once
         self.task_interval_ms = task_interval_ms
         self.clock = clock
         self.indexes = RemoteIndexCache(index_cache_dir, rsm, index_cache_bytes)
@@ -122,12 +141,20 @@ class RemoteLogManager:
     # -- the tasks -------------------------------------------------------------------------
     async def run(self) -> None:
         """``run_once`` every task interval until cancelled."""
+        self.rlmm.start()
         while True:
             await asyncio.sleep(self.task_interval_ms / 1000)
             await self.run_once()
 
     async def run_once(self) -> None:
-        """One copy and expiration pass over every led tiered partition."""
+        """One copy and expiration pass over every led tiered partition, and the
+        followed ones' view of what is remote."""
+        if self.followers is not None:
+            for tp, log in list(self.followers()):
+                self._led.discard(tp)
+                await self._follow(tp, log)
+        for tp, _ in list(self.leaders()):
+            self._followed.discard(tp)
         for tp, log in list(self.leaders()):
             if not log.config.remote_storage_enable or log.closed:
                 continue
@@ -136,6 +163,12 @@ class RemoteLogManager:
             if now < backoff.next_attempt_ms:
                 continue
             try:
+                if tp not in self._led:
+                    # A new leader reads the partition's metadata to its end first,
+                    # so it resumes where the last leader stopped copying.
+                    await asyncio.wait_for(self.rlmm.ready(tp), self._ready_timeout_s)
+                    self._led.add(tp)
+                    self._readable.add(tp)
                 await self.copy_segments(tp, log)
                 await self.expire_segments(tp, log)
             except asyncio.CancelledError:
@@ -155,6 +188,42 @@ class RemoteLogManager:
                 )
             else:
                 backoff.failures, backoff.next_attempt_ms = 0, 0
+
+    async def _follow(self, tp: TopicIdPartition, log: Log) -> None:
+        """A follower: what the metadata says is copied may go by local retention."""
+        if not log.config.remote_storage_enable or log.closed:
+            return
+        if tp not in self._followed:
+            try:
+                await asyncio.wait_for(self.rlmm.ready(tp), self._ready_timeout_s)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # TimeoutError too: the next pass asks again
+                logger.debug("%s: remote metadata not ready: %s", tp, error)
+                return
+            self._followed.add(tp)
+            self._readable.add(tp)
+        listed = self.rlmm.list_remote_log_segments(tp, (COPY_FINISHED,))
+        highest = max((m.end_offset for m in listed), default=-1)
+        log.highest_offset_in_remote = max(log.highest_offset_in_remote, highest)
+
+    async def _metadata_ready(self, tp: TopicIdPartition) -> None:
+        """Before a remote read: the partition's metadata read to its end once (after a
+        restart the caches start empty, and a read answered from them would be
+        OFFSET_OUT_OF_RANGE, which sends a consumer to its reset policy). StorageError
+        (KAFKA_STORAGE_ERROR, which clients retry) if that takes too long."""
+        if tp in self._readable:
+            return
+        try:
+            await asyncio.wait_for(self.rlmm.ready(tp), self._ready_timeout_s)
+        except TimeoutError:
+            raise StorageError(f"{tp}: remote log metadata not loaded yet") from None
+        self._readable.add(tp)
+
+    @property
+    def _ready_timeout_s(self) -> float:
+        """How long one pass waits for a partition's metadata (then: a failure, retried)."""
+        return max(self.task_interval_ms / 1000, READY_TIMEOUT_S)
 
     async def _blocking(self, fn: Callable[..., _T], *args: object) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._workers, fn, *args)
@@ -212,8 +281,11 @@ class RemoteLogManager:
             next_base = following.base_offset
             if next_base > bound:
                 return None
+            # A segment holding offsets past what is remote; on a new leader whose
+            # segments were rolled elsewhere than the old leader's, that one may also
+            # hold copied offsets: it is copied again (an overlap, never a gap).
             if (
-                segment.base_offset > log.highest_offset_in_remote
+                next_base - 1 > log.highest_offset_in_remote
                 and segment.size > 0
                 and next_base > log.log_start_offset
             ):
@@ -365,6 +437,7 @@ class RemoteLogManager:
         when ``committed``. OffsetOutOfRangeError when not there."""
         if not log.log_start_offset <= offset < log.local_log_start_offset:
             raise OffsetOutOfRangeError(f"{tp}: offset {offset} is not in remote storage")
+        await self._metadata_ready(tp)
         epoch = log.epoch_cache.epoch_for_offset(offset)
         if epoch is None:
             epoch = 0  # matches _prepare_copy for logs without epochs
@@ -392,6 +465,7 @@ class RemoteLogManager:
     ) -> tuple[int, int] | None:
         """ListOffsets by timestamp in the remote part: (offset, timestamp) of the first
         remote record at/after ``timestamp``, or None (the local log answers)."""
+        await self._metadata_ready(tp)
         return await asyncio.get_running_loop().run_in_executor(
             self._readers,
             find_offset_for_timestamp,
@@ -402,6 +476,11 @@ class RemoteLogManager:
             timestamp,
             log.log_start_offset,
         )
+
+    async def stop_metadata(self) -> None:
+        """Before ``close``, on the loop: stop the metadata manager's background work
+        (a copy waiting on it fails at once, so ``close`` does not wait for it)."""
+        await self.rlmm.stop()
 
     def close(self) -> None:
         """Stop the pools (waiting for running copies and reads) and the plugins."""

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import bisect
 import uuid
-from collections.abc import Collection
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 
 from odradek.storage.remote.metadata import (
@@ -54,6 +54,7 @@ from odradek.storage.remote.storage_manager import RemoteResourceNotFoundError
 COPY_STARTED = RemoteLogSegmentState.COPY_SEGMENT_STARTED
 COPY_FINISHED = RemoteLogSegmentState.COPY_SEGMENT_FINISHED
 DELETE_FINISHED = RemoteLogSegmentState.DELETE_SEGMENT_FINISHED
+MAX_OVERLAP_LOOKBACK = 8
 
 
 @dataclass(slots=True)
@@ -74,9 +75,14 @@ class _EpochSegments:
             del self.by_start[start]
             del self.starts[bisect.bisect_left(self.starts, start)]
 
-    def floor(self, offset: int) -> uuid.UUID | None:
+    def floors(self, offset: int) -> Iterator[uuid.UUID]:
+        """Segments starting at or below ``offset``, nearest first (at most
+        MAX_OVERLAP_LOOKBACK: a new leader whose segments rolled elsewhere copies one
+        overlapping what the old leader copied, which may hold ``offset`` when the
+        nearest start's segment ends below it)."""
         index = bisect.bisect_right(self.starts, offset)
-        return self.by_start[self.starts[index - 1]] if index else None
+        for i in range(index - 1, max(index - 1 - MAX_OVERLAP_LOOKBACK, -1), -1):
+            yield self.by_start[self.starts[i]]
 
 
 class RemoteLogMetadataCache:
@@ -162,14 +168,12 @@ class RemoteLogMetadataCache:
         state = self.epochs.get(leader_epoch)
         if state is None:
             return None
-        segment = state.floor(offset)
-        if segment is None:
-            return None
-        metadata = self.segments[segment]
-        for epoch, first, last in metadata.epoch_ranges():
-            if epoch == leader_epoch:
-                return metadata if first <= offset <= last else None
-        return None  # pragma: no cover - an epoch entry always comes from the segment
+        for segment in state.floors(offset):
+            metadata = self.segments[segment]
+            for epoch, first, last in metadata.epoch_ranges():
+                if epoch == leader_epoch and first <= offset <= last:
+                    return metadata
+        return None
 
     def list_segments(
         self,

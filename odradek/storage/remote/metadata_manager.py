@@ -7,11 +7,10 @@ the fetch path asks it which remote segment holds an offset. Kafka's implementat
 writes the events to the internal topic ``__remote_log_metadata`` and every broker
 rebuilds its view by consuming it; the interface below is the seam for that.
 
-``FileRemoteLogMetadataManager`` is the SINGLE-NODE STAND-IN, to be replaced by the
-topic-based manager (events written through the broker's partition writer to
-``__remote_log_metadata``, read back by replaying the local replica of its
-partitions). It keeps the same events, in Kafka's record layout
-(metadata_records.py), in one append-only file per partition under
+``FileRemoteLogMetadataManager`` is the SINGLE-NODE STAND-IN
+(``remote.log.metadata.manager.class.name=file``); the default is the topic-based
+manager (topic_metadata_manager.py), which every replica shares. It keeps the same
+events, in Kafka's record layout (metadata_records.py), in one append-only file per partition under
 ``<log dir>/remote-log-metadata/<topic>-<partition>-<topic id>.rlmm``; each frame is
 ``length int32 | crc32 int32 | value``. Opening a partition replays its file into a
 RemoteLogMetadataCache (metadata_cache.py, which checks the state machine); a torn
@@ -86,6 +85,19 @@ class RemoteLogMetadataManager(Protocol):
         ...
 
     def close(self) -> None: ...
+
+    async def ready(self, tp: TopicIdPartition) -> None:
+        """Wait until the metadata of ``tp`` is known up to now (the topic-based manager
+        reads its metadata partition to its end; the file store knows it already)."""
+        ...
+
+    def start(self) -> None:
+        """Start background work on the running loop (the topic-based consumer)."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop what ``start`` started (on the loop, before ``close``)."""
+        ...
 
 
 def _file_name(tp: TopicIdPartition) -> str:
@@ -163,6 +175,15 @@ class FileRemoteLogMetadataManager:
         self._caches[tp] = cache
         self._fds[tp] = fd
         return cache
+
+    async def ready(self, tp: TopicIdPartition) -> None:
+        return None
+
+    def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
 
     def remove_partition(self, tp: TopicIdPartition) -> None:
         with self._lock:
