@@ -110,7 +110,7 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("retries", _int(0, 2**31 - 1), 2**31 - 1, _P),
     Prop("max.in.flight.requests.per.connection", _int(1, 5), 5, _P),
     Prop("max.request.size", _int(1), 1_048_576, _P),
-    Prop("partitioner", _any, "murmur2_random", _P),
+    Prop("partitioner", _any, "consistent_random", _P),  # librdkafka's default
     Prop("transactional.id", _any, None, _P),
     Prop("transaction.timeout.ms", _int(1, 2**31 - 1), 60_000, _P),
     Prop("on_delivery", _any, None, _P),

@@ -1,8 +1,9 @@
 """The asyncio producer core, and its aiokafka-shaped face ``AIOKafkaProducer``.
 
 How this works and why: ``AsyncProducer.send`` picks a partition (explicit, a custom
-callable, or the configured partitioner: murmur2 of the key like the Java client and
-librdkafka's ``murmur2_random``, sticky for keyless records), appends the record to
+callable, or the configured partitioner: ``partitioner``, librdkafka's names, default
+``consistent_random`` as confluent-kafka; ``AIOKafkaProducer`` defaults to aiokafka's
+murmur2, see partitioner.py), appends the record to
 the ``RecordAccumulator`` and returns a future that the ``Sender`` completes with a
 ``RecordMetadata`` once the broker acknowledged it (or with the error that ended its
 delivery). The blocking ``Producer`` uses the same core without a future per record:
@@ -33,10 +34,12 @@ from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator,
 from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.partitioner import (
-    DefaultPartitioner,
+    AIOKAFKA_DEFAULT,
+    LIBRDKAFKA_PARTITIONERS,
     Partitioner,
     RoundRobinPartitioner,
     as_partitioner,
+    librdkafka_partitioner,
 )
 from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
 from odradek.client.transaction_manager import TransactionManager
@@ -47,18 +50,19 @@ from odradek.records.batch import COMPRESSION_BY_NAME
 
 PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4), **TRANSACTION_VERSIONS}
 HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
-DEFAULT_PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "random", "default")
 ROUND_ROBIN_PARTITIONERS = ("round_robin", "roundrobin")
 
 
 def _make_partitioner(setting: Any) -> Partitioner:
     """``partitioner``: a librdkafka name, a Partitioner, or a kafka-python callable."""
     if isinstance(setting, str):
-        if setting in DEFAULT_PARTITIONERS:
-            return DefaultPartitioner()
+        chosen = librdkafka_partitioner(setting.strip())
+        if chosen is not None:
+            return chosen
         if setting in ROUND_ROBIN_PARTITIONERS:
             return RoundRobinPartitioner()
-        raise ConfigError("partitioner", f"{setting!r} is not a known partitioner")
+        known = ", ".join((*LIBRDKAFKA_PARTITIONERS, *ROUND_ROBIN_PARTITIONERS))
+        raise ConfigError("partitioner", f"{setting!r} is not one of {known}")
     try:
         return as_partitioner(setting)
     except TypeError as error:
@@ -425,7 +429,8 @@ class AIOKafkaProducer:
         servers = (
             bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
         )
-        properties: dict[str, Any] = {"bootstrap.servers": servers}
+        # aiokafka's default partitioner unless one is given (murmur2, as the Java client)
+        properties: dict[str, Any] = {"bootstrap.servers": servers, "partitioner": AIOKAFKA_DEFAULT}
         self._key_serializer: Callable[[Any], bytes] | None = kwargs.pop("key_serializer", None)
         self._value_serializer: Callable[[Any], bytes] | None = kwargs.pop("value_serializer", None)
         for name, value in kwargs.items():

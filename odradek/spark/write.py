@@ -142,6 +142,9 @@ def _typed_column(schema: StructType, name: str, allowed: tuple[DataType, ...]) 
     return real_name
 
 
+SPARK_PARTITIONER = "murmur2_random"
+
+
 def plan_write(
     options: Mapping[str, str], schema: StructType, overwrite: bool, streaming: bool = True
 ) -> WritePlan:
@@ -164,6 +167,9 @@ def plan_write(
             "job has no identity a re-run could check); use 'at-least-once' here"
         )
     config = opts.client_config(options, for_producer=True)
+    # Spark's own Kafka sink partitions as the Java client does (murmur2 of the key,
+    # keyless records sticky): not the odradek Producer's confluent-kafka default.
+    config.setdefault("partitioner", SPARK_PARTITIONER)
     try:
         ClientConfig(config, "producer")
     except ConfigError as error:
