@@ -37,12 +37,22 @@ from odradek.client.admin_types import (
 from odradek.client.blocking import Producer
 from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.consumer_aio import AIOKafkaConsumer
-from odradek.client.consumer_sync import Consumer
+from odradek.client.consumer_sync import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    Consumer,
+)
 from odradek.client.producer import AIOKafkaProducer, AsyncProducer
 from odradek.client.transactions import ConsumerGroupMetadata
 from odradek.client.types import KafkaError, KafkaException, Message, RecordMetadata, TopicPartition
 
 __all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
     "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",

@@ -39,8 +39,12 @@ import time
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from odradek.client.accumulator import BufferFullError, ProducerBatch, record_size
-from odradek.client.cluster import KafkaError
+from odradek.client.admin_topics import list_topics
+from odradek.client.admin_types import ClusterMetadata
+from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig
 from odradek.client.producer import AsyncProducer, HeadersLike, encode_headers
 from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike
@@ -96,6 +100,8 @@ class Producer:
         self._config = ClientConfig({**config, **kwargs}, "producer")
         self._default_callback: DeliveryCallback | None = self._config["on_delivery"]
         self._max_block_s = self._config["max.block.ms"] / 1000
+        self._max_messages: int | None = self._config["queue.buffering.max.messages"]
+        self._max_record: int = self._config["max.request.size"]  # = message.max.bytes
         # Finished batches (and records that failed before reaching one), served by
         # poll/flush on the caller's thread.
         self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord | _Fatal]
@@ -106,6 +112,7 @@ class Producer:
         # Records waiting for metadata, appended in order by the loop (see produce).
         self._handoff: collections.deque[_HandedOff] = collections.deque()
         self._drain_scheduled = False
+        self._handoff_purge = 0  # how many records at the head of _handoff purge() dropped
         self._wake_scheduled = False
         self._core = AsyncProducer(self._config, on_complete=self._reports.put)
         self._thread = LoopThread("odradek-producer")
@@ -153,10 +160,23 @@ class Producer:
             None if report is None else (report, key_bytes, value_bytes, header_list, timestamp)
         )
         size = record_size(key_bytes, value_bytes, header_list)
+        if size > self._max_record:  # as librdkafka refuses it in produce()
+            raise KafkaException(
+                KafkaError(
+                    ErrorCode.message_too_large,
+                    f"Unable to produce message: {size} bytes > message.max.bytes "
+                    f"({self._max_record})",
+                )
+            )
         accumulator = self._accumulator
         deadline = time.monotonic() + self._max_block_s
         failure: Exception | None = None
         with accumulator.lock:
+            if self._max_messages is not None and len(self) >= self._max_messages:
+                raise BufferError(
+                    f"Local: Queue full ({self._max_messages} records await their delivery "
+                    "report: queue.buffering.max.messages)"
+                )
             try:
                 accumulator.reserve(size, deadline)
             except BufferFullError as error:
@@ -233,6 +253,13 @@ class Producer:
                     return
                 topic, key, value, partition, timestamp, headers, waiter, size = self._handoff[0]
             try:
+                await self._core.wait_metadata(topic)
+                with accumulator.lock:
+                    purged = self._handoff_purge > 0
+                    if purged:
+                        self._handoff_purge -= 1
+                if purged:
+                    raise KafkaError(LocalError.purge_queue, "Local: Purged in queue")
                 await self._core.append_record(
                     topic, key, value, partition, timestamp, headers, waiter, reserved=size
                 )
@@ -353,9 +380,79 @@ class Producer:
         flight, abort."""
         self._transactional(self._core.abort_transaction(_seconds(timeout)))
 
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's ClusterMetadata: every topic, or ``topic`` (with its error
+        when it does not exist); brokers, partitions with leader, replicas and isrs.
+        Past ``timeout`` seconds (None or negative: no limit) KafkaException(_TIMED_OUT)."""
         assert self._core.cluster is not None
-        return self._thread.run(self._core.cluster.refresh([topic] if topic else None))
+        return blocking_list_topics(self._thread, self._core.cluster, topic, timeout)
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        callback: DeliveryCallback | None = None,
+    ) -> int:
+        """confluent-kafka's ``produce_batch``: each message a dict with ``value``,
+        ``key``, ``partition``, ``timestamp``, ``headers`` and ``callback`` (or
+        ``on_delivery``), all optional; the number of messages queued. A message that
+        cannot be queued (a full queue, a bad key) gets an ``_error`` entry, as in
+        confluent-kafka, and is not counted."""
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list of dicts")
+        default = on_delivery or callback
+        queued = 0
+        for message in messages:
+            if not isinstance(message, dict):
+                raise TypeError("each message must be a dict")
+            try:
+                self.produce(
+                    topic,
+                    message.get("value"),
+                    message.get("key"),
+                    message.get("partition", partition),
+                    message.get("callback") or message.get("on_delivery") or default,
+                    message.get("timestamp", 0),
+                    message.get("headers"),
+                )
+            except (BufferError, TypeError, KafkaException) as error:
+                message["_error"] = error
+            else:
+                queued += 1
+        return queued
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """confluent-kafka's ``purge``: with ``in_queue``, records not sent yet fail with
+        ``_PURGE_QUEUE`` (their callbacks run from the next poll/flush). Not purged, and
+        reported with their real outcome: batches already sent once (in flight, or
+        waiting to be retried — dropping them would break the idempotent producer's
+        sequence). Records waiting for their topic's metadata are purged too. ``in_flight``
+        and ``blocking`` are accepted for that reason and change nothing."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        if not in_queue:
+            return
+        accumulator = self._accumulator
+        purged = KafkaError(LocalError.purge_queue, "Local: Purged in queue")
+
+        async def purge_queued() -> None:
+            taken = []
+            with accumulator.lock:
+                # records waiting for their topic's metadata: failed by _drain, in order
+                self._handoff_purge = len(self._handoff)
+                for batches in accumulator.queues.values():
+                    unsent = [b for b in batches if b.base_sequence < 0 and b.attempts == 0]
+                    if unsent:
+                        kept = [b for b in batches if b not in unsent]
+                        batches.clear()
+                        batches.extend(kept)
+                        taken.extend(unsent)
+            for batch in taken:
+                accumulator.complete(batch, error=purged)
+
+        self._thread.run(purge_queued())
 
     def close(self, timeout: float | None = None) -> int:
         """Flush (up to ``timeout``), stop the background loop; records left undelivered."""
@@ -378,6 +475,26 @@ class Producer:
             if not self._closed:
                 self._closed = True
                 self._thread.stop()
+
+
+def blocking_list_topics(
+    thread: LoopThread, cluster: Cluster, topic: str | None, timeout: float | None
+) -> ClusterMetadata:
+    """``list_topics`` of the blocking faces, on their loop thread."""
+    limit = _seconds(timeout)
+
+    async def fetch() -> ClusterMetadata:
+        try:
+            return await asyncio.wait_for(list_topics(cluster, topic), limit)
+        except TimeoutError:
+            raise KafkaError(LocalError.timed_out, "Local: Timed out (list_topics)") from None
+
+    try:
+        return thread.run(fetch())
+    except KafkaError as error:
+        raise KafkaException(error) from None
+    except Exception as error:  # no broker reachable: a connection error
+        raise KafkaException(KafkaError(LocalError.transport, str(error))) from None
 
 
 def _seconds(timeout: float | None) -> float | None:
@@ -456,7 +573,7 @@ class _FailedRecord:
         error = self.error
         if isinstance(error, BufferFullError):
             error = BufferError(str(error))
-        elif isinstance(error, KafkaError):
+        elif isinstance(error, KafkaError) and error.code() != LocalError.purge_queue:
             error = KafkaException(error)
         message = Message(
             self.topic,

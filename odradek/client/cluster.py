@@ -89,6 +89,8 @@ class LocalError(enum.IntEnum):
     invalid_arg = -186
     no_offset = -168
     partition_eof = -191  # librdkafka's end-of-partition event (never raised here yet)
+    msg_timed_out = -192  # a record not delivered within message.timeout.ms
+    transport = -195  # no broker could be reached (reported through error_cb)
 
 
 class KafkaError(Exception):
@@ -111,6 +113,8 @@ class KafkaError(Exception):
     _NO_OFFSET: Final = LocalError.no_offset
     _PARTITION_EOF: Final = LocalError.partition_eof
     _PURGE_QUEUE: Final = LocalError.purge_queue
+    _MSG_TIMED_OUT: Final = LocalError.msg_timed_out
+    _TRANSPORT: Final = LocalError.transport
     _STATE: Final = LocalError.state
     _TIMED_OUT: Final = LocalError.timed_out
 

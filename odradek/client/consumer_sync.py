@@ -45,8 +45,9 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client.admin_types import ClusterMetadata
 from odradek.client.assignors import COOPERATIVE
-from odradek.client.blocking import LoopThread
+from odradek.client.blocking import LoopThread, blocking_list_topics
 from odradek.client.cluster import KafkaError, LocalError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import KafkaConnectionError
@@ -273,6 +274,14 @@ class Consumer:
 
     def assignment(self) -> list[TopicPartition]:
         return _tps(self._core.assignment())
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's ClusterMetadata: every topic, or ``topic`` (with its error
+        when it does not exist); brokers, partitions with leader, replicas and isrs.
+        Past ``timeout`` seconds (None or negative: no limit) KafkaException(_TIMED_OUT)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        return blocking_list_topics(self._thread, self._core.cluster, topic, timeout)
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """For ``Producer.send_offsets_to_transaction``: the group, and this member's

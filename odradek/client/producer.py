@@ -36,6 +36,7 @@ from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.partitioner import (
     AIOKAFKA_DEFAULT,
     LIBRDKAFKA_PARTITIONERS,
+    HashPartitioner,
     Partitioner,
     RoundRobinPartitioner,
     as_partitioner,
@@ -116,6 +117,10 @@ class AsyncProducer:
         self.config = config
         self.idempotent = _idempotence(config)
         self._partitioner = _make_partitioner(config["partitioner"])
+        if config["sticky.partitioning.linger.ms"] == 0 and isinstance(
+            self._partitioner, HashPartitioner
+        ):
+            self._partitioner.sticky = False  # librdkafka: no stickiness at 0
         self._partition_lists: dict[str, tuple[Any, list[int], list[int]]] = {}
         self.compression = COMPRESSION_BY_NAME[config["compression.type"]]
         self.max_block_s = config["max.block.ms"] / 1000
@@ -249,17 +254,8 @@ class AsyncProducer:
         """On the loop: wait for the topic's metadata if needed, pick the partition and
         append; ``reserved`` bytes of buffer.memory were already taken by the caller
         (else this waits for space, at most max.block.ms)."""
-        cluster, accumulator = self._check_running()
-        if cluster.metadata.topics.get(topic) is None:
-            # Like the Java producer's metadata wait: retriable failures (no broker
-            # reachable yet, leader not available) are retried up to max.block.ms.
-            await asyncio.wait_for(
-                cluster.with_retry(
-                    lambda: cluster.partitions_for(topic, allow_create=True),
-                    deadline_s=self.max_block_s,
-                ),
-                self.max_block_s,
-            )
+        _, accumulator = self._check_running()
+        await self.wait_metadata(topic)
         with accumulator.lock:
             chosen = self.partition_for(topic, key, partition)
             if chosen is None:
@@ -272,6 +268,20 @@ class AsyncProducer:
             await accumulator.append(topic, chosen, key, value, timestamp, headers, waiter)
         elif wake:
             accumulator.wakeup.set()
+
+    async def wait_metadata(self, topic: str) -> None:
+        """Until ``topic``'s metadata is known (at most max.block.ms)."""
+        cluster, _ = self._check_running()
+        if cluster.metadata.topics.get(topic) is None:
+            # Like the Java producer's metadata wait: retriable failures (no broker
+            # reachable yet, leader not available) are retried up to max.block.ms.
+            await asyncio.wait_for(
+                cluster.with_retry(
+                    lambda: cluster.partitions_for(topic, allow_create=True),
+                    deadline_s=self.max_block_s,
+                ),
+                self.max_block_s,
+            )
 
     def partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
         """The partition a record goes to; None while the topic's metadata is unknown.
