@@ -46,7 +46,9 @@ from odradek.client.admin_topics import list_topics
 from odradek.client.admin_types import ClusterMetadata
 from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig
+from odradek.client.connection import KafkaConnectionError
 from odradek.client.producer import AsyncProducer, HeadersLike, encode_headers
+from odradek.client.sender import MSG_TIMED_OUT
 from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike
 from odradek.client.types import (
     TIMESTAMP_CREATE_TIME,
@@ -104,7 +106,7 @@ class Producer:
         self._max_record: int = self._config["max.request.size"]  # = message.max.bytes
         # Finished batches (and records that failed before reaching one), served by
         # poll/flush on the caller's thread.
-        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord | _Fatal]
+        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord | _Fatal | _ErrorEvent]
         self._reports = queue.SimpleQueue()
         self._produced = 0  # records accepted by produce(), under the accumulator lock
         self._served = 0  # records whose report poll() served, under _served_lock
@@ -117,8 +119,10 @@ class Producer:
         self._core = AsyncProducer(self._config, on_complete=self._reports.put)
         self._thread = LoopThread("odradek-producer")
         self._closed = False
+        self._error_cb: Callable[[KafkaError], None] | None = self._config["error_cb"]
+        self._message_timeout_s = self._config["delivery.timeout.ms"] / 1000
         try:
-            self._thread.run(self._core.start())
+            self._thread.run(self._core.start(on_unreachable=self._unreachable))
         except BaseException:
             self._thread.stop()
             raise
@@ -209,6 +213,7 @@ class Producer:
                             header_list,
                             waiter,
                             size,
+                            time.monotonic() + self._message_timeout_s,
                         )
                     )
                     drain = not self._drain_scheduled
@@ -235,6 +240,13 @@ class Producer:
             self._wake_scheduled = True
             self._thread.loop.call_soon_threadsafe(self._wake_sender)
 
+    def _unreachable(self, error: BaseException) -> None:
+        """On the loop: no broker answered at start; error_cb hears it from poll()."""
+        servers = self._config["bootstrap.servers"]
+        self._reports.put(
+            _ErrorEvent(KafkaError(LocalError.transport, f"{servers}: {error or 'timed out'}"))
+        )
+
     def _wake_sender(self) -> None:
         self._wake_scheduled = False
         self._accumulator.wakeup.set()
@@ -251,9 +263,17 @@ class Producer:
                 if not self._handoff:
                     self._drain_scheduled = False
                     return
-                topic, key, value, partition, timestamp, headers, waiter, size = self._handoff[0]
+                topic, key, value, partition, timestamp, headers, waiter, size, due = self._handoff[
+                    0
+                ]
             try:
-                await self._core.wait_metadata(topic)
+                # as librdkafka: a record waits for its topic up to message.timeout.ms
+                try:
+                    await self._core.wait_metadata(topic, max(0.0, due - time.monotonic()))
+                except (TimeoutError, KafkaConnectionError) as error:
+                    raise KafkaError(
+                        LocalError.msg_timed_out, f"{MSG_TIMED_OUT}: no metadata for {topic}"
+                    ) from error
                 with accumulator.lock:
                     purged = self._handoff_purge > 0
                     if purged:
@@ -295,6 +315,11 @@ class Producer:
                 return served
             if isinstance(report, _Fatal):
                 raise KafkaException(report.error)
+            if isinstance(report, _ErrorEvent):
+                if self._error_cb is not None:
+                    self._error_cb(report.error)
+                wait = False
+                continue
             with self._served_lock:
                 self._served += report.count
             served += report.count
@@ -505,8 +530,10 @@ def _seconds(timeout: float | None) -> float | None:
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared, never mutated
 # what produce() hands to the loop when the topic's metadata is not known yet
 _HandedOff = tuple[
-    str, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]], Any, int
+    str, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]], Any, int, float
 ]
+# errors delivery callbacks get as the KafkaError itself, as confluent-kafka passes them
+_PLAIN_ERRORS = frozenset({LocalError.purge_queue, LocalError.msg_timed_out})
 
 
 def _serve_batch(batch: ProducerBatch) -> None:
@@ -529,6 +556,16 @@ def _serve_batch(batch: ProducerBatch) -> None:
             )
         message = Message(batch.topic, batch.partition, offset, key, value, headers, stamp, error)
         callback(error, message)
+
+
+class _ErrorEvent:
+    """A client-level error (no broker reachable) for error_cb, served by poll()."""
+
+    __slots__ = ("error",)
+    count = 0
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
 
 
 class _Fatal:
@@ -573,7 +610,7 @@ class _FailedRecord:
         error = self.error
         if isinstance(error, BufferFullError):
             error = BufferError(str(error))
-        elif isinstance(error, KafkaError) and error.code() != LocalError.purge_queue:
+        elif isinstance(error, KafkaError) and error.code() not in _PLAIN_ERRORS:
             error = KafkaException(error)
         message = Message(
             self.topic,

@@ -211,6 +211,10 @@ class Cluster:
         self._refresh_lock = asyncio.Lock()
         self._wanted_topics: set[str] | None = set()  # None = all topics
         self.closed = False
+        # called (on the loop) when no broker can be reached, once per outage: the
+        # blocking faces report it as librdkafka's _TRANSPORT through error_cb
+        self.on_unreachable: Callable[[BaseException], None] | None = None
+        self._unreachable = False
 
     # -- connections -----------------------------------------------------------------
     async def _open(self, address: BrokerAddress) -> BrokerConnection:
@@ -268,8 +272,13 @@ class Cluster:
                 errors.append(str(error))
                 continue
             self._connections[address.node_id] = connection
+            self._unreachable = False
             return connection
-        raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+        failure = KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+        if self.on_unreachable is not None and not self._unreachable and not self.closed:
+            self._unreachable = True
+            self.on_unreachable(failure)
+        raise failure
 
     # -- metadata --------------------------------------------------------------------
     def want_topics(self, topics: Iterable[str] | None) -> None:

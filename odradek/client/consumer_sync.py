@@ -118,10 +118,27 @@ class Consumer:
             return core, GroupMember(core) if core.group_id else None
 
         self._core, self._member = self._thread.run(build())
+        self._error_cb: Callable[[KafkaError], None] | None = self.config["error_cb"]
+        if self._error_cb is not None:
+            self._core.cluster.on_unreachable = self._report_unreachable
         self._on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None
         self._on_commit = self.config["on_commit"]
         if self._on_commit is not None:
             self._core.commit_listener = self._report_commit
+
+    def _report_unreachable(self, error: BaseException) -> None:
+        """On the loop: no broker reachable; error_cb hears librdkafka's _TRANSPORT
+        from the next poll()/consume() on the caller's thread."""
+        error_cb = self._error_cb
+        assert error_cb is not None
+        servers = self.config["bootstrap.servers"]
+        kafka_error = KafkaError(LocalError.transport, f"{servers}: {error}")
+
+        def call() -> bool:
+            error_cb(kafka_error)
+            return False
+
+        self._callbacks.put((call, concurrent.futures.Future()))
 
     def _report_commit(self, error: BaseException | None, offsets: dict[TP, int]) -> None:
         """confluent's ``on_commit(err, partitions)``: the outcome of every automatic and

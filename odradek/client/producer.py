@@ -24,15 +24,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.aio import cancel_and_wait
 from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator, record_size
 from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig, ConfigError
+from odradek.client.connection import KafkaConnectionError
 from odradek.client.partitioner import (
     AIOKAFKA_DEFAULT,
     LIBRDKAFKA_PARTITIONERS,
@@ -49,6 +52,7 @@ from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike, TxnS
 from odradek.client.types import RecordMetadata, as_bytes
 from odradek.records.batch import COMPRESSION_BY_NAME
 
+logger = logging.getLogger(__name__)
 PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4), **TRANSACTION_VERSIONS}
 HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
 ROUND_ROBIN_PARTITIONERS = ("round_robin", "roundrobin")
@@ -141,8 +145,11 @@ class AsyncProducer:
         self.accumulator: RecordAccumulator | None = None
         self.sender: Sender | None = None
         self._task: asyncio.Task[None] | None = None
+        self._first_refresh: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, on_unreachable: Callable[[BaseException], None] | None = None) -> None:
+        """Connect and start the sender. With ``on_unreachable``, no reachable broker is
+        reported to it instead of raised, and the producer starts anyway."""
         config = self.config
         self.cluster = Cluster(
             config["bootstrap.servers"],
@@ -177,8 +184,24 @@ class AsyncProducer:
         )
         if self.transactions is not None:
             self.transactions.attach(self.cluster, self.accumulator, self.sender)
-        await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
-        self._task = asyncio.get_running_loop().create_task(self.sender.run())
+        loop = asyncio.get_running_loop()
+        if on_unreachable is None:
+            await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
+        else:
+            # confluent-kafka's way: construct at once, report an unreachable cluster,
+            # keep trying; records wait for metadata until they time out
+            self.cluster.on_unreachable = on_unreachable
+            self._first_refresh = loop.create_task(self._refresh_or_report(on_unreachable))
+        self._task = loop.create_task(self.sender.run())
+
+    async def _refresh_or_report(self, on_unreachable: Callable[[BaseException], None]) -> None:
+        assert self.cluster is not None
+        try:
+            await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
+        except TimeoutError as error:  # no answer (an unreachable one is reported
+            on_unreachable(error)  # by the cluster)
+        except (KafkaConnectionError, KafkaError, OSError) as error:
+            logger.debug("first metadata refresh failed: %s", error)
 
     def _check_running(self) -> tuple[Cluster, RecordAccumulator]:
         if self.cluster is None or self.accumulator is None or self._task is None:
@@ -269,18 +292,20 @@ class AsyncProducer:
         elif wake:
             accumulator.wakeup.set()
 
-    async def wait_metadata(self, topic: str) -> None:
-        """Until ``topic``'s metadata is known (at most max.block.ms)."""
+    async def wait_metadata(self, topic: str, limit_s: float | None = None) -> None:
+        """Until ``topic``'s metadata is known (at most ``limit_s``, default
+        max.block.ms)."""
         cluster, _ = self._check_running()
+        limit = self.max_block_s if limit_s is None else limit_s
         if cluster.metadata.topics.get(topic) is None:
             # Like the Java producer's metadata wait: retriable failures (no broker
             # reachable yet, leader not available) are retried up to max.block.ms.
             await asyncio.wait_for(
                 cluster.with_retry(
                     lambda: cluster.partitions_for(topic, allow_create=True),
-                    deadline_s=self.max_block_s,
+                    deadline_s=limit,
                 ),
-                self.max_block_s,
+                limit,
             )
 
     def partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
@@ -400,6 +425,9 @@ class AsyncProducer:
         """Deliver what is queued (up to ``timeout``), then stop and disconnect."""
         if self.accumulator is None or self.accumulator.closing:
             return
+        if self._first_refresh is not None:
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(self._first_refresh)
         if self.transactions is not None:
             await self._end_open_transaction(timeout)
         self.accumulator.closing = True

@@ -1,0 +1,75 @@
+"""Starting without a broker, and exiting without close(), as confluent-kafka programs do.
+
+- ``Producer``/``Consumer`` construct with no broker up (nothing raised), report
+  librdkafka's ``_TRANSPORT`` through ``error_cb`` from poll()/flush(), and records
+  fail with ``_MSG_TIMED_OUT`` after ``message.timeout.ms`` — the same codes the real
+  confluent-kafka reports in the same situation.
+- A program that makes several Producers (sending, or never reaching a broker) and
+  exits without close() prints nothing: the subprocess's stderr is empty.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import confluent_kafka
+import pytest
+
+from odradek.client import Consumer, KafkaError, Producer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def closed_port() -> str:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{probe.getsockname()[1]}"
+
+
+def producer_outcome(make: Any, bootstrap: str) -> tuple[float, set[int], list[Any]]:
+    errors: list[Any] = []
+    reports: list[Any] = []
+    started = time.monotonic()
+    config: dict[str, Any] = {
+        "bootstrap.servers": bootstrap,
+        "message.timeout.ms": 1_000,
+        "error_cb": errors.append,
+    }
+    if make is confluent_kafka.Producer:
+        config["log_level"] = 0
+    producer = make(config)
+    built = time.monotonic() - started
+    producer.produce("nowhere", b"v", key=b"k", on_delivery=lambda e, m: reports.append(e))
+    producer.produce("nowhere", b"w", on_delivery=lambda e, m: reports.append(e))
+    assert producer.flush(15) == 0
+    return built, {e.code() for e in errors}, [e.code() for e in reports]
+
+
+@pytest.mark.parametrize("make", [confluent_kafka.Producer, Producer], ids=["confluent", "ours"])
+def test_producer_without_broker_reports_transport_then_msg_timed_out(make: Any) -> None:
+    built, errors, reports = producer_outcome(make, closed_port())
+    assert built < 1.0  # construction does not wait for a broker
+    assert KafkaError._TRANSPORT in errors
+    assert reports == [KafkaError._MSG_TIMED_OUT] * 2
+
+
+@pytest.mark.parametrize("make", [confluent_kafka.Consumer, Consumer], ids=["confluent", "ours"])
+def test_consumer_without_broker_reports_transport(make: Any) -> None:
+    errors: list[Any] = []
+    config: dict[str, Any] = {
+        "bootstrap.servers": closed_port(),
+        "group.id": "nobody",
+        "error_cb": errors.append,
+    }
+    if make is confluent_kafka.Consumer:
+        config["log_level"] = 0
+    consumer = make(config)
+    consumer.subscribe(["nowhere"])
+    deadline = time.monotonic() + 10
+    while not errors and time.monotonic() < deadline:
+        assert consumer.poll(0.2) is None
+    consumer.close()
+    assert KafkaError._TRANSPORT in {e.code() for e in errors}
