@@ -30,12 +30,14 @@ the caller's thread as librdkafka does.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
@@ -72,12 +74,20 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class LoopThread:
-    """An event loop running on a daemon thread."""
+    """An event loop running on a daemon thread.
+
+    ``stop`` cancels the loop's tasks and waits for them (briefly) before stopping it,
+    so a client dropped without ``close()`` leaves no pending task to be destroyed —
+    asyncio would print "Task was destroyed but it is pending!" for each. Loops still
+    running when the interpreter exits (clients never closed, as confluent-kafka
+    programs leave them) are stopped the same way by an atexit hook.
+    """
 
     def __init__(self, name: str) -> None:
         self.loop = _new_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
+        _LIVE_LOOPS.add(self)
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
@@ -87,12 +97,43 @@ class LoopThread:
             future.cancel()
             raise TimeoutError from None
 
-    def stop(self) -> None:
+    def stop(self, cancel_timeout: float = 2.0) -> None:
         if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-        if not self.loop.is_running():
+            if threading.current_thread() is not self.thread:
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(
+                        cancel_timeout
+                    )
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            if threading.current_thread() is not self.thread:
+                self.thread.join(10)
+        if not self.loop.is_running() and not self.loop.is_closed():
             self.loop.close()
+        _LIVE_LOOPS.discard(self)
+
+
+async def _cancel_tasks(recancel_s: float = 0.2) -> None:
+    """On a loop: cancel every other task and wait until they have ended."""
+    this = asyncio.current_task()
+    tasks = {t for t in asyncio.all_tasks() if t is not this}
+    while tasks:
+        for task in tasks:
+            task.cancel()
+        done, tasks = await asyncio.wait(tasks, timeout=recancel_s)
+        for task in done:  # retrieved: a dropped client's failures are not news at exit
+            if not task.cancelled():
+                task.exception()
+
+
+_LIVE_LOOPS: weakref.WeakSet[LoopThread] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_loops() -> None:
+    for thread in list(_LIVE_LOOPS):
+        with contextlib.suppress(Exception):
+            thread.stop(cancel_timeout=1.0)
 
 
 class Producer:
@@ -340,8 +381,18 @@ class Producer:
                     break
                 self.poll(remaining)
         finally:
+            # wait for lingering to resume: a record produced right after flush()
+            # returns waits for linger.ms again, and purge() still finds it queued
+            ended = threading.Event()
+
+            def end_flush() -> None:
+                self._end_flush()
+                ended.set()
+
             with contextlib.suppress(RuntimeError):  # the loop is closed
-                loop.call_soon_threadsafe(self._end_flush)
+                loop.call_soon_threadsafe(end_flush)
+                if loop.is_running():
+                    ended.wait(5.0)
         self.poll(0)
         return len(self)
 

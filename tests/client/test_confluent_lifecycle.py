@@ -10,7 +10,11 @@
 
 from __future__ import annotations
 
+import os
 import socket
+import subprocess
+import sys
+import textwrap
 import time
 from pathlib import Path
 from typing import Any
@@ -19,6 +23,7 @@ import confluent_kafka
 import pytest
 
 from odradek.client import Consumer, KafkaError, Producer
+from tests.support.broker import running_broker
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -73,3 +78,59 @@ def test_consumer_without_broker_reports_transport(make: Any) -> None:
         assert consumer.poll(0.2) is None
     consumer.close()
     assert KafkaError._TRANSPORT in {e.code() for e in errors}
+
+
+UNCLOSED = textwrap.dedent(
+    """
+    import gc, sys
+    from odradek.client import Producer
+
+    def work(bootstrap):
+        for _ in range(3):
+            producer = Producer({"bootstrap.servers": bootstrap})
+            producer.produce("exit-noise", b"v", key=b"k")
+            producer.flush(10)
+
+    work(sys.argv[1])
+    gc.collect()  # the dropped producers are collected, never closed
+    kept = [Producer({"bootstrap.servers": sys.argv[1]}) for _ in range(2)]
+    for producer in kept:
+        producer.produce("exit-noise", b"v")
+    lost = [Producer({"bootstrap.servers": sys.argv[2]}) for _ in range(2)]
+    for producer in lost:
+        producer.produce("exit-noise", b"v")
+    """
+)
+
+
+def test_exit_without_close_is_silent(tmp_path: Path) -> None:
+    with running_broker(tmp_path / "data") as broker:
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        done = subprocess.run(
+            [sys.executable, "-c", UNCLOSED, broker.bootstrap, closed_port()],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=env,
+            cwd=ROOT,
+        )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""
+
+
+def test_loop_thread_stop_ends_its_tasks_first() -> None:
+    """What keeps exit silent: a stopped loop leaves no pending task to be destroyed
+    (asyncio prints "Task was destroyed but it is pending!" for each)."""
+    import asyncio
+
+    from odradek.client.blocking import LoopThread
+
+    thread = LoopThread("test-loop")
+
+    async def start() -> asyncio.Task[None]:
+        return asyncio.get_running_loop().create_task(asyncio.sleep(3600))
+
+    forever = thread.run(start())
+    thread.stop()
+    assert forever.cancelled()
+    assert thread.loop.is_closed()
