@@ -163,7 +163,7 @@ class Producer:
         self._error_cb: Callable[[KafkaError], None] | None = self._config["error_cb"]
         self._message_timeout_s = self._config["delivery.timeout.ms"] / 1000
         try:
-            self._thread.run(self._core.start(on_unreachable=self._unreachable))
+            self._thread.run(self._core.start(on_unreachable=weak_callback(self._unreachable)))
         except BaseException:
             self._thread.stop()
             raise
@@ -571,6 +571,19 @@ def blocking_list_topics(
         raise KafkaException(error) from None
     except Exception as error:  # no broker reachable: a connection error
         raise KafkaException(KafkaError(LocalError.transport, str(error))) from None
+
+
+def weak_callback(method: Callable[[BaseException], None]) -> Callable[[BaseException], None]:
+    """A callback that does not keep its client alive (so a dropped client is freed,
+    and its loop stopped, as soon as the program lets go of it)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(error: BaseException) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(error)
+
+    return call
 
 
 def _seconds(timeout: float | None) -> float | None:

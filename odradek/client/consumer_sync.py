@@ -47,7 +47,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.client.admin_types import ClusterMetadata
 from odradek.client.assignors import COOPERATIVE
-from odradek.client.blocking import LoopThread, blocking_list_topics
+from odradek.client.blocking import LoopThread, blocking_list_topics, weak_callback
 from odradek.client.cluster import KafkaError, LocalError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import KafkaConnectionError
@@ -120,7 +120,7 @@ class Consumer:
         self._core, self._member = self._thread.run(build())
         self._error_cb: Callable[[KafkaError], None] | None = self.config["error_cb"]
         if self._error_cb is not None:
-            self._core.cluster.on_unreachable = self._report_unreachable
+            self._core.cluster.on_unreachable = weak_callback(self._report_unreachable)
         self._on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None
         self._on_commit = self.config["on_commit"]
         if self._on_commit is not None:

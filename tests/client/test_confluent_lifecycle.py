@@ -134,3 +134,17 @@ def test_loop_thread_stop_ends_its_tasks_first() -> None:
     thread.stop()
     assert forever.cancelled()
     assert thread.loop.is_closed()
+
+
+def test_a_dropped_client_is_freed_at_once() -> None:
+    """The error_cb hooks hold their client weakly: dropping the last reference frees
+    a Producer (stopping its loop) without waiting for the garbage collector."""
+    import weakref
+
+    producer = Producer({"bootstrap.servers": closed_port()})
+    consumer = Consumer({"bootstrap.servers": closed_port(), "error_cb": print})
+    refs = weakref.ref(producer), weakref.ref(consumer)
+    loop = producer._thread.loop
+    del producer, consumer
+    assert [ref() for ref in refs] == [None, None]
+    assert loop.is_closed()
