@@ -9,7 +9,9 @@ any connection is made. Values are read back by name: ``config["linger.ms"]``.
 librdkafka's names for settings odradek has under the Java name are aliases, honoured
 as the setting they name (``ALIASES``): ``queue.buffering.max.ms`` = ``linger.ms``,
 ``message.timeout.ms`` = ``delivery.timeout.ms``, ``message.max.bytes`` =
-``max.request.size`` (producer), ``compression.codec`` = ``compression.type``.
+``max.request.size`` (producer), ``compression.codec`` = ``compression.type``,
+``queue.buffering.max.kbytes`` = ``buffer.memory`` / 1024, and
+``topic.metadata.refresh.interval.ms`` = ``metadata.max.age.ms``.
 Honoured librdkafka settings of their own: ``queue.buffering.max.messages`` (produce()
 raises BufferError when that many records await their delivery report; unset, only
 ``buffer.memory`` bounds the queue) and ``sticky.partitioning.linger.ms`` (0: keyless
@@ -21,8 +23,13 @@ Accepted, documented no-ops (they change no delivery or ordering semantics here)
 - ``debug``: librdkafka's debug contexts; odradek logs through ``logging`` instead.
 - ``statistics.interval.ms`` and ``stats_cb``: no statistics are emitted yet; a
   ``stats_cb`` with a positive interval is never called (a warning is logged once).
-- ``socket.keepalive.enable``: connections are short-lived enough without it.
+- ``socket.keepalive.enable``: no TCP keepalive is set; a silent peer is found by
+  ``request.timeout.ms``.
 - ``api.version.request``: odradek always negotiates versions with ApiVersions.
+- ``log_level``, ``log.connection.close``: logging is Python's ``logging``.
+- ``broker.address.family``: addresses are used as the resolver returns them.
+- ``reconnect.backoff.ms`` / ``reconnect.backoff.max.ms``: reconnects back off by
+  ``retry.backoff.ms`` / ``retry.backoff.max.ms``.
 - ``message.max.bytes`` for a consumer or admin client: fetch sizes are
   ``fetch.max.bytes`` / ``max.partition.fetch.bytes``.
 """
@@ -172,6 +179,23 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("stats_cb", _any, None, _ALL, "no statistics are emitted yet"),
     Prop("socket.keepalive.enable", _bool, False, _ALL, "no TCP keepalive is set"),
     Prop("api.version.request", _bool, True, _ALL, "versions are always negotiated"),
+    Prop("log_level", _any, 6, _ALL, "odradek logs through logging"),
+    Prop("log.connection.close", _bool, True, _ALL, "odradek logs through logging"),
+    Prop(
+        "broker.address.family",
+        _choice("any", "v4", "v6"),
+        "any",
+        _ALL,
+        "addresses are used as the resolver returns them",
+    ),
+    Prop("reconnect.backoff.ms", _int(0), 100, _ALL, "reconnects back off by retry.backoff.ms"),
+    Prop(
+        "reconnect.backoff.max.ms",
+        _int(0),
+        10_000,
+        _ALL,
+        "reconnects back off by retry.backoff.max.ms",
+    ),
     Prop(
         "message.max.bytes",
         _int(1000, 1_000_000_000),
@@ -187,7 +211,10 @@ ALIASES: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "message.timeout.ms": ("delivery.timeout.ms", _P),
     "message.max.bytes": ("max.request.size", _P),
     "compression.codec": ("compression.type", _P),
+    "queue.buffering.max.kbytes": ("buffer.memory", _P),  # KiB: scaled by _SCALE
+    "topic.metadata.refresh.interval.ms": ("metadata.max.age.ms", _ALL),
 }
+_SCALE: Final = {"queue.buffering.max.kbytes": 1024}
 NO_OPS: Final = {p.name: p.note for p in PROPERTIES if p.note}
 
 
@@ -203,7 +230,10 @@ class ClientConfig:
             alias = ALIASES.get(key)
             if alias is not None and role in alias[1]:
                 target = _BY_NAME[alias[0]]
-                self.values[target.name] = target.parse(key, raw)
+                scale = _SCALE.get(key, 1)
+                self.values[target.name] = target.parse(
+                    key, raw if scale == 1 else _int(1)(key, raw) * scale
+                )
                 explicit.add(target.name)
                 continue
             prop = _BY_NAME.get(key)

@@ -37,6 +37,14 @@ LIBRDKAFKA_PRODUCER = {
     "socket.keepalive.enable": True,
     "api.version.request": True,
     "sticky.partitioning.linger.ms": 10,
+    "compression.codec": "lz4",
+    "queue.buffering.max.kbytes": 65_536,
+    "topic.metadata.refresh.interval.ms": 60_000,
+    "log_level": 3,
+    "log.connection.close": False,
+    "broker.address.family": "v4",
+    "reconnect.backoff.ms": 50,
+    "reconnect.backoff.max.ms": 5_000,
 }
 LIBRDKAFKA_CONSUMER = {
     "message.max.bytes": 2_000_000,
@@ -69,7 +77,15 @@ def new_topic(bootstrap: str, partitions: int = 3) -> str:
 
 
 def test_offset_constants_are_librdkafkas() -> None:
-    for name in ("OFFSET_BEGINNING", "OFFSET_END", "OFFSET_STORED", "OFFSET_INVALID"):
+    for name in (
+        "OFFSET_BEGINNING",
+        "OFFSET_END",
+        "OFFSET_STORED",
+        "OFFSET_INVALID",
+        "TIMESTAMP_NOT_AVAILABLE",
+        "TIMESTAMP_CREATE_TIME",
+        "TIMESTAMP_LOG_APPEND_TIME",
+    ):
         assert getattr(odradek.client, name) == getattr(confluent_kafka, name), name
     assert KafkaError._PURGE_QUEUE == confluent_kafka.KafkaError._PURGE_QUEUE
     assert KafkaError._MSG_TIMED_OUT == confluent_kafka.KafkaError._MSG_TIMED_OUT
@@ -86,6 +102,9 @@ def test_librdkafka_properties_accepted_and_aliases_honoured(broker: BrokerProce
     assert config["delivery.timeout.ms"] == 45_000
     assert config["max.request.size"] == 2_000_000
     assert config["queue.buffering.max.messages"] == 50_000
+    assert config["compression.type"] == "lz4"
+    assert config["buffer.memory"] == 65_536 * 1024
+    assert config["metadata.max.age.ms"] == 60_000
     assert {"linger.ms", "delivery.timeout.ms", "max.request.size"} <= config.explicit
     producer = Producer({**common, **LIBRDKAFKA_PRODUCER, "stats_cb": stats.append})
     producer.close()
