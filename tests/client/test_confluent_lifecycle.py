@@ -148,3 +148,27 @@ def test_a_dropped_client_is_freed_at_once() -> None:
     del producer, consumer
     assert [ref() for ref in refs] == [None, None]
     assert loop.is_closed()
+
+
+@pytest.mark.parametrize("make", [confluent_kafka.Producer, Producer], ids=["confluent", "ours"])
+def test_broker_gone_after_metadata_records_fail_with_msg_timed_out(
+    tmp_path: Path, make: Any
+) -> None:
+    """The topic is known, then the broker dies: queued records expire after
+    message.timeout.ms with _MSG_TIMED_OUT, the code confluent-kafka reports."""
+    reports: list[Any] = []
+    with running_broker(tmp_path / "data") as broker:
+        config: dict[str, Any] = {
+            "bootstrap.servers": broker.bootstrap,
+            "message.timeout.ms": 1_500,
+            "error_cb": lambda error: None,
+        }
+        if make is confluent_kafka.Producer:
+            config["log_level"] = 0
+        producer = make(config)
+        producer.produce("gone", b"first")  # auto-created; its metadata now known
+        assert producer.flush(15) == 0
+        broker.kill()
+        producer.produce("gone", b"lost", on_delivery=lambda e, m: reports.append(e))
+        assert producer.flush(15) == 0
+    assert [e.code() for e in reports] == [KafkaError._MSG_TIMED_OUT]
