@@ -205,7 +205,9 @@ class Sender:
             if waiting and self.transactions.transactional_id is not None:
                 pass  # the transaction manager gets the id, and bumps the epoch on abort
             elif waiting:
-                if not self.requests:
+                # the producer id is asked for once there is something to send: an
+                # idle producer (no broker up, say) does not retry, and closes at once
+                if not self.requests and accumulator.has_queued():
                     try:
                         await self._bump_epoch()
                     except (KafkaError, KafkaConnectionError) as error:
