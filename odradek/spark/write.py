@@ -143,6 +143,7 @@ def _typed_column(schema: StructType, name: str, allowed: tuple[DataType, ...]) 
 
 
 SPARK_PARTITIONER = "murmur2_random"
+CLUSTER_CHECK_S = 60.0  # the Java producer's max.block.ms default
 
 
 def plan_write(
@@ -364,6 +365,13 @@ class AtLeastOnceDelivery(TaskDelivery):
         super().__init__(plan, task)
         self._producer = Producer(dict(plan.config))
         self._tally = DeliveryTally()
+        # The Producer starts without a broker (as confluent-kafka's); fail the task
+        # now on an unreachable cluster, as before, not after delivery.timeout.ms.
+        try:
+            self._producer.list_topics(timeout=CLUSTER_CHECK_S)
+        except BaseException:
+            self._producer.close(0)
+            raise
 
     def send(
         self,

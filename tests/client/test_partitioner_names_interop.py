@@ -185,3 +185,31 @@ def test_spark_sink_plans_murmur2_random() -> None:
     assert plan.config["partitioner"] == "murmur2_random"
     chosen = plan_write({**options, "kafka.partitioner": "consistent"}, schema, False)
     assert chosen.config["partitioner"] == "consistent"
+
+
+def test_spark_task_places_keys_with_murmur2(broker: BrokerProcess) -> None:
+    """A Spark sink task (no Spark needed to drive it) puts keys where the Java client
+    and librdkafka's murmur2_random do; an unreachable cluster fails the task at once."""
+    pytest.importorskip("pyspark")
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from odradek.client import KafkaException
+    from odradek.client.partitioner import default_partition
+    from odradek.spark.write import AtLeastOnceDelivery, TaskIdentity, plan_write
+
+    schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])
+    topic = new_topic(broker.bootstrap)
+    plan = plan_write({"kafka.bootstrap.servers": broker.bootstrap, "topic": topic}, schema, False)
+    task = AtLeastOnceDelivery(plan, TaskIdentity(partition_id=0, attempt=0))
+    for key in KEYED:
+        task.send(topic, b"v", key, -1, None)
+    message = task.finish()
+    expected: dict[int, int] = {}
+    for key in KEYED:
+        where = default_partition(key, PARTITIONS)
+        expected[where] = expected.get(where, 0) + 1
+    assert {tp[1]: w.records for tp, w in message.written.items()} == expected
+
+    nowhere = plan_write({"kafka.bootstrap.servers": "127.0.0.1:1", "topic": topic}, schema, False)
+    with pytest.raises(KafkaException, match="_TRANSPORT"):
+        AtLeastOnceDelivery(nowhere, TaskIdentity(partition_id=0, attempt=0))
