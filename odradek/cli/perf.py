@@ -106,6 +106,12 @@ def produce(
             "enable.idempotence": acks in ("all", "-1"),
         }
     )
+    try:
+        # the Producer starts without a broker: an unreachable cluster fails here
+        producer.list_topics(timeout=30)
+    except BaseException:
+        producer.close(0)
+        raise
     start = time.perf_counter()
     try:
         with _progress(num_records, quiet) as progress:

@@ -16,6 +16,8 @@ import click
 from odradek.cli.common import CliError, bootstrap_option, parse_pairs
 from odradek.client.blocking import Producer
 
+CHECK_TIMEOUT_S = 30.0
+
 
 @click.command()
 @click.argument("topic")
@@ -62,6 +64,9 @@ def produce(
         "acks": acks,
         "linger.ms": linger_ms,
         "enable.idempotence": acks in ("all", "-1"),
+        # keys land where kafka-console-producer (the Java client) puts them, not
+        # where the Producer's confluent-kafka default would; --property overrides
+        "partitioner": "murmur2_random",
     }
     config.update(parse_pairs(properties, "--property"))
     failures: list[str] = []
@@ -72,6 +77,10 @@ def produce(
 
     producer = Producer(config)
     try:
+        # The Producer starts without a broker (as confluent-kafka's does) and would
+        # hold records until message.timeout.ms: an unreachable cluster fails here, in
+        # one line, instead.
+        producer.list_topics(timeout=CHECK_TIMEOUT_S)
         for number, raw in enumerate(sys.stdin.buffer, 1):
             line = raw[:-1] if raw.endswith(b"\n") else raw
             key: bytes | None = None

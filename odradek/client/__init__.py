@@ -37,12 +37,34 @@ from odradek.client.admin_types import (
 from odradek.client.blocking import Producer
 from odradek.client.config import ClientConfig, ConfigError
 from odradek.client.consumer_aio import AIOKafkaConsumer
-from odradek.client.consumer_sync import Consumer
+from odradek.client.consumer_sync import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    OFFSET_INVALID,
+    OFFSET_STORED,
+    Consumer,
+)
 from odradek.client.producer import AIOKafkaProducer, AsyncProducer
 from odradek.client.transactions import ConsumerGroupMetadata
-from odradek.client.types import KafkaError, KafkaException, Message, RecordMetadata, TopicPartition
+from odradek.client.types import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    RecordMetadata,
+    TopicPartition,
+)
 
 __all__ = [
+    "OFFSET_BEGINNING",
+    "OFFSET_END",
+    "OFFSET_INVALID",
+    "OFFSET_STORED",
+    "TIMESTAMP_CREATE_TIME",
+    "TIMESTAMP_LOG_APPEND_TIME",
+    "TIMESTAMP_NOT_AVAILABLE",
     "AIOKafkaAdminClient",
     "AIOKafkaConsumer",
     "AIOKafkaProducer",

@@ -26,7 +26,6 @@ from odradek.client.admin_groups import GroupView, partition_errors
 from odradek.client.admin_topics import MetadataView
 from odradek.client.admin_types import (
     AclOperation,
-    BrokerMetadata,
     ClusterMetadata,
     ConfigEntry,
     ConfigResource,
@@ -45,10 +44,8 @@ from odradek.client.admin_types import (
     NewTopic,
     Node,
     OffsetSpec,
-    PartitionMetadata,
     TopicCollection,
     TopicDescription,
-    TopicMetadata,
     TopicPartitionInfo,
 )
 from odradek.client.blocking import LoopThread
@@ -261,22 +258,7 @@ class AdminClient:
             None if timeout < 0 else timeout,
         )
         metadata: MetadataView = future.result()
-        topics = {}
-        for view in metadata.topics:
-            partitions = {
-                p.id: PartitionMetadata(
-                    p.id,
-                    p.leader,
-                    list(p.replicas),
-                    list(p.isr),
-                    None if p.error == ErrorCode.none else KafkaError(p.error),
-                )
-                for p in view.partitions
-            }
-            error = None if view.error == ErrorCode.none else KafkaError(view.error, view.name)
-            topics[view.name] = TopicMetadata(view.name, partitions, error)
-        brokers = {n.id: BrokerMetadata(n.id, n.host, n.port) for n in metadata.brokers.values()}
-        return ClusterMetadata(metadata.cluster_id, metadata.controller_id, brokers, topics)
+        return admin_topics.cluster_metadata(metadata)
 
     # -- configs ---------------------------------------------------------------------
     def describe_configs(

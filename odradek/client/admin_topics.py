@@ -28,8 +28,16 @@ from odradek.client.admin_core import (
     Outcome,
     controller,
 )
-from odradek.client.admin_types import NewPartitions, NewTopic, Node
-from odradek.client.cluster import Cluster
+from odradek.client.admin_types import (
+    BrokerMetadata,
+    ClusterMetadata,
+    NewPartitions,
+    NewTopic,
+    Node,
+    PartitionMetadata,
+    TopicMetadata,
+)
+from odradek.client.cluster import Cluster, KafkaError
 from odradek.client.connection import request_entity
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
@@ -244,3 +252,28 @@ async def fetch_metadata(
         views,
         int(throttle.total_seconds() * 1000) if throttle is not None else 0,
     )
+
+
+def cluster_metadata(metadata: MetadataView) -> ClusterMetadata:
+    """confluent-kafka's ``list_topics`` answer (ClusterMetadata) from a Metadata view."""
+    topics = {}
+    for view in metadata.topics:
+        partitions = {
+            p.id: PartitionMetadata(
+                p.id,
+                p.leader,
+                list(p.replicas),
+                list(p.isr),
+                None if p.error == ErrorCode.none else KafkaError(p.error),
+            )
+            for p in view.partitions
+        }
+        error = None if view.error == ErrorCode.none else KafkaError(view.error, view.name)
+        topics[view.name] = TopicMetadata(view.name, partitions, error)
+    brokers = {n.id: BrokerMetadata(n.id, n.host, n.port) for n in metadata.brokers.values()}
+    return ClusterMetadata(metadata.cluster_id, metadata.controller_id, brokers, topics)
+
+
+async def list_topics(cluster: Cluster, topic: str | None) -> ClusterMetadata:
+    """``list_topics(topic)`` of every face: all topics, or ``topic`` (with its error)."""
+    return cluster_metadata(await fetch_metadata(cluster, None if topic is None else [topic]))

@@ -30,19 +30,27 @@ the caller's thread as librdkafka does.
 from __future__ import annotations
 
 import asyncio
+import atexit
 import collections
 import concurrent.futures
 import contextlib
 import queue
 import threading
 import time
+import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
+from kio.schema.errors import ErrorCode
+
 from odradek.client.accumulator import BufferFullError, ProducerBatch, record_size
-from odradek.client.cluster import KafkaError
+from odradek.client.admin_topics import list_topics
+from odradek.client.admin_types import ClusterMetadata
+from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig
+from odradek.client.connection import KafkaConnectionError
 from odradek.client.producer import AsyncProducer, HeadersLike, encode_headers
+from odradek.client.sender import MSG_TIMED_OUT
 from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike
 from odradek.client.types import (
     TIMESTAMP_CREATE_TIME,
@@ -66,12 +74,20 @@ def _new_loop() -> asyncio.AbstractEventLoop:
 
 
 class LoopThread:
-    """An event loop running on a daemon thread."""
+    """An event loop running on a daemon thread.
+
+    ``stop`` cancels the loop's tasks and waits for them (briefly) before stopping it,
+    so a client dropped without ``close()`` leaves no pending task to be destroyed —
+    asyncio would print "Task was destroyed but it is pending!" for each. Loops still
+    running when the interpreter exits (clients never closed, as confluent-kafka
+    programs leave them) are stopped the same way by an atexit hook.
+    """
 
     def __init__(self, name: str) -> None:
         self.loop = _new_loop()
         self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
         self.thread.start()
+        _LIVE_LOOPS.add(self)
 
     def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
         future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
@@ -81,12 +97,43 @@ class LoopThread:
             future.cancel()
             raise TimeoutError from None
 
-    def stop(self) -> None:
+    def stop(self, cancel_timeout: float = 2.0) -> None:
         if self.loop.is_running():
-            self.loop.call_soon_threadsafe(self.loop.stop)
-            self.thread.join(10)
-        if not self.loop.is_running():
+            if threading.current_thread() is not self.thread:
+                with contextlib.suppress(Exception):
+                    asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(
+                        cancel_timeout
+                    )
+            with contextlib.suppress(RuntimeError):  # closed meanwhile
+                self.loop.call_soon_threadsafe(self.loop.stop)
+            if threading.current_thread() is not self.thread:
+                self.thread.join(10)
+        if not self.loop.is_running() and not self.loop.is_closed():
             self.loop.close()
+        _LIVE_LOOPS.discard(self)
+
+
+async def _cancel_tasks(recancel_s: float = 0.2) -> None:
+    """On a loop: cancel every other task and wait until they have ended."""
+    this = asyncio.current_task()
+    tasks = {t for t in asyncio.all_tasks() if t is not this}
+    while tasks:
+        for task in tasks:
+            task.cancel()
+        done, tasks = await asyncio.wait(tasks, timeout=recancel_s)
+        for task in done:  # retrieved: a dropped client's failures are not news at exit
+            if not task.cancelled():
+                task.exception()
+
+
+_LIVE_LOOPS: weakref.WeakSet[LoopThread] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_live_loops() -> None:
+    for thread in list(_LIVE_LOOPS):
+        with contextlib.suppress(Exception):
+            thread.stop(cancel_timeout=1.0)
 
 
 class Producer:
@@ -96,9 +143,11 @@ class Producer:
         self._config = ClientConfig({**config, **kwargs}, "producer")
         self._default_callback: DeliveryCallback | None = self._config["on_delivery"]
         self._max_block_s = self._config["max.block.ms"] / 1000
+        self._max_messages: int | None = self._config["queue.buffering.max.messages"]
+        self._max_record: int = self._config["max.request.size"]  # = message.max.bytes
         # Finished batches (and records that failed before reaching one), served by
         # poll/flush on the caller's thread.
-        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord | _Fatal]
+        self._reports: queue.SimpleQueue[ProducerBatch | _FailedRecord | _Fatal | _ErrorEvent]
         self._reports = queue.SimpleQueue()
         self._produced = 0  # records accepted by produce(), under the accumulator lock
         self._served = 0  # records whose report poll() served, under _served_lock
@@ -106,12 +155,15 @@ class Producer:
         # Records waiting for metadata, appended in order by the loop (see produce).
         self._handoff: collections.deque[_HandedOff] = collections.deque()
         self._drain_scheduled = False
+        self._handoff_purge = 0  # how many records at the head of _handoff purge() dropped
         self._wake_scheduled = False
         self._core = AsyncProducer(self._config, on_complete=self._reports.put)
         self._thread = LoopThread("odradek-producer")
         self._closed = False
+        self._error_cb: Callable[[KafkaError], None] | None = self._config["error_cb"]
+        self._message_timeout_s = self._config["delivery.timeout.ms"] / 1000
         try:
-            self._thread.run(self._core.start())
+            self._thread.run(self._core.start(on_unreachable=weak_callback(self._unreachable)))
         except BaseException:
             self._thread.stop()
             raise
@@ -153,10 +205,23 @@ class Producer:
             None if report is None else (report, key_bytes, value_bytes, header_list, timestamp)
         )
         size = record_size(key_bytes, value_bytes, header_list)
+        if size > self._max_record:  # as librdkafka refuses it in produce()
+            raise KafkaException(
+                KafkaError(
+                    ErrorCode.message_too_large,
+                    f"Unable to produce message: {size} bytes > message.max.bytes "
+                    f"({self._max_record})",
+                )
+            )
         accumulator = self._accumulator
         deadline = time.monotonic() + self._max_block_s
         failure: Exception | None = None
         with accumulator.lock:
+            if self._max_messages is not None and len(self) >= self._max_messages:
+                raise BufferError(
+                    f"Local: Queue full ({self._max_messages} records await their delivery "
+                    "report: queue.buffering.max.messages)"
+                )
             try:
                 accumulator.reserve(size, deadline)
             except BufferFullError as error:
@@ -189,6 +254,7 @@ class Producer:
                             header_list,
                             waiter,
                             size,
+                            time.monotonic() + self._message_timeout_s,
                         )
                     )
                     drain = not self._drain_scheduled
@@ -215,6 +281,13 @@ class Producer:
             self._wake_scheduled = True
             self._thread.loop.call_soon_threadsafe(self._wake_sender)
 
+    def _unreachable(self, error: BaseException) -> None:
+        """On the loop: no broker answered at start; error_cb hears it from poll()."""
+        servers = self._config["bootstrap.servers"]
+        self._reports.put(
+            _ErrorEvent(KafkaError(LocalError.transport, f"{servers}: {error or 'timed out'}"))
+        )
+
     def _wake_sender(self) -> None:
         self._wake_scheduled = False
         self._accumulator.wakeup.set()
@@ -231,8 +304,23 @@ class Producer:
                 if not self._handoff:
                     self._drain_scheduled = False
                     return
-                topic, key, value, partition, timestamp, headers, waiter, size = self._handoff[0]
+                topic, key, value, partition, timestamp, headers, waiter, size, due = self._handoff[
+                    0
+                ]
             try:
+                # as librdkafka: a record waits for its topic up to message.timeout.ms
+                try:
+                    await self._core.wait_metadata(topic, max(0.0, due - time.monotonic()))
+                except (TimeoutError, KafkaConnectionError) as error:
+                    raise KafkaError(
+                        LocalError.msg_timed_out, f"{MSG_TIMED_OUT}: no metadata for {topic}"
+                    ) from error
+                with accumulator.lock:
+                    purged = self._handoff_purge > 0
+                    if purged:
+                        self._handoff_purge -= 1
+                if purged:
+                    raise KafkaError(LocalError.purge_queue, "Local: Purged in queue")
                 await self._core.append_record(
                     topic, key, value, partition, timestamp, headers, waiter, reserved=size
                 )
@@ -268,6 +356,11 @@ class Producer:
                 return served
             if isinstance(report, _Fatal):
                 raise KafkaException(report.error)
+            if isinstance(report, _ErrorEvent):
+                if self._error_cb is not None:
+                    self._error_cb(report.error)
+                wait = False
+                continue
             with self._served_lock:
                 self._served += report.count
             served += report.count
@@ -288,8 +381,18 @@ class Producer:
                     break
                 self.poll(remaining)
         finally:
+            # wait for lingering to resume: a record produced right after flush()
+            # returns waits for linger.ms again, and purge() still finds it queued
+            ended = threading.Event()
+
+            def end_flush() -> None:
+                self._end_flush()
+                ended.set()
+
             with contextlib.suppress(RuntimeError):  # the loop is closed
-                loop.call_soon_threadsafe(self._end_flush)
+                loop.call_soon_threadsafe(end_flush)
+                if loop.is_running():
+                    ended.wait(5.0)
         self.poll(0)
         return len(self)
 
@@ -353,9 +456,79 @@ class Producer:
         flight, abort."""
         self._transactional(self._core.abort_transaction(_seconds(timeout)))
 
-    def list_topics(self, topic: str | None = None, timeout: float = -1) -> Any:
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's ClusterMetadata: every topic, or ``topic`` (with its error
+        when it does not exist); brokers, partitions with leader, replicas and isrs.
+        Past ``timeout`` seconds (None or negative: no limit) KafkaException(_TIMED_OUT)."""
         assert self._core.cluster is not None
-        return self._thread.run(self._core.cluster.refresh([topic] if topic else None))
+        return blocking_list_topics(self._thread, self._core.cluster, topic, timeout)
+
+    def produce_batch(
+        self,
+        topic: str,
+        messages: list[dict[str, Any]],
+        partition: int = -1,
+        on_delivery: DeliveryCallback | None = None,
+        callback: DeliveryCallback | None = None,
+    ) -> int:
+        """confluent-kafka's ``produce_batch``: each message a dict with ``value``,
+        ``key``, ``partition``, ``timestamp``, ``headers`` and ``callback`` (or
+        ``on_delivery``), all optional; the number of messages queued. A message that
+        cannot be queued (a full queue, a bad key) gets an ``_error`` entry, as in
+        confluent-kafka, and is not counted."""
+        if not isinstance(messages, list):
+            raise TypeError("messages must be a list of dicts")
+        default = on_delivery or callback
+        queued = 0
+        for message in messages:
+            if not isinstance(message, dict):
+                raise TypeError("each message must be a dict")
+            try:
+                self.produce(
+                    topic,
+                    message.get("value"),
+                    message.get("key"),
+                    message.get("partition", partition),
+                    message.get("callback") or message.get("on_delivery") or default,
+                    message.get("timestamp", 0),
+                    message.get("headers"),
+                )
+            except (BufferError, TypeError, KafkaException) as error:
+                message["_error"] = error
+            else:
+                queued += 1
+        return queued
+
+    def purge(self, in_queue: bool = True, in_flight: bool = True, blocking: bool = True) -> None:
+        """confluent-kafka's ``purge``: with ``in_queue``, records not sent yet fail with
+        ``_PURGE_QUEUE`` (their callbacks run from the next poll/flush). Not purged, and
+        reported with their real outcome: batches already sent once (in flight, or
+        waiting to be retried — dropping them would break the idempotent producer's
+        sequence). Records waiting for their topic's metadata are purged too. ``in_flight``
+        and ``blocking`` are accepted for that reason and change nothing."""
+        if self._closed:
+            raise RuntimeError("producer is closed")
+        if not in_queue:
+            return
+        accumulator = self._accumulator
+        purged = KafkaError(LocalError.purge_queue, "Local: Purged in queue")
+
+        async def purge_queued() -> None:
+            taken = []
+            with accumulator.lock:
+                # records waiting for their topic's metadata: failed by _drain, in order
+                self._handoff_purge = len(self._handoff)
+                for batches in accumulator.queues.values():
+                    unsent = [b for b in batches if b.base_sequence < 0 and b.attempts == 0]
+                    if unsent:
+                        kept = [b for b in batches if b not in unsent]
+                        batches.clear()
+                        batches.extend(kept)
+                        taken.extend(unsent)
+            for batch in taken:
+                accumulator.complete(batch, error=purged)
+
+        self._thread.run(purge_queued())
 
     def close(self, timeout: float | None = None) -> int:
         """Flush (up to ``timeout``), stop the background loop; records left undelivered."""
@@ -380,6 +553,39 @@ class Producer:
                 self._thread.stop()
 
 
+def blocking_list_topics(
+    thread: LoopThread, cluster: Cluster, topic: str | None, timeout: float | None
+) -> ClusterMetadata:
+    """``list_topics`` of the blocking faces, on their loop thread."""
+    limit = _seconds(timeout)
+
+    async def fetch() -> ClusterMetadata:
+        try:
+            return await asyncio.wait_for(list_topics(cluster, topic), limit)
+        except TimeoutError:
+            raise KafkaError(LocalError.timed_out, "Local: Timed out (list_topics)") from None
+
+    try:
+        return thread.run(fetch())
+    except KafkaError as error:
+        raise KafkaException(error) from None
+    except Exception as error:  # no broker reachable: a connection error
+        raise KafkaException(KafkaError(LocalError.transport, str(error))) from None
+
+
+def weak_callback(method: Callable[[BaseException], None]) -> Callable[[BaseException], None]:
+    """A callback that does not keep its client alive (so a dropped client is freed,
+    and its loop stopped, as soon as the program lets go of it)."""
+    ref = weakref.WeakMethod(method)
+
+    def call(error: BaseException) -> None:
+        bound = ref()
+        if bound is not None:
+            bound(error)
+
+    return call
+
+
 def _seconds(timeout: float | None) -> float | None:
     """confluent's timeouts: seconds, -1 (or None) for no limit."""
     return None if timeout is None or timeout < 0 else float(timeout)
@@ -388,8 +594,10 @@ def _seconds(timeout: float | None) -> float | None:
 _NO_HEADERS: list[tuple[str, bytes | None]] = []  # shared, never mutated
 # what produce() hands to the loop when the topic's metadata is not known yet
 _HandedOff = tuple[
-    str, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]], Any, int
+    str, bytes | None, bytes | None, int, int, list[tuple[str, bytes | None]], Any, int, float
 ]
+# errors delivery callbacks get as the KafkaError itself, as confluent-kafka passes them
+_PLAIN_ERRORS = frozenset({LocalError.purge_queue, LocalError.msg_timed_out})
 
 
 def _serve_batch(batch: ProducerBatch) -> None:
@@ -412,6 +620,16 @@ def _serve_batch(batch: ProducerBatch) -> None:
             )
         message = Message(batch.topic, batch.partition, offset, key, value, headers, stamp, error)
         callback(error, message)
+
+
+class _ErrorEvent:
+    """A client-level error (no broker reachable) for error_cb, served by poll()."""
+
+    __slots__ = ("error",)
+    count = 0
+
+    def __init__(self, error: KafkaError) -> None:
+        self.error = error
 
 
 class _Fatal:
@@ -456,7 +674,7 @@ class _FailedRecord:
         error = self.error
         if isinstance(error, BufferFullError):
             error = BufferError(str(error))
-        elif isinstance(error, KafkaError):
+        elif isinstance(error, KafkaError) and error.code() not in _PLAIN_ERRORS:
             error = KafkaException(error)
         message = Message(
             self.topic,

@@ -89,6 +89,8 @@ class LocalError(enum.IntEnum):
     invalid_arg = -186
     no_offset = -168
     partition_eof = -191  # librdkafka's end-of-partition event (never raised here yet)
+    msg_timed_out = -192  # a record not delivered within message.timeout.ms
+    transport = -195  # no broker could be reached (reported through error_cb)
 
 
 class KafkaError(Exception):
@@ -111,6 +113,8 @@ class KafkaError(Exception):
     _NO_OFFSET: Final = LocalError.no_offset
     _PARTITION_EOF: Final = LocalError.partition_eof
     _PURGE_QUEUE: Final = LocalError.purge_queue
+    _MSG_TIMED_OUT: Final = LocalError.msg_timed_out
+    _TRANSPORT: Final = LocalError.transport
     _STATE: Final = LocalError.state
     _TIMED_OUT: Final = LocalError.timed_out
 
@@ -207,6 +211,10 @@ class Cluster:
         self._refresh_lock = asyncio.Lock()
         self._wanted_topics: set[str] | None = set()  # None = all topics
         self.closed = False
+        # called (on the loop) when no broker can be reached, once per outage: the
+        # blocking faces report it as librdkafka's _TRANSPORT through error_cb
+        self.on_unreachable: Callable[[BaseException], None] | None = None
+        self._unreachable = False
 
     # -- connections -----------------------------------------------------------------
     async def _open(self, address: BrokerAddress) -> BrokerConnection:
@@ -264,8 +272,13 @@ class Cluster:
                 errors.append(str(error))
                 continue
             self._connections[address.node_id] = connection
+            self._unreachable = False
             return connection
-        raise KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+        failure = KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+        if self.on_unreachable is not None and not self._unreachable and not self.closed:
+            self._unreachable = True
+            self.on_unreachable(failure)
+        raise failure
 
     # -- metadata --------------------------------------------------------------------
     def want_topics(self, topics: Iterable[str] | None) -> None:

@@ -5,13 +5,44 @@ the same dict (``{"bootstrap.servers": ..., "acks": "all"}``). ``ClientConfig`` 
 every key against the table for its role (producer, consumer, admin) and parses the
 value; an unknown key or a bad value raises ``ConfigError`` naming the key, before
 any connection is made. Values are read back by name: ``config["linger.ms"]``.
+
+librdkafka's names for settings odradek has under the Java name are aliases, honoured
+as the setting they name (``ALIASES``): ``queue.buffering.max.ms`` = ``linger.ms``,
+``message.timeout.ms`` = ``delivery.timeout.ms``, ``message.max.bytes`` =
+``max.request.size`` (producer), ``compression.codec`` = ``compression.type``,
+``queue.buffering.max.kbytes`` = ``buffer.memory`` / 1024, and
+``topic.metadata.refresh.interval.ms`` = ``metadata.max.age.ms``.
+Honoured librdkafka settings of their own: ``queue.buffering.max.messages`` (produce()
+raises BufferError when that many records await their delivery report; unset, only
+``buffer.memory`` bounds the queue) and ``sticky.partitioning.linger.ms`` (0: keyless
+records go to a random partition each; any other value: they stick to one partition
+per batch, odradek's stickiness, not for that many milliseconds).
+
+Accepted, documented no-ops (they change no delivery or ordering semantics here):
+
+- ``debug``: librdkafka's debug contexts; odradek logs through ``logging`` instead.
+- ``statistics.interval.ms`` and ``stats_cb``: no statistics are emitted yet; a
+  ``stats_cb`` with a positive interval is never called (a warning is logged once).
+- ``socket.keepalive.enable``: no TCP keepalive is set; a silent peer is found by
+  ``request.timeout.ms``.
+- ``api.version.request``: odradek always negotiates versions with ApiVersions.
+- ``log_level``, ``log.connection.close``: logging is Python's ``logging``.
+- ``broker.address.family``: addresses are used as the resolver returns them.
+- ``reconnect.backoff.ms`` / ``reconnect.backoff.max.ms``: reconnects back off by
+  ``retry.backoff.ms`` / ``retry.backoff.max.ms``.
+- ``message.max.bytes`` for a consumer or admin client: fetch sizes are
+  ``fetch.max.bytes`` / ``max.partition.fetch.bytes``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
+
+logger = logging.getLogger(__name__)
+_warned_stats = False
 
 
 class ConfigError(ValueError):
@@ -80,6 +111,7 @@ class Prop:
     parse: Callable[[str, Any], Any]
     default: Any
     roles: frozenset[str]
+    note: str = ""  # non-empty: accepted and ignored, this says why (see NO_OPS)
 
 
 _ALL = frozenset({"producer", "consumer", "admin"})
@@ -110,7 +142,7 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("retries", _int(0, 2**31 - 1), 2**31 - 1, _P),
     Prop("max.in.flight.requests.per.connection", _int(1, 5), 5, _P),
     Prop("max.request.size", _int(1), 1_048_576, _P),
-    Prop("partitioner", _any, "murmur2_random", _P),
+    Prop("partitioner", _any, "consistent_random", _P),  # librdkafka's default
     Prop("transactional.id", _any, None, _P),
     Prop("transaction.timeout.ms", _int(1, 2**31 - 1), 60_000, _P),
     Prop("on_delivery", _any, None, _P),
@@ -138,8 +170,52 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("group.protocol", _choice("classic"), "classic", _C),
     Prop("check.crcs", _bool, False, _C),
     Prop("on_commit", _any, None, _C),
+    # librdkafka settings honoured under their own name
+    Prop("queue.buffering.max.messages", _int(1, 2**31 - 1), None, _P),
+    Prop("sticky.partitioning.linger.ms", _int(0, 900_000), 10, _P),
+    # accepted no-ops (documented above)
+    Prop("debug", _any, "", _ALL, "odradek logs through logging"),
+    Prop("statistics.interval.ms", _int(0), 0, _ALL, "no statistics are emitted yet"),
+    Prop("stats_cb", _any, None, _ALL, "no statistics are emitted yet"),
+    Prop("socket.keepalive.enable", _bool, False, _ALL, "no TCP keepalive is set"),
+    Prop("api.version.request", _bool, True, _ALL, "versions are always negotiated"),
+    Prop("log_level", _any, 6, _ALL, "odradek logs through logging"),
+    Prop("log.connection.close", _bool, True, _ALL, "odradek logs through logging"),
+    Prop(
+        "broker.address.family",
+        _choice("any", "v4", "v6"),
+        "any",
+        _ALL,
+        "addresses are used as the resolver returns them",
+    ),
+    Prop("reconnect.backoff.ms", _int(0), 100, _ALL, "reconnects back off by retry.backoff.ms"),
+    Prop(
+        "reconnect.backoff.max.ms",
+        _int(0),
+        10_000,
+        _ALL,
+        "reconnects back off by retry.backoff.max.ms",
+    ),
+    Prop(
+        "message.max.bytes",
+        _int(1000, 1_000_000_000),
+        1_000_000,
+        frozenset({"consumer", "admin"}),
+        "fetch sizes are fetch.max.bytes / max.partition.fetch.bytes",
+    ),
 )
 _BY_NAME: Final = {p.name: p for p in PROPERTIES}
+# librdkafka's name -> the property it sets, per role
+ALIASES: Final[dict[str, tuple[str, frozenset[str]]]] = {
+    "queue.buffering.max.ms": ("linger.ms", _P),
+    "message.timeout.ms": ("delivery.timeout.ms", _P),
+    "message.max.bytes": ("max.request.size", _P),
+    "compression.codec": ("compression.type", _P),
+    "queue.buffering.max.kbytes": ("buffer.memory", _P),  # KiB: scaled by _SCALE
+    "topic.metadata.refresh.interval.ms": ("metadata.max.age.ms", _ALL),
+}
+_SCALE: Final = {"queue.buffering.max.kbytes": 1024}
+NO_OPS: Final = {p.name: p.note for p in PROPERTIES if p.note}
 
 
 class ClientConfig:
@@ -149,7 +225,17 @@ class ClientConfig:
         assert role in _ALL
         self.role = role
         self.values: dict[str, Any] = {p.name: p.default for p in PROPERTIES if role in p.roles}
+        explicit = set(properties)
         for key, raw in properties.items():
+            alias = ALIASES.get(key)
+            if alias is not None and role in alias[1]:
+                target = _BY_NAME[alias[0]]
+                scale = _SCALE.get(key, 1)
+                self.values[target.name] = target.parse(
+                    key, raw if scale == 1 else _int(1)(key, raw) * scale
+                )
+                explicit.add(target.name)
+                continue
             prop = _BY_NAME.get(key)
             if prop is None or role not in prop.roles:
                 raise ConfigError(key, f"unknown {role} configuration property")
@@ -162,7 +248,12 @@ class ClientConfig:
             if poll_ms < session_ms:
                 message = f"{poll_ms} must be >= session.timeout.ms ({session_ms})"
                 raise ConfigError("max.poll.interval.ms", message)
-        self.explicit = frozenset(properties)
+        self.explicit = frozenset(explicit)
+        if self.values.get("stats_cb") is not None and self.values["statistics.interval.ms"] > 0:
+            global _warned_stats
+            if not _warned_stats:
+                _warned_stats = True
+                logger.warning("stats_cb: odradek emits no statistics yet; it is never called")
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]

@@ -45,8 +45,9 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client.admin_types import ClusterMetadata
 from odradek.client.assignors import COOPERATIVE
-from odradek.client.blocking import LoopThread
+from odradek.client.blocking import LoopThread, blocking_list_topics, weak_callback
 from odradek.client.cluster import KafkaError, LocalError
 from odradek.client.config import ClientConfig
 from odradek.client.connection import KafkaConnectionError
@@ -117,10 +118,27 @@ class Consumer:
             return core, GroupMember(core) if core.group_id else None
 
         self._core, self._member = self._thread.run(build())
+        self._error_cb: Callable[[KafkaError], None] | None = self.config["error_cb"]
+        if self._error_cb is not None:
+            self._core.cluster.on_unreachable = weak_callback(self._report_unreachable)
         self._on_commit: Callable[[KafkaError | None, list[TopicPartition]], None] | None
         self._on_commit = self.config["on_commit"]
         if self._on_commit is not None:
             self._core.commit_listener = self._report_commit
+
+    def _report_unreachable(self, error: BaseException) -> None:
+        """On the loop: no broker reachable; error_cb hears librdkafka's _TRANSPORT
+        from the next poll()/consume() on the caller's thread."""
+        error_cb = self._error_cb
+        assert error_cb is not None
+        servers = self.config["bootstrap.servers"]
+        kafka_error = KafkaError(LocalError.transport, f"{servers}: {error}")
+
+        def call() -> bool:
+            error_cb(kafka_error)
+            return False
+
+        self._callbacks.put((call, concurrent.futures.Future()))
 
     def _report_commit(self, error: BaseException | None, offsets: dict[TP, int]) -> None:
         """confluent's ``on_commit(err, partitions)``: the outcome of every automatic and
@@ -273,6 +291,14 @@ class Consumer:
 
     def assignment(self) -> list[TopicPartition]:
         return _tps(self._core.assignment())
+
+    def list_topics(self, topic: str | None = None, timeout: float = -1) -> ClusterMetadata:
+        """confluent-kafka's ClusterMetadata: every topic, or ``topic`` (with its error
+        when it does not exist); brokers, partitions with leader, replicas and isrs.
+        Past ``timeout`` seconds (None or negative: no limit) KafkaException(_TIMED_OUT)."""
+        if self._closed:
+            raise RuntimeError("Consumer closed")
+        return blocking_list_topics(self._thread, self._core.cluster, topic, timeout)
 
     def consumer_group_metadata(self) -> ConsumerGroupMetadata:
         """For ``Producer.send_offsets_to_transaction``: the group, and this member's

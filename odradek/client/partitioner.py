@@ -21,6 +21,26 @@ Records without a key are spread, not hashed:
 - any callable ``(key, all_partitions, available_partitions) -> partition``, the
   signature kafka-python uses; ``as_partitioner`` wraps it.
 
+librdkafka's ``partitioner`` values (``librdkafka_partitioner``), each checked key by
+key against confluent-kafka in tests/client/test_partitioner_names_interop.py. The
+hashed partition is ``hash % partitions`` for keyed records:
+
+- ``consistent_random`` (librdkafka's default): CRC-32 (zlib's) of the key, unsigned;
+  null *and empty* keys are spread (sticky).
+- ``consistent``: CRC-32 for every key; null and empty keys hash as empty (CRC 0:
+  partition 0).
+- ``murmur2_random`` (the Java client's default): Kafka's murmur2 with the sign bit
+  cleared; null keys spread (sticky), empty keys hashed.
+- ``murmur2``: the same, and null keys hash as the empty key.
+- ``fnv1a_random`` / ``fnv1a``: 32-bit FNV-1a read as a signed int32, partition
+  ``|h| % partitions`` (so the same as Sarama's default hasher); null keys spread /
+  hashed as empty.
+- ``random``: every record to a random available partition, keyed or not (keyless
+  records sticky).
+
+aiokafka's default (``AIOKAFKA_DEFAULT``) is murmur2 for keyed records and a fresh
+random available partition for every keyless one (no stickiness), as aiokafka does.
+
 ``all_partitions`` lists the topic's partition ids in ascending order;
 ``available_partitions`` those with a live leader (a subset, possibly empty).
 """
@@ -29,6 +49,7 @@ from __future__ import annotations
 
 import random
 import struct
+import zlib
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol, runtime_checkable
 
@@ -75,6 +96,30 @@ def default_partition(key: bytes, num_partitions: int) -> int:
     if num_partitions <= 0:
         raise ValueError(f"a topic has at least one partition, not {num_partitions}")
     return to_positive(murmur2(key)) % num_partitions
+
+
+def fnv1a(data: bytes | bytearray | memoryview) -> int:
+    """32-bit FNV-1a (offset basis 0x811c9dc5, prime 0x01000193), unsigned."""
+    h = 0x811C9DC5
+    for byte in bytes(data):
+        h = ((h ^ byte) * 0x01000193) & _MASK
+    return h
+
+
+def crc32_partition(key: bytes, num_partitions: int) -> int:
+    """librdkafka's ``consistent`` hash: unsigned CRC-32 of the key mod partitions."""
+    return zlib.crc32(key) % num_partitions
+
+
+def murmur2_partition(key: bytes, num_partitions: int) -> int:
+    return to_positive(murmur2(key)) % num_partitions
+
+
+def fnv1a_partition(key: bytes, num_partitions: int) -> int:
+    """librdkafka's ``fnv1a``: the hash as a signed int32, ``|h| % partitions``."""
+    h = fnv1a(key)
+    signed = h - 0x1_0000_0000 if h & 0x8000_0000 else h
+    return abs(signed) % num_partitions
 
 
 @runtime_checkable
@@ -152,6 +197,79 @@ class DefaultPartitioner:
             chosen = self._rng.choice(list(all_partitions))
         self._sticky[topic] = chosen
         return chosen
+
+
+KeyHash = Callable[[bytes, int], int]  # (key, partition count) -> index
+
+
+class HashPartitioner(DefaultPartitioner):
+    """A librdkafka-style partitioner: ``key_hash`` for keyed records; keyless ones
+    (and, with ``empty_is_null``, empty keys) hashed as the empty key when
+    ``hash_null``, else spread — sticky like ``DefaultPartitioner``, or a fresh random
+    available partition per record when ``sticky`` is false (aiokafka)."""
+
+    def __init__(
+        self,
+        key_hash: KeyHash | None,
+        *,
+        hash_null: bool = False,
+        empty_is_null: bool = False,
+        sticky: bool = True,
+        rng: random.Random | None = None,
+    ) -> None:
+        super().__init__(rng)
+        self.key_hash = key_hash
+        self.hash_null = hash_null
+        self.empty_is_null = empty_is_null
+        self.sticky = sticky
+
+    def partition(
+        self,
+        topic: str,
+        key: bytes | None,
+        all_partitions: Sequence[int],
+        available_partitions: Sequence[int],
+    ) -> int:
+        _check(all_partitions)
+        if key is not None and not key and self.empty_is_null:
+            key = None
+        if key is None and self.hash_null:
+            key = b""
+        if key is not None:
+            if self.key_hash is None:  # "random": keys are ignored
+                return self._rng.choice(list(available_partitions or all_partitions))
+            return all_partitions[self.key_hash(key, len(all_partitions))]
+        if not self.sticky:
+            return self._rng.choice(list(available_partitions or all_partitions))
+        return super().partition(topic, None, all_partitions, available_partitions)
+
+
+def librdkafka_partitioner(name: str) -> HashPartitioner | None:
+    """The partitioner librdkafka's ``partitioner`` property names; None: unknown."""
+    factories: dict[str, Callable[[], HashPartitioner]] = {
+        "consistent_random": lambda: HashPartitioner(crc32_partition, empty_is_null=True),
+        "consistent": lambda: HashPartitioner(crc32_partition, hash_null=True),
+        "murmur2_random": lambda: HashPartitioner(murmur2_partition),
+        "murmur2": lambda: HashPartitioner(murmur2_partition, hash_null=True),
+        "fnv1a_random": lambda: HashPartitioner(fnv1a_partition),
+        "fnv1a": lambda: HashPartitioner(fnv1a_partition, hash_null=True),
+        "random": lambda: HashPartitioner(None),
+        AIOKAFKA_DEFAULT: lambda: HashPartitioner(murmur2_partition, sticky=False),
+    }
+    factory = factories.get(name)
+    return None if factory is None else factory()
+
+
+AIOKAFKA_DEFAULT: Final = "aiokafka_default"  # murmur2; keyless: random per record
+LIBRDKAFKA_PARTITIONERS: Final = (
+    "consistent_random",
+    "consistent",
+    "murmur2_random",
+    "murmur2",
+    "fnv1a_random",
+    "fnv1a",
+    "random",
+)
 
 
 class RoundRobinPartitioner:

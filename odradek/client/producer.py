@@ -1,8 +1,9 @@
 """The asyncio producer core, and its aiokafka-shaped face ``AIOKafkaProducer``.
 
 How this works and why: ``AsyncProducer.send`` picks a partition (explicit, a custom
-callable, or the configured partitioner: murmur2 of the key like the Java client and
-librdkafka's ``murmur2_random``, sticky for keyless records), appends the record to
+callable, or the configured partitioner: ``partitioner``, librdkafka's names, default
+``consistent_random`` as confluent-kafka; ``AIOKafkaProducer`` defaults to aiokafka's
+murmur2, see partitioner.py), appends the record to
 the ``RecordAccumulator`` and returns a future that the ``Sender`` completes with a
 ``RecordMetadata`` once the broker acknowledged it (or with the error that ended its
 delivery). The blocking ``Producer`` uses the same core without a future per record:
@@ -23,20 +24,26 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import time
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.aio import cancel_and_wait
 from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator, record_size
 from odradek.client.cluster import Cluster, KafkaError, LocalError
 from odradek.client.config import ClientConfig, ConfigError
+from odradek.client.connection import KafkaConnectionError
 from odradek.client.partitioner import (
-    DefaultPartitioner,
+    AIOKAFKA_DEFAULT,
+    LIBRDKAFKA_PARTITIONERS,
+    HashPartitioner,
     Partitioner,
     RoundRobinPartitioner,
     as_partitioner,
+    librdkafka_partitioner,
 )
 from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
 from odradek.client.transaction_manager import TransactionManager
@@ -45,20 +52,22 @@ from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike, TxnS
 from odradek.client.types import RecordMetadata, as_bytes
 from odradek.records.batch import COMPRESSION_BY_NAME
 
+logger = logging.getLogger(__name__)
 PRODUCER_VERSIONS = {PRODUCE_KEY: (3, 11), INIT_PRODUCER_ID_KEY: (0, 4), **TRANSACTION_VERSIONS}
 HeadersLike = Iterable[tuple[str, Any]] | Mapping[str, Any] | None
-DEFAULT_PARTITIONERS = ("murmur2_random", "murmur2", "consistent_random", "random", "default")
 ROUND_ROBIN_PARTITIONERS = ("round_robin", "roundrobin")
 
 
 def _make_partitioner(setting: Any) -> Partitioner:
     """``partitioner``: a librdkafka name, a Partitioner, or a kafka-python callable."""
     if isinstance(setting, str):
-        if setting in DEFAULT_PARTITIONERS:
-            return DefaultPartitioner()
+        chosen = librdkafka_partitioner(setting.strip())
+        if chosen is not None:
+            return chosen
         if setting in ROUND_ROBIN_PARTITIONERS:
             return RoundRobinPartitioner()
-        raise ConfigError("partitioner", f"{setting!r} is not a known partitioner")
+        known = ", ".join((*LIBRDKAFKA_PARTITIONERS, *ROUND_ROBIN_PARTITIONERS))
+        raise ConfigError("partitioner", f"{setting!r} is not one of {known}")
     try:
         return as_partitioner(setting)
     except TypeError as error:
@@ -112,6 +121,10 @@ class AsyncProducer:
         self.config = config
         self.idempotent = _idempotence(config)
         self._partitioner = _make_partitioner(config["partitioner"])
+        if config["sticky.partitioning.linger.ms"] == 0 and isinstance(
+            self._partitioner, HashPartitioner
+        ):
+            self._partitioner.sticky = False  # librdkafka: no stickiness at 0
         self._partition_lists: dict[str, tuple[Any, list[int], list[int]]] = {}
         self.compression = COMPRESSION_BY_NAME[config["compression.type"]]
         self.max_block_s = config["max.block.ms"] / 1000
@@ -132,8 +145,11 @@ class AsyncProducer:
         self.accumulator: RecordAccumulator | None = None
         self.sender: Sender | None = None
         self._task: asyncio.Task[None] | None = None
+        self._first_refresh: asyncio.Task[None] | None = None
 
-    async def start(self) -> None:
+    async def start(self, on_unreachable: Callable[[BaseException], None] | None = None) -> None:
+        """Connect and start the sender. With ``on_unreachable``, no reachable broker is
+        reported to it instead of raised, and the producer starts anyway."""
         config = self.config
         self.cluster = Cluster(
             config["bootstrap.servers"],
@@ -168,8 +184,24 @@ class AsyncProducer:
         )
         if self.transactions is not None:
             self.transactions.attach(self.cluster, self.accumulator, self.sender)
-        await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
-        self._task = asyncio.get_running_loop().create_task(self.sender.run())
+        loop = asyncio.get_running_loop()
+        if on_unreachable is None:
+            await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
+        else:
+            # confluent-kafka's way: construct at once, report an unreachable cluster,
+            # keep trying; records wait for metadata until they time out
+            self.cluster.on_unreachable = on_unreachable
+            self._first_refresh = loop.create_task(self._refresh_or_report(on_unreachable))
+        self._task = loop.create_task(self.sender.run())
+
+    async def _refresh_or_report(self, on_unreachable: Callable[[BaseException], None]) -> None:
+        assert self.cluster is not None
+        try:
+            await asyncio.wait_for(self.cluster.refresh(), self.max_block_s)
+        except TimeoutError as error:  # no answer (an unreachable one is reported
+            on_unreachable(error)  # by the cluster)
+        except (KafkaConnectionError, KafkaError, OSError) as error:
+            logger.debug("first metadata refresh failed: %s", error)
 
     def _check_running(self) -> tuple[Cluster, RecordAccumulator]:
         if self.cluster is None or self.accumulator is None or self._task is None:
@@ -245,17 +277,8 @@ class AsyncProducer:
         """On the loop: wait for the topic's metadata if needed, pick the partition and
         append; ``reserved`` bytes of buffer.memory were already taken by the caller
         (else this waits for space, at most max.block.ms)."""
-        cluster, accumulator = self._check_running()
-        if cluster.metadata.topics.get(topic) is None:
-            # Like the Java producer's metadata wait: retriable failures (no broker
-            # reachable yet, leader not available) are retried up to max.block.ms.
-            await asyncio.wait_for(
-                cluster.with_retry(
-                    lambda: cluster.partitions_for(topic, allow_create=True),
-                    deadline_s=self.max_block_s,
-                ),
-                self.max_block_s,
-            )
+        _, accumulator = self._check_running()
+        await self.wait_metadata(topic)
         with accumulator.lock:
             chosen = self.partition_for(topic, key, partition)
             if chosen is None:
@@ -268,6 +291,22 @@ class AsyncProducer:
             await accumulator.append(topic, chosen, key, value, timestamp, headers, waiter)
         elif wake:
             accumulator.wakeup.set()
+
+    async def wait_metadata(self, topic: str, limit_s: float | None = None) -> None:
+        """Until ``topic``'s metadata is known (at most ``limit_s``, default
+        max.block.ms)."""
+        cluster, _ = self._check_running()
+        limit = self.max_block_s if limit_s is None else limit_s
+        if cluster.metadata.topics.get(topic) is None:
+            # Like the Java producer's metadata wait: retriable failures (no broker
+            # reachable yet, leader not available) are retried up to max.block.ms.
+            await asyncio.wait_for(
+                cluster.with_retry(
+                    lambda: cluster.partitions_for(topic, allow_create=True),
+                    deadline_s=limit,
+                ),
+                limit,
+            )
 
     def partition_for(self, topic: str, key: bytes | None, partition: int | None) -> int | None:
         """The partition a record goes to; None while the topic's metadata is unknown.
@@ -386,6 +425,9 @@ class AsyncProducer:
         """Deliver what is queued (up to ``timeout``), then stop and disconnect."""
         if self.accumulator is None or self.accumulator.closing:
             return
+        if self._first_refresh is not None:
+            with contextlib.suppress(Exception):
+                await cancel_and_wait(self._first_refresh)
         if self.transactions is not None:
             await self._end_open_transaction(timeout)
         self.accumulator.closing = True
@@ -425,7 +467,8 @@ class AIOKafkaProducer:
         servers = (
             bootstrap_servers if isinstance(bootstrap_servers, str) else ",".join(bootstrap_servers)
         )
-        properties: dict[str, Any] = {"bootstrap.servers": servers}
+        # aiokafka's default partitioner unless one is given (murmur2, as the Java client)
+        properties: dict[str, Any] = {"bootstrap.servers": servers, "partitioner": AIOKAFKA_DEFAULT}
         self._key_serializer: Callable[[Any], bytes] | None = kwargs.pop("key_serializer", None)
         self._value_serializer: Callable[[Any], bytes] | None = kwargs.pop("value_serializer", None)
         for name, value in kwargs.items():

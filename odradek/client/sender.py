@@ -40,7 +40,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client.accumulator import ProducerBatch, RecordAccumulator
-from odradek.client.cluster import Cluster, KafkaError, error_code, is_retriable
+from odradek.client.cluster import Cluster, KafkaError, LocalError, error_code, is_retriable
 from odradek.client.connection import KafkaConnectionError, request_entity
 
 logger = logging.getLogger(__name__)
@@ -51,6 +51,11 @@ SEQUENCE_ERRORS: Final = frozenset(
     {ErrorCode.out_of_order_sequence_number, ErrorCode.unknown_producer_id}
 )
 _EPOCH_ZERO = datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)
+
+
+# librdkafka's _MSG_TIMED_OUT: a record not acknowledged within delivery.timeout.ms
+# (message.timeout.ms)
+MSG_TIMED_OUT = "Local: Message timed out (delivery.timeout.ms)"
 
 
 class TransactionHook:
@@ -127,6 +132,7 @@ class Sender:
         self.need_epoch_bump = False
         self.partitions: dict[tuple[str, int], PartitionState] = {}
         self.in_flight_by_node: dict[int, int] = {}
+        self._init_failing = False  # InitProducerId failed last time (logged once)
         self.requests: set[asyncio.Task[None]] = set()
         self._refresh_task: asyncio.Task[Any] | None = None
         self.fatal: BaseException | None = None
@@ -187,7 +193,7 @@ class Sender:
             accumulator.wakeup.clear()
             now = time.monotonic()
             for batch in accumulator.expired(now):
-                self._fail(batch, KafkaError(ErrorCode.request_timed_out, "delivery.timeout.ms"))
+                self._fail(batch, KafkaError(LocalError.msg_timed_out, MSG_TIMED_OUT))
             dropped = self.transactions.queued_error()
             if dropped is not None:
                 for batch in accumulator.take_all():
@@ -199,12 +205,19 @@ class Sender:
             if waiting and self.transactions.transactional_id is not None:
                 pass  # the transaction manager gets the id, and bumps the epoch on abort
             elif waiting:
-                if not self.requests:
+                # the producer id is asked for once there is something to send: an
+                # idle producer (no broker up, say) does not retry, and closes at once
+                if not self.requests and accumulator.has_queued():
                     try:
                         await self._bump_epoch()
                     except (KafkaError, KafkaConnectionError) as error:
-                        logger.warning("InitProducerId failed: %s", error)
+                        # once per outage, not at every retry
+                        log = logger.debug if self._init_failing else logger.warning
+                        self._init_failing = True
+                        log("InitProducerId failed: %s", error)
                         await asyncio.sleep(self.backoff_s)
+                    else:
+                        self._init_failing = False
                     continue
             else:
                 ready, next_check = accumulator.ready(now, self._sendable)

@@ -142,6 +142,10 @@ def _typed_column(schema: StructType, name: str, allowed: tuple[DataType, ...]) 
     return real_name
 
 
+SPARK_PARTITIONER = "murmur2_random"
+CLUSTER_CHECK_S = 60.0  # the Java producer's max.block.ms default
+
+
 def plan_write(
     options: Mapping[str, str], schema: StructType, overwrite: bool, streaming: bool = True
 ) -> WritePlan:
@@ -164,6 +168,9 @@ def plan_write(
             "job has no identity a re-run could check); use 'at-least-once' here"
         )
     config = opts.client_config(options, for_producer=True)
+    # Spark's own Kafka sink partitions as the Java client does (murmur2 of the key,
+    # keyless records sticky): not the odradek Producer's confluent-kafka default.
+    config.setdefault("partitioner", SPARK_PARTITIONER)
     try:
         ClientConfig(config, "producer")
     except ConfigError as error:
@@ -358,6 +365,13 @@ class AtLeastOnceDelivery(TaskDelivery):
         super().__init__(plan, task)
         self._producer = Producer(dict(plan.config))
         self._tally = DeliveryTally()
+        # The Producer starts without a broker (as confluent-kafka's); fail the task
+        # now on an unreachable cluster, as before, not after delivery.timeout.ms.
+        try:
+            self._producer.list_topics(timeout=CLUSTER_CHECK_S)
+        except BaseException:
+            self._producer.close(0)
+            raise
 
     def send(
         self,

@@ -344,6 +344,22 @@ def test_unreachable_bootstrap_is_one_line_exit_1() -> None:
     assert len(lines) == 1 and "127.0.0.1:1" in lines[0]
 
 
+def test_produce_to_unreachable_bootstrap_is_one_line_exit_1_at_once() -> None:
+    """The Producer starts without a broker (as confluent-kafka's); the tool checks the
+    cluster first rather than holding the records until message.timeout.ms."""
+    started = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "odradek", "produce", "t", "-b", "127.0.0.1:1"],
+        input=b"x\n",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 1
+    lines = done.stderr.decode().strip().splitlines()
+    assert len(lines) == 1 and "127.0.0.1:1" in lines[0], lines
+    assert time.monotonic() - started < 20
+
+
 def test_help_lists_every_command() -> None:
     out = odradek(None, "--help").stdout.decode()
     for command in (

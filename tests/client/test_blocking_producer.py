@@ -118,7 +118,10 @@ def test_bad_arguments_raise_or_fail_the_delivery(kafka: BrokerProcess) -> None:
 
 def test_a_batch_the_broker_rejects_fails_every_callback(kafka: BrokerProcess) -> None:
     topic = new_topic(kafka.bootstrap, 1)
-    producer = Producer({"bootstrap.servers": kafka.bootstrap, "linger.ms": 50})
+    # the client's own limit (message.max.bytes) raised so the broker is what refuses
+    producer = Producer(
+        {"bootstrap.servers": kafka.bootstrap, "linger.ms": 50, "message.max.bytes": 4 << 20}
+    )
     reports: list[tuple[Any, Any]] = []
 
     def report(error: Any, message: Any) -> None:

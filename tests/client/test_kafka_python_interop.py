@@ -160,7 +160,10 @@ def test_a_key_lands_on_the_same_partition_whichever_client_produced_it(
     topics = {name: new_topic(broker.bootstrap, partitions=7) for name in ("od", "kp", "ck")}
     keys = [f"user-{i}".encode() for i in range(200)] + [b"", b"\x00\xff", "é".encode()]
 
-    odradek = Producer({"bootstrap.servers": broker.bootstrap, "linger.ms": 5})
+    # the Producer's default is confluent-kafka's consistent_random: ask for the Java one
+    odradek = Producer(
+        {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "partitioner": "murmur2_random"}
+    )
     for key in keys:
         odradek.produce(topics["od"], value=key, key=key)
     assert odradek.close(TIMEOUT_S) == 0

@@ -174,7 +174,7 @@ def test_keyed_records_land_where_librdkafka_murmur2_random_puts_them(
 ) -> None:
     ours, theirs = new_topic(kafka.bootstrap, 7), new_topic(kafka.bootstrap, 7)
     keys = [b"key-%d" % i for i in range(100)] + [b"", bytes(range(256))]
-    p = producer(kafka.bootstrap)
+    p = producer(kafka.bootstrap, partitioner="murmur2_random")
     placed: dict[bytes | None, int | None] = {}
     for key in keys:
         p.produce(
