@@ -1,8 +1,9 @@
-"""Tiered storage on S3's API at the size the issue names: 100 MB through a real
-``odradek serve`` whose remote storage is a local S3 server (moto), paused for a
-while in the middle (requests hang, then time out) — produce never fails, nothing is
-lost, the local disk ends up holding only the tail, and confluent-kafka reads every
-record from offset 0 byte for byte, before and after a broker restart."""
+"""Tiered storage at the size the issue names, on both backends: 100 MB through a real
+``odradek serve`` whose remote storage — a directory, or a local S3 server (moto) —
+goes away for a while in the middle (the directory moved away; the server paused, so
+its requests hang and time out): produce never fails, nothing is lost, the local
+disk ends up holding only the tail, and confluent-kafka reads every record from
+offset 0 byte for byte, before and after a broker restart."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import hashlib
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +21,7 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from tests.support.broker import running_broker  # noqa: E402
-from tests.support.s3server import S3Server, s3_server  # noqa: E402, F401
+from tests.support.s3server import S3Server  # noqa: E402
 
 TOPIC = "tiered-s3"
 COUNT = 100_000  # 1000-byte values: 100 MB
@@ -38,16 +40,58 @@ def local_bytes(partition_dir: Path) -> int:
     return sum(path.stat().st_size for path in partition_dir.glob("*.log"))
 
 
-def test_100_mb_through_s3_with_an_outage_then_read_back_from_offset_0(
-    tmp_path: Path,
-    s3_server: S3Server,  # noqa: F811
+class Outage:
+    """Remote storage made unavailable and back: the S3 server paused (SIGSTOP: its
+    requests hang until they time out), or the filesystem backend's directory moved
+    away with a file in its place (its copies fail at once)."""
+
+    def __init__(self, backend: str, server: S3Server | None, directory: Path) -> None:
+        self.backend, self.server, self.directory = backend, server, directory
+
+    def begin(self) -> None:
+        if self.server is not None:
+            assert self.server.process is not None
+            os.kill(self.server.process.pid, signal.SIGSTOP)
+        else:  # a file where the directory was: nothing can be created under it
+            self.directory.rename(self.directory.with_name("remote-away"))
+            self.directory.write_bytes(b"")
+
+    def end(self) -> None:
+        if self.server is not None:
+            assert self.server.process is not None
+            os.kill(self.server.process.pid, signal.SIGCONT)
+        else:
+            self.directory.unlink()
+            self.directory.with_name("remote-away").rename(self.directory)
+
+
+@pytest.fixture(params=["filesystem", "s3"])
+def backend(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> Iterator[tuple[str, Outage, dict[str, str]]]:
+    if request.param == "s3":
+        server = S3Server(tmp_path / "moto_server.log").start()
+        try:
+            props = {"remote.log.storage.manager.class.name": "s3", **server.rsm_config()}
+            yield "s3", Outage("s3", server, tmp_path), props
+        finally:
+            server.stop()
+    else:
+        directory = tmp_path / "remote"
+        directory.mkdir()
+        props = {"rsm.config.dir": str(directory), "rsm.config.fsync": "false"}
+        yield "filesystem", Outage("filesystem", None, directory), props
+
+
+def test_100_mb_with_an_outage_then_read_back_from_offset_0(
+    tmp_path: Path, backend: tuple[str, Outage, dict[str, str]]
 ) -> None:
+    _, outage, backend_props = backend
     props = {
         "remote.log.storage.system.enable": "true",
-        "remote.log.storage.manager.class.name": "s3",
         "remote.log.manager.task.interval.ms": "300",
         "log.retention.check.interval.ms": "300",
-        **s3_server.rsm_config(),
+        **backend_props,
     }
     args = [f"--override={key}={value}" for key, value in props.items()]
     with running_broker(tmp_path / "data", args) as broker:
@@ -62,22 +106,21 @@ def test_100_mb_through_s3_with_an_outage_then_read_back_from_offset_0(
         producer = confluent_kafka.Producer(
             {"bootstrap.servers": broker.bootstrap, "linger.ms": 5, "acks": "all"}
         )
-        assert s3_server.process is not None
-        paused = False
+        down = False
         for index in range(COUNT):
             producer.produce(TOPIC, value_of(index), b"%d" % index, partition=0)
             producer.poll(0)
             if index == COUNT // 3:
                 producer.flush(60)
-                os.kill(s3_server.process.pid, signal.SIGSTOP)  # remote storage down
-                paused = True
-                pause_started = time.monotonic()
-            if paused and time.monotonic() - pause_started > OUTAGE_S:
-                os.kill(s3_server.process.pid, signal.SIGCONT)
-                paused = False
-        if paused:
-            time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - pause_started)))
-            os.kill(s3_server.process.pid, signal.SIGCONT)
+                outage.begin()  # remote storage down
+                down = True
+                down_since = time.monotonic()
+            if down and time.monotonic() - down_since > OUTAGE_S:
+                outage.end()
+                down = False
+        if down:
+            time.sleep(max(0.0, OUTAGE_S - (time.monotonic() - down_since)))
+            outage.end()
         assert producer.flush(60) == 0, "produce must not fail while remote storage is down"
 
         partition_dir = tmp_path / "data" / f"{TOPIC}-0"
