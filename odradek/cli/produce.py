@@ -13,12 +13,12 @@ from typing import Any
 
 import click
 
-from odradek.cli.common import CliError, bootstrap_option, parse_pairs
+from odradek.cli.common import CliError, bootstrap_option, one_topic, parse_pairs, topic_argument
 from odradek.client.blocking import Producer
 
 
 @click.command()
-@click.argument("topic")
+@topic_argument
 @click.option("--key-separator", "-K", help="split each line into KEY<sep>VALUE at the first sep")
 @click.option(
     "--headers",
@@ -42,7 +42,7 @@ from odradek.client.blocking import Producer
 @click.option("--property", "-X", "properties", multiple=True, help="producer KEY=VALUE")
 @bootstrap_option
 def produce(
-    topic: str,
+    topic: str | None,
     key_separator: str | None,
     headers: tuple[str, ...],
     compression: str,
@@ -51,8 +51,10 @@ def produce(
     linger_ms: int,
     properties: tuple[str, ...],
     bootstrap: str,
+    topic_option: str | None = None,
 ) -> None:
     """Send each line of standard input as a record to TOPIC."""
+    topic = one_topic(topic, topic_option)
     record_headers = [(k, v.encode()) for k, v in parse_pairs(headers, "--headers").items()]
     separator = key_separator.encode() if key_separator else None
     config: dict[str, Any] = {
