@@ -177,3 +177,12 @@ def test_configs_describe_hints_at_all(kafka: BrokerProcess) -> None:
     missing = odradek("configs", "describe", "no-such-topic", "-b", kafka.bootstrap)
     assert missing.returncode == 1
     assert "ConfigResource" not in missing.stderr.decode()
+
+
+def test_an_ssl_listener_refuses_to_start_with_one_line(tmp_path: pytest.TempPathFactory) -> None:
+    done = odradek(
+        "serve", "--data-dir", str(tmp_path), "--override", "listeners=SSL://127.0.0.1:0"
+    )
+    assert done.returncode != 0 and b"odradek ready" not in done.stdout
+    assert done.stderr.decode().strip().splitlines()[-1].startswith("odradek serve:")
+    assert "SSL" in done.stderr.decode()
