@@ -67,12 +67,14 @@ class ToolGroup(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except BrokenPipeError:  # before OSError: `| head` ends the output quietly
+            raise
         except FAILURES as error:
             raise click.ClickException(describe_failure(error)) from None
-        except BrokenPipeError:
-            raise
-        except (ValueError, KeyError) as error:
-            raise click.ClickException(f"{type(error).__name__}: {error}") from None
+        except ValueError as error:  # e.g. a bad bootstrap address: the text says what
+            raise click.ClickException(describe_failure(error)) from None
+        except KeyError as error:
+            raise click.ClickException(f"unknown {describe_failure(error)}") from None
 
 
 def bootstrap_option(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,6 +86,20 @@ def bootstrap_option(function: Callable[..., Any]) -> Callable[..., Any]:
         show_default=True,
         help="host:port of a broker to start from",
     )(function)
+
+
+def topic_argument(function: Callable[..., Any]) -> Callable[..., Any]:
+    """TOPIC as an argument or as ``--topic`` (Kafka's spelling): see ``one_topic``."""
+    function = click.option("--topic", "topic_option", help="the topic (Kafka's spelling)")(
+        function
+    )
+    return click.argument("topic", required=False)(function)
+
+
+def one_topic(topic: str | None, option: str | None) -> str:
+    if (topic is None) == (option is None) or not (topic or option):
+        raise click.UsageError("Missing argument: name one topic (TOPIC or --topic TOPIC)")
+    return topic if topic is not None else str(option)
 
 
 def output_option(function: Callable[..., Any]) -> Callable[..., Any]:
@@ -146,7 +162,12 @@ def result(future: concurrent.futures.Future[Any], what: str) -> Any:
     try:
         return future.result(REQUEST_TIMEOUT_S + 5)
     except KafkaException as error:
-        raise CliError(f"{what}: {describe_failure(error)}") from None
+        text = describe_failure(error)
+        # the client names the item too ("CODE: topic t: message"): say it once
+        code, sep, rest = text.partition(": ")
+        if sep and rest.startswith(f"{what}: "):
+            text = f"{code}: {rest[len(what) + 2 :]}"
+        raise CliError(f"{what}: {text}") from None
     except concurrent.futures.TimeoutError:
         raise CliError(f"{what}: no answer within {REQUEST_TIMEOUT_S:.0f} s") from None
 

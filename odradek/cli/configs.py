@@ -92,9 +92,12 @@ def describe(entity_type: str, name: str, show_all: bool, bootstrap: str, output
     resource, name = _resource(entity_type, name)
     with admin_client(bootstrap) as admin:
         rows = describe_configs(admin, resource, name)
+    hidden = 0 if show_all else sum(1 for r in rows if r["default"])
     if not show_all:
         rows = [r for r in rows if not r["default"]]
     emit(output, rows, ["name", "value", "source", "read_only"], title=f"{resource} {name}")
+    if hidden and output != "json":
+        click.echo(f"({hidden} configs left at their default not shown: add --all)", err=True)
 
 
 @configs.command("alter")

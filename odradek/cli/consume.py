@@ -17,9 +17,19 @@ from typing import Any, BinaryIO
 
 import click
 
-from odradek.cli.common import admin_client, bootstrap_option, parse_pairs, topic_partitions
+from odradek.cli.common import (
+    CliError,
+    admin_client,
+    bootstrap_option,
+    one_topic,
+    parse_pairs,
+    topic_argument,
+    topic_partitions,
+)
+from odradek.client.cluster import KafkaError
+from odradek.client.cluster import error_code as client_error_code
 from odradek.client.consumer_sync import OFFSET_BEGINNING, OFFSET_END, Consumer
-from odradek.client.types import Message, TopicPartition
+from odradek.client.types import KafkaException, Message, TopicPartition
 
 
 def _text(data: bytes | None) -> str | None:
@@ -62,13 +72,17 @@ def _write(out: BinaryIO, message: Message, options: dict[str, Any]) -> None:
 
 
 @click.command()
-@click.argument("topic")
+@topic_argument
 @click.option("--group", "-g", help="consume as this group (and commit offsets)")
 @click.option("--from-beginning", is_flag=True, help="start at the earliest offset")
 @click.option("--offset", type=int, help="start at this offset (needs --partition)")
 @click.option("--partition", "-p", type=click.IntRange(min=0), help="only this partition")
 @click.option("--max-messages", "-n", type=click.IntRange(min=1), help="stop after N records")
-@click.option("--timeout-ms", type=click.IntRange(min=0), help="stop after this long idle")
+@click.option(
+    "--timeout-ms",
+    type=click.IntRange(min=0),
+    help="stop after this long without a record (counted once partitions are assigned)",
+)
 @click.option("--print-key", is_flag=True)
 @click.option("--print-headers", is_flag=True)
 @click.option("--print-timestamp", is_flag=True)
@@ -78,7 +92,7 @@ def _write(out: BinaryIO, message: Message, options: dict[str, Any]) -> None:
 @click.option("--property", "-X", "properties", multiple=True, help="consumer KEY=VALUE")
 @bootstrap_option
 def consume(
-    topic: str,
+    topic: str | None,
     group: str | None,
     from_beginning: bool,
     offset: int | None,
@@ -93,8 +107,10 @@ def consume(
     format_: str,
     properties: tuple[str, ...],
     bootstrap: str,
+    topic_option: str | None = None,
 ) -> None:
     """Print records of TOPIC to standard output."""
+    topic = one_topic(topic, topic_option)
     if offset is not None and partition is None:
         raise click.UsageError("--offset needs --partition")
     if offset is not None and from_beginning:
@@ -116,8 +132,8 @@ def consume(
         "print_timestamp": print_timestamp,
         "print_partition": print_partition,
     }
-    out = sys.stdout.buffer
     consumer = Consumer(config)
+    seen = 0
     try:
         if group is not None and partition is None:
             consumer.subscribe([topic])
@@ -125,26 +141,87 @@ def consume(
             partitions = [partition] if partition is not None else _partitions(bootstrap, topic)
             start = OFFSET_BEGINNING if from_beginning else OFFSET_END
             if offset is not None:
-                start = offset
+                assert partition is not None
+                start = _checked_offset(consumer, topic, partition, offset, config)
             consumer.assign([TopicPartition(topic, p, start) for p in partitions])
-        seen = 0
-        idle_since = time.monotonic()
-        while max_messages is None or seen < max_messages:
-            want = 500 if max_messages is None else min(500, max_messages - seen)
-            messages = consumer.consume(want, 0.2)
-            if not messages:
-                if timeout_ms is not None and time.monotonic() - idle_since >= timeout_ms / 1000:
-                    break
-                continue
-            idle_since = time.monotonic()
+        seen = _print_records(consumer, options, max_messages, timeout_ms)
+    except KeyboardInterrupt:  # Ctrl-C ends a consume: commit what was printed, quietly
+        _commit(consumer, group, seen)
+        consumer.close()
+        raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
+    except BaseException:
+        consumer.close()
+        raise
+    _commit(consumer, group, seen)
+    consumer.close()
+
+
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+JOIN_ALLOWANCE_S = 30.0  # --timeout-ms waits this much longer for a first assignment
+
+
+def _print_records(
+    consumer: Consumer, options: dict[str, Any], max_messages: int | None, timeout_ms: int | None
+) -> int:
+    """Print records until ``max_messages``, or ``timeout_ms`` without one; the count.
+
+    As with Kafka's ``--timeout-ms``, the idle time counts while partitions are
+    assigned: joining a group (seconds) is not idleness."""
+    out = sys.stdout.buffer
+    seen = 0
+    started = time.monotonic()
+    idle_since: float | None = None
+    while max_messages is None or seen < max_messages:
+        want = 500 if max_messages is None else min(500, max_messages - seen)
+        messages = [m for m in consumer.consume(want, 0.2) if m.error() is None]
+        now = time.monotonic()
+        if messages:
+            idle_since = now
             for message in messages:
                 _write(out, message, options)
             out.flush()
             seen += len(messages)
-        if group is not None and seen:
-            consumer.commit(asynchronous=False)
-    finally:
-        consumer.close()
+            continue
+        if timeout_ms is None:
+            continue
+        if idle_since is None:
+            if consumer.assignment():
+                idle_since = now
+            elif now - started >= timeout_ms / 1000 + JOIN_ALLOWANCE_S:
+                break
+        elif now - idle_since >= timeout_ms / 1000:
+            break
+    return seen
+
+
+def _commit(consumer: Consumer, group: str | None, seen: int) -> None:
+    """Commit what was printed; auto-commit may have done it already (``_NO_OFFSET``)."""
+    if group is None or not seen:
+        return
+    try:
+        consumer.commit(asynchronous=False)
+    except KafkaException as error:
+        if client_error_code(error.error) != KafkaError._NO_OFFSET:
+            raise
+
+
+def _checked_offset(
+    consumer: Consumer, topic: str, partition: int, offset: int, config: dict[str, Any]
+) -> int:
+    """``offset`` if the partition holds it (or it is the end); else say so, and where
+    ``auto.offset.reset`` starts instead (or fail when it is ``none``/``error``)."""
+    low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), 30.0)
+    if low <= offset <= high:
+        return offset
+    reset = str(config.get("auto.offset.reset", "latest")).lower()
+    where = f"offset {offset} is out of range for {topic}-{partition} (offsets {low} to {high})"
+    if reset in ("earliest", "smallest", "beginning"):
+        click.echo(f"{where}: auto.offset.reset={reset} starts at {low}", err=True)
+        return low
+    if reset in ("latest", "largest", "end"):
+        click.echo(f"{where}: auto.offset.reset={reset} starts at {high}", err=True)
+        return high
+    raise CliError(f"{where} and auto.offset.reset={reset}")
 
 
 def _partitions(bootstrap: str, topic: str) -> list[int]:

@@ -123,7 +123,16 @@ def add_parser(subparsers: Subparsers) -> None:
         "DumpLogSegments. Exit status "
         "is 1 if any file is missing or holds invalid data.",
     )
-    parser.add_argument("files", nargs="+", type=Path, metavar="FILE")
+    parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
+    parser.add_argument(
+        "--files",
+        dest="files_option",
+        action="append",
+        default=[],
+        metavar="FILE[,FILE...]",
+        help="the files to dump, comma-separated (Kafka's spelling; FILE... works too)",
+    )
+    parser.set_defaults(print_usage=parser.print_usage)
     parser.add_argument(
         "--print-data-log",
         action="store_true",
@@ -184,8 +193,17 @@ def run(args: argparse.Namespace) -> int:
     for stream in (sys.stdout, sys.stderr):  # odd file names or terminals never crash a dump
         if isinstance(stream, io.TextIOWrapper):
             stream.reconfigure(errors="backslashreplace")
+    files = list(args.files) + [
+        Path(item) for given in args.files_option for item in given.split(",") if item
+    ]
+    if not files:
+        args.print_usage(sys.stderr)
+        print(
+            "odradek dump-log: error: name the files to dump (FILE... or --files)", file=sys.stderr
+        )
+        return 2
     status = 0
-    for path in args.files:
+    for path in files:
         if not dump_file(path, options, sys.stdout, sys.stderr):
             status = 1
     return status

@@ -72,17 +72,34 @@ def _committed(admin: AdminClient, group: str) -> dict[TP, int]:
     return {(tp.topic, tp.partition): tp.offset for tp in listed.topic_partitions if tp.offset >= 0}
 
 
+def _listed(admin: AdminClient) -> list[Any]:
+    listed = result(admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), "list groups")
+    if listed.errors:
+        raise CliError(f"list groups: {describe_failure(listed.errors[0])}")
+    return sorted(listed.valid, key=lambda g: g.group_id)
+
+
+def _group_names(
+    admin: AdminClient, names: tuple[str, ...], options: tuple[str, ...], all_groups: bool
+) -> list[str]:
+    """GROUP arguments, ``--group`` (Kafka's spelling) or ``--all-groups``, each once."""
+    given = list(dict.fromkeys((*names, *options)))
+    if all_groups and given:
+        raise click.UsageError("give groups or --all-groups, not both")
+    if all_groups:
+        return [g.group_id for g in _listed(admin)]
+    if not given:
+        raise click.UsageError("Missing argument: GROUP, --group GROUP or --all-groups")
+    return given
+
+
 @groups.command("list")
 @bootstrap_option
 @output_option
 def list_(bootstrap: str, output: str) -> None:
     """List consumer groups."""
     with admin_client(bootstrap) as admin:
-        listed = result(
-            admin.list_consumer_groups(request_timeout=REQUEST_TIMEOUT_S), "list groups"
-        )
-    if listed.errors:
-        raise CliError(f"list groups: {describe_failure(listed.errors[0])}")
+        listed = _listed(admin)
     rows = [
         {
             "group": g.group_id,
@@ -90,21 +107,30 @@ def list_(bootstrap: str, output: str) -> None:
             "type": g.type.name.capitalize(),
             "simple": g.is_simple_consumer_group,
         }
-        for g in sorted(listed.valid, key=lambda g: g.group_id)
+        for g in listed
     ]
     emit(output, rows, ["group", "state", "type"])
 
 
 @groups.command("describe")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--group", "group_options", multiple=True, help="a group (Kafka's spelling)")
+@click.option("--all-groups", is_flag=True, help="every group")
 @click.option("--members", "show_members", is_flag=True, help="list members, not partitions")
 @bootstrap_option
 @output_option
-def describe(names: tuple[str, ...], show_members: bool, bootstrap: str, output: str) -> None:
+def describe(
+    names: tuple[str, ...],
+    show_members: bool,
+    bootstrap: str,
+    output: str,
+    group_options: tuple[str, ...] = (),
+    all_groups: bool = False,
+) -> None:
     """Show each group's state, members and their assignments, and lag per partition."""
     found: list[dict[str, Any]] = []
     with admin_client(bootstrap) as admin:
-        for group in dict.fromkeys(names):
+        for group in _group_names(admin, names, group_options, all_groups):
             described = _describe(admin, group)
             if described.state == ConsumerGroupState.DEAD:
                 raise CliError(f"group {group} does not exist")
@@ -241,7 +267,8 @@ def _timestamp_ms(text: str) -> int:
 
 
 @groups.command("reset-offsets")
-@click.argument("group")
+@click.argument("group", required=False)
+@click.option("--group", "group_option", help="the group (Kafka's spelling)")
 @click.option("--topic", "-t", "topics", multiple=True, help="TOPIC or TOPIC:P,P (repeatable)")
 @click.option("--all-topics", is_flag=True, help="every topic the group has offsets for")
 @click.option("--to-earliest", is_flag=True)
@@ -253,7 +280,7 @@ def _timestamp_ms(text: str) -> int:
 @bootstrap_option
 @output_option
 def reset_offsets(
-    group: str,
+    group: str | None,
     topics: tuple[str, ...],
     all_topics: bool,
     to_earliest: bool,
@@ -264,8 +291,13 @@ def reset_offsets(
     execute: bool,
     bootstrap: str,
     output: str,
+    group_option: str | None = None,
 ) -> None:
     """Move GROUP's committed offsets; a dry run unless --execute."""
+    if (group is None) == (group_option is None) or group == "":
+        raise click.UsageError("name one group (GROUP or --group GROUP)")
+    group = group if group is not None else group_option
+    assert group is not None
     chosen = [
         to_earliest,
         to_latest,
@@ -335,14 +367,22 @@ def reset_offsets(
 
 
 @groups.command("delete")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--group", "group_options", multiple=True, help="a group (Kafka's spelling)")
+@click.option("--all-groups", is_flag=True, help="every group")
 @bootstrap_option
-def delete(names: tuple[str, ...], bootstrap: str) -> None:
+def delete(
+    names: tuple[str, ...],
+    bootstrap: str,
+    group_options: tuple[str, ...] = (),
+    all_groups: bool = False,
+) -> None:
     """Delete inactive groups NAMES and their committed offsets."""
     with admin_client(bootstrap) as admin:
-        futures = admin.delete_consumer_groups(
-            list(dict.fromkeys(names)), request_timeout=REQUEST_TIMEOUT_S
-        )
+        chosen = _group_names(admin, names, group_options, all_groups)
+        if not chosen:
+            return
+        futures = admin.delete_consumer_groups(chosen, request_timeout=REQUEST_TIMEOUT_S)
         for group, future in futures.items():
             try:
                 future.result(REQUEST_TIMEOUT_S + 5)

@@ -13,14 +13,14 @@ from typing import Any
 
 import click
 
-from odradek.cli.common import CliError, bootstrap_option, parse_pairs
+from odradek.cli.common import CliError, bootstrap_option, one_topic, parse_pairs, topic_argument
 from odradek.client.blocking import Producer
 
 CHECK_TIMEOUT_S = 30.0
 
 
 @click.command()
-@click.argument("topic")
+@topic_argument
 @click.option("--key-separator", "-K", help="split each line into KEY<sep>VALUE at the first sep")
 @click.option(
     "--headers",
@@ -44,7 +44,7 @@ CHECK_TIMEOUT_S = 30.0
 @click.option("--property", "-X", "properties", multiple=True, help="producer KEY=VALUE")
 @bootstrap_option
 def produce(
-    topic: str,
+    topic: str | None,
     key_separator: str | None,
     headers: tuple[str, ...],
     compression: str,
@@ -53,8 +53,10 @@ def produce(
     linger_ms: int,
     properties: tuple[str, ...],
     bootstrap: str,
+    topic_option: str | None = None,
 ) -> None:
     """Send each line of standard input as a record to TOPIC."""
+    topic = one_topic(topic, topic_option)
     record_headers = [(k, v.encode()) for k, v in parse_pairs(headers, "--headers").items()]
     separator = key_separator.encode() if key_separator else None
     config: dict[str, Any] = {

@@ -145,7 +145,7 @@ async def _serve(config: BrokerConfig, truncate_damaged_metadata: bool = False) 
     try:
         urls = starting.result()
     except (StorageError, OSError, RuntimeError, ControllerError) as error:
-        print(f"odradek serve: cannot start: {error}", file=sys.stderr)
+        print(f"odradek serve: cannot start: {_one_line(error)}", file=sys.stderr)
         with contextlib.suppress(Exception):
             broker.log_manager.shutdown()
         return 1
@@ -158,6 +158,16 @@ async def _serve(config: BrokerConfig, truncate_damaged_metadata: bool = False) 
     try:
         await broker.stop()
     except (StorageError, OSError) as error:  # e.g. a full disk: exit 1 with one line
-        print(f"odradek serve: shutdown incomplete: {error}", file=sys.stderr)
+        print(f"odradek serve: shutdown incomplete: {_one_line(error)}", file=sys.stderr)
         return 1
     return 0
+
+
+def _one_line(error: BaseException) -> str:
+    """An error as a person reads it: an ``OSError``'s text and file, not ``[Errno N]``."""
+    if isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+        if error.filename is not None:
+            text += f": {error.filename}"
+        return text
+    return str(error)

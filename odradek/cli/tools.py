@@ -34,12 +34,52 @@ TOOL_HELP: dict[str, str] = {
 }
 
 
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
+
+# Kafka's tools name the action as a flag (kafka-topics.sh --create ...): the flag
+# stands for the subcommand when no subcommand is named.
+KAFKA_ACTIONS: dict[str, dict[str, str]] = {
+    "topics": {
+        "--create": "create",
+        "--list": "list",
+        "--describe": "describe",
+        "--delete": "delete",
+        "--alter": "alter",
+    },
+    "groups": {
+        "--list": "list",
+        "--describe": "describe",
+        "--delete": "delete",
+        "--reset-offsets": "reset-offsets",
+    },
+    "configs": {"--describe": "describe", "--alter": "alter"},
+}
+
+
+def kafka_action(argv: list[str]) -> list[str]:
+    """``topics --list -b B`` as ``topics list -b B`` (the first action flag only)."""
+    actions = KAFKA_ACTIONS.get(argv[0]) if argv else None
+    if not actions or len(argv) < 2:
+        return argv
+    command = tools.commands[argv[0]]
+    if isinstance(command, click.Group) and argv[1] in command.commands:
+        return argv
+    for index, word in enumerate(argv[1:], start=1):
+        if word in actions:
+            return [argv[0], actions[word], *argv[1:index], *argv[index + 1 :]]
+    return argv
+
+
 def run_tools(argv: list[str]) -> int:
+    """Run one client tool; its exit status. Ctrl-C exits 130 without a word (click
+    would print "Aborted!" and exit 1)."""
     try:
-        tools.main(args=argv, prog_name="odradek", standalone_mode=True)
-    except SystemExit as done:
-        code = done.code
-        if code is None:
-            return 0
-        return code if isinstance(code, int) else 1
-    return 0
+        done = tools.main(args=kafka_action(argv), prog_name="odradek", standalone_mode=False)
+    except click.exceptions.Abort:
+        return EXIT_INTERRUPTED
+    except click.exceptions.Exit as finished:
+        return finished.exit_code
+    except click.ClickException as error:
+        error.show()
+        return error.exit_code
+    return done if isinstance(done, int) else 0

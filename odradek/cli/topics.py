@@ -42,13 +42,24 @@ def kafka_uuid(value: uuid.UUID | None) -> str | None:
     return base64.urlsafe_b64encode(value.bytes).rstrip(b"=").decode()
 
 
+def _names(
+    names: tuple[str, ...], topic_options: tuple[str, ...], required: bool = False
+) -> tuple[str, ...]:
+    """NAMES and ``--topic`` (Kafka's spelling) together, each once."""
+    every = tuple(dict.fromkeys((*names, *topic_options)))
+    if required and not every:
+        raise click.UsageError("Missing argument: name a topic (NAME or --topic NAME)")
+    return every
+
+
 @click.group()
 def topics() -> None:
     """Create, list, describe, alter and delete topics."""
 
 
 @topics.command("create")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--topic", "topic_options", multiple=True, help="a topic (Kafka's spelling)")
 @click.option("--partitions", "-p", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option(
     "--replication-factor", "-r", type=click.IntRange(min=1), default=1, show_default=True
@@ -63,8 +74,10 @@ def create(
     config: tuple[str, ...],
     if_not_exists: bool,
     bootstrap: str,
+    topic_options: tuple[str, ...] = (),
 ) -> None:
     """Create topics NAMES."""
+    names = _names(names, topic_options, required=True)
     settings = parse_pairs(config)
     with admin_client(bootstrap) as admin:
         futures = admin.create_topics(
@@ -109,11 +122,19 @@ def list_(internal: bool, bootstrap: str, output: str) -> None:
 
 @topics.command("describe")
 @click.argument("names", nargs=-1)
+@click.option("--topic", "topic_options", multiple=True, help="a topic (Kafka's spelling)")
 @click.option("--configs", "with_configs", is_flag=True, help="also show non-default configs")
 @bootstrap_option
 @output_option
-def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output: str) -> None:
+def describe(
+    names: tuple[str, ...],
+    with_configs: bool,
+    bootstrap: str,
+    output: str,
+    topic_options: tuple[str, ...] = (),
+) -> None:
     """Describe topics NAMES (default: all but internal ones)."""
+    names = _names(names, topic_options)
     with admin_client(bootstrap) as admin:
         if names:
             described = describe_topics(admin, list(dict.fromkeys(names)))
@@ -177,11 +198,15 @@ def describe(names: tuple[str, ...], with_configs: bool, bootstrap: str, output:
 
 
 @topics.command("delete")
-@click.argument("names", nargs=-1, required=True)
+@click.argument("names", nargs=-1)
+@click.option("--topic", "topic_options", multiple=True, help="a topic (Kafka's spelling)")
 @click.option("--if-exists", is_flag=True, help="succeed when a topic does not exist")
 @bootstrap_option
-def delete(names: tuple[str, ...], if_exists: bool, bootstrap: str) -> None:
+def delete(
+    names: tuple[str, ...], if_exists: bool, bootstrap: str, topic_options: tuple[str, ...] = ()
+) -> None:
     """Delete topics NAMES."""
+    names = _names(names, topic_options, required=True)
     with admin_client(bootstrap) as admin:
         futures = admin.delete_topics(
             list(dict.fromkeys(names)),
@@ -199,19 +224,25 @@ def delete(names: tuple[str, ...], if_exists: bool, bootstrap: str) -> None:
 
 
 @topics.command("alter")
-@click.argument("name")
+@click.argument("name", required=False)
+@click.option("--topic", "topic_options", multiple=True, help="a topic (Kafka's spelling)")
 @click.option("--partitions", "-p", type=click.IntRange(min=1), help="new partition count")
 @click.option("--config", "-c", "config", multiple=True, help="KEY=VALUE to set (repeatable)")
 @click.option("--delete-config", "-d", multiple=True, help="KEY to reset to its default")
 @bootstrap_option
 def alter(
-    name: str,
+    name: str | None,
     partitions: int | None,
     config: tuple[str, ...],
     delete_config: tuple[str, ...],
     bootstrap: str,
+    topic_options: tuple[str, ...] = (),
 ) -> None:
     """Grow a topic's partitions and/or change its configs."""
+    given = _names((name,) if name else (), topic_options, required=True)
+    if len(given) != 1:
+        raise click.UsageError("alter one topic at a time")
+    name = given[0]
     if partitions is None and not config and not delete_config:
         raise click.UsageError("nothing to alter: give --partitions, --config or --delete-config")
     settings = parse_pairs(config)

@@ -268,7 +268,7 @@ class AdminClient:
             answers = await admin_configs.describe_configs(self._cluster, resources)
             return {r: a.entries if a.outcome.ok else a.outcome for r, a in answers.items()}
 
-        return self._split(resources, work(), request_timeout, repr)
+        return self._split(resources, work(), request_timeout, str)
 
     def alter_configs(
         self,
@@ -284,7 +284,7 @@ class AdminClient:
             stacklevel=2,
         )
         work = admin_configs.alter_configs(self._cluster, resources, validate_only)
-        return self._split(resources, work, request_timeout, repr)
+        return self._split(resources, work, request_timeout, str)
 
     def incremental_alter_configs(
         self,
@@ -293,7 +293,7 @@ class AdminClient:
         validate_only: bool = False,
     ) -> dict[ConfigResource, Future[None]]:
         work = admin_configs.incremental_alter_configs(self._cluster, resources, validate_only)
-        return self._split(resources, work, request_timeout, repr)
+        return self._split(resources, work, request_timeout, str)
 
     # -- groups ----------------------------------------------------------------------
     def list_consumer_groups(

@@ -90,6 +90,9 @@ class ConsumerGroupState(enum.IntEnum):
     DEAD = 4
     EMPTY = 5
 
+    def __str__(self) -> str:  # an IntEnum prints its number: print the name, as Enum does
+        return f"{type(self).__name__}.{self.name}"
+
     @classmethod
     def from_name(cls, name: str) -> ConsumerGroupState:
         key = name.upper()
@@ -147,6 +150,9 @@ class ConfigResource:
 
     def __repr__(self) -> str:
         return f"ConfigResource({self.restype.name}, {self.name!r})"
+
+    def __str__(self) -> str:  # in error messages: "topic orders", "broker 1"
+        return f"{self.restype.name.lower()} {self.name}"
 
 
 @dataclass(frozen=True)

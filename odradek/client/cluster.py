@@ -171,6 +171,9 @@ def is_retriable(error: BaseException) -> bool:
     return bool(getattr(error, "retriable", False))
 
 
+DEFAULT_PORT = 9092  # a bootstrap server without a port, as in librdkafka
+
+
 def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
     items = servers.split(",") if isinstance(servers, str) else list(servers)
     addresses = []
@@ -179,7 +182,9 @@ def parse_bootstrap(servers: str | Iterable[str]) -> list[tuple[str, int]]:
         if not item:
             continue
         host, sep, port = item.rpartition(":")
-        if not sep or not port.isdigit():
+        if not sep or host.endswith(":") or item.endswith("]"):  # no port: librdkafka's 9092
+            host, port = item, str(DEFAULT_PORT)
+        if not port.isdigit():
             raise ValueError(f"bootstrap.servers: {item!r} is not HOST:PORT")
         addresses.append((host.strip("[]") or "localhost", int(port)))
     if not addresses:

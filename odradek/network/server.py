@@ -86,8 +86,15 @@ class SocketServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        sock.listen(LISTEN_BACKLOG)
+        try:
+            sock.bind((host, port))
+            sock.listen(LISTEN_BACKLOG)
+        except OSError as error:  # name the address: "[Errno 98]" alone says nothing
+            sock.close()
+            address = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+            raise OSError(
+                error.errno, f"cannot listen on {name} {address}: {error.strerror}"
+            ) from None
         sock.setblocking(False)
         listener = BoundListener(
             name,

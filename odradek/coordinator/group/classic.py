@@ -584,7 +584,10 @@ class ClassicGroup:
         self._pending.clear()
         self._pending_sync.clear()
         self._join_deadline_ms = self._join_cap_ms = self._sync_deadline_ms = None
-        self._transition(DEAD, "marked dead")
+        if error == "NOT_COORDINATOR":  # unloaded (shutdown, leadership moved): data kept
+            self._transition(DEAD, "unloaded: no longer its coordinator", logging.DEBUG)
+        else:
+            self._transition(DEAD, "marked dead")
 
     # -- completion, state, persistence ---------------------------------------------------
     def _park_join(self, member: Member, waiter: object) -> None:
@@ -619,11 +622,13 @@ class ClassicGroup:
         persist, self._persist = self._persist, False
         return persist
 
-    def _transition(self, to: GroupState, reason: str = "") -> None:
+    def _transition(self, to: GroupState, reason: str = "", level: int = logging.INFO) -> None:
         assert to in LEGAL_TRANSITIONS[self.state], (
             f"group {self.group_id}: illegal transition {self.state.value} -> {to.value}"
         )
-        logger.info("group %s: %s -> %s: %s", self.group_id, self.state.value, to.value, reason)
+        logger.log(
+            level, "group %s: %s -> %s: %s", self.group_id, self.state.value, to.value, reason
+        )
         self.state = to
         self.state_timestamp_ms = self._clock()
 
