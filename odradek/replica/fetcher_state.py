@@ -18,7 +18,8 @@ Each partition has a ``FetchStart`` (leader, leader epoch, topic id) and a state
 - Reconciliation (seeds/000 副本调和): a partition whose response carries
   ``diverging_epoch`` (epoch E, end offset O) has records the leader does not. The
   follower truncates to min(O, its own end offset for E) — the end of the last epoch
-  both logs hold — and fetches again from there; the next fetch names its new last
+  both logs hold — if it has E; if not, to the end of its largest epoch below E (O
+  would fall among its own records, even inside a batch) — and fetches again from there; the next fetch names its new last
   epoch, so a deeper divergence is found by the next round. It never truncates to its
   high watermark: that can lag the leader's (seeds/000 "Watermark 滞后"), and records
   above it may be committed. Only when the leader knows no epoch at all (-1, -1) is the
@@ -458,7 +459,17 @@ class FetcherCore:
             target = min(log.high_watermark, end)  # the leader knows no epoch (KIP-101)
         else:
             own_epoch, own_end = log.end_offset_for_epoch(epoch)
-            target = min(leader_end, end) if own_epoch < 0 else min(leader_end, own_end, end)
+            if own_epoch < 0:  # the follower tracks no epoch: the leader's end (Kafka's too)
+                target = min(leader_end, end)
+            elif own_epoch != epoch:
+                # The follower never had epoch E: its largest epoch below E ends at own_end,
+                # and leader_end (the end of E on the leader) means nothing in this log —
+                # it can fall inside one of its own divergent batches (Kafka's
+                # AbstractFetcherThread: an intermediate truncation to min(own end, log end),
+                # the next fetch names the older epoch and finds the real divergence).
+                target = min(own_end, end)
+            else:
+                target = min(leader_end, own_end, end)
         target = max(target, 0)
         logger.info(
             "replica fetcher %d: %s-%d diverges from leader %d at epoch %d "
