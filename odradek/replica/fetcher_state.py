@@ -19,8 +19,9 @@ Each partition has a ``FetchStart`` (leader, leader epoch, topic id) and a state
   ``diverging_epoch`` (epoch E, end offset O) has records the leader does not. The
   follower truncates to min(O, its own end offset for E) — the end of the last epoch
   both logs hold — if it has E; if not, to the end of its largest epoch below E (O
-  would fall among its own records, even inside a batch) — and fetches again from there; the next fetch names its new last
-  epoch, so a deeper divergence is found by the next round. It never truncates to its
+  would fall among its own records, even inside a batch) — and fetches again from
+  there; the next fetch names its new last epoch, so a deeper divergence is found by
+  the next round. It never truncates to its
   high watermark: that can lag the leader's (seeds/000 "Watermark 滞后"), and records
   above it may be committed. Only when the leader knows no epoch at all (-1, -1) is the
   high watermark the fallback, as in KIP-101.
