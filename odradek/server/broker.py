@@ -101,6 +101,7 @@ from odradek.server.broker_remote import build_remote_log_manager
 from odradek.server.broker_settings import (
     cleaner_settings,
     coordinator_settings,
+    dynamic_value,
     fetcher_settings,
     replication_quotas,
     transaction_settings,
@@ -112,7 +113,6 @@ from odradek.server.config import (
     BROKER_ROLE,
     CONFIGS_BY_NAME,
     BrokerConfig,
-    ConfigError,
     QuorumVoter,
 )
 from odradek.server.config_alter import BrokerConfigRules
@@ -501,15 +501,8 @@ class Broker:
     def connection_limits(self) -> ConnectionLimits:
         """max.connections and max.connections.per.ip(.overrides), dynamic over static."""
         dynamic = self.dynamic_broker_configs() if self.controller else {}
-        values = {}
         names = ("max.connections", "max.connections.per.ip", "max.connections.per.ip.overrides")
-        for name in names:
-            raw = dynamic.get(name)
-            try:
-                parsed = CONFIGS_BY_NAME[name].parse(name, raw) if raw is not None else None
-            except ConfigError:  # checked when it was set; never fatal here
-                parsed = None
-            values[name] = self.config[name] if parsed is None else parsed
+        values = {name: dynamic_value(self.config, dynamic, name) for name in names}
         return ConnectionLimits(
             values["max.connections"],
             values["max.connections.per.ip"],

@@ -117,18 +117,23 @@ def replication_quotas(config: BrokerConfig, clock: Callable[[], int]) -> Replic
     )
 
 
+def dynamic_value(config: BrokerConfig, dynamic: Mapping[str, str], name: str) -> Any:
+    """A broker property's dynamic value (AlterConfigs, already validated when it was
+    set) over its static one; one that no longer parses falls back, never fatal."""
+    raw = dynamic.get(name)
+    if raw is not None:
+        try:
+            return CONFIGS_BY_NAME[name].parse(name, raw)
+        except ConfigError:
+            pass
+    return config[name]
+
+
 def cleaner_settings(config: BrokerConfig, dynamic: Mapping[str, str]) -> CleanerSettings:
-    """The log cleaner's ``log.cleaner.*``: a dynamic value (AlterConfigs, already
-    validated when it was set) over the static one."""
+    """The log cleaner's ``log.cleaner.*``, dynamic over static."""
 
     def value(name: str) -> Any:
-        raw = dynamic.get(name)
-        if raw is not None:
-            try:
-                return CONFIGS_BY_NAME[name].parse(name, raw)
-            except ConfigError:  # checked when set; never fatal here
-                pass
-        return config[name]
+        return dynamic_value(config, dynamic, name)
 
     return CleanerSettings(
         enable=config["log.cleaner.enable"],
