@@ -14,7 +14,16 @@ $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip==24.3.1
 	$(BIN)/pip install --quiet -e '.[dev,spark]' --config-settings editable_mode=compat
-	touch $(STAMP)
+	touch $(STAMP) $(SERVE_STAMP)
+
+# `make serve` needs only the broker's own dependencies (tens of MB, not the ~1 GB of
+# Spark and the test clients); a venv that `make test` set up already has them.
+SERVE_STAMP := $(VENV)/.installed-serve
+$(SERVE_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip==24.3.1
+	$(BIN)/pip install --quiet -e . --config-settings editable_mode=compat
+	touch $(SERVE_STAMP)
 
 # kcat (Debian's package) for tests/interop: installed once, quietly, as root or with
 # sudo; `apt-get update` only if the first install attempt fails. Without it the kcat
@@ -83,15 +92,19 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check odradek tests bench
 	$(BIN)/mypy
 
-serve: $(STAMP)
-	$(BIN)/odradek serve
+# `make serve PORT=9093` listens elsewhere; `make serve ARGS='--config config/server.properties'`
+# passes any `odradek serve` arguments (ARGS='--help' lists them).
+PORT ?=
+ARGS ?=
+serve: $(SERVE_STAMP)
+	$(BIN)/odradek serve $(if $(PORT),--listen localhost:$(PORT)) $(ARGS)
 
-# Three combined KRaft nodes from examples/cluster/node{1,2,3}.properties (brokers on
+# Three combined KRaft nodes from config/cluster/node{1,2,3}.properties (brokers on
 # localhost:9092-9094, controllers on 19093-19095, data in var/cluster/nodeN), formatted
 # once with one cluster id; prints the bootstrap string and stops all three on Ctrl-C.
 # CLUSTER_ARGS='--port 29092 --controller-port 29192 --data-dir var/c2' moves them.
 CLUSTER_ARGS ?=
-cluster: $(STAMP)
+cluster: $(SERVE_STAMP)
 	$(BIN)/odradek cluster $(CLUSTER_ARGS)
 
 # The Spark pipeline of examples/clickstream end to end: a broker on an ephemeral port

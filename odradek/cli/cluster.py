@@ -1,7 +1,7 @@
 """``odradek cluster``: three combined KRaft nodes on this machine (``make cluster``).
 
 How this works and why: a local cluster is three ``odradek serve`` processes, one per
-``examples/cluster/node{1,2,3}.properties`` (process.roles=broker,controller, brokers
+``config/cluster/node{1,2,3}.properties`` (process.roles=broker,controller, brokers
 on 9092-9094, controllers on 19093-19095, data under ``./var/cluster/nodeN``). This
 command does what the files' comments tell an operator to do by hand:
 
@@ -54,7 +54,7 @@ from odradek.storage.errors import StorageError
 from odradek.storage.meta_properties import describe_dirs, format_dirs, random_uuid
 
 NAME: Final = "cluster"
-DEFAULT_CONFIGS: Final = tuple(Path(f"examples/cluster/node{n}.properties") for n in (1, 2, 3))
+DEFAULT_CONFIGS: Final = tuple(Path(f"config/cluster/node{n}.properties") for n in (1, 2, 3))
 EXIT_ERROR: Final = 1
 EXIT_USAGE: Final = 2
 PR_SET_PDEATHSIG: Final = 1
@@ -74,7 +74,7 @@ def add_parser(subparsers: Subparsers) -> None:
         action="append",
         metavar="FILE",
         help="a node's server.properties (repeat per node; default "
-        "examples/cluster/node{1,2,3}.properties)",
+        "config/cluster/node{1,2,3}.properties)",
     )
     parser.add_argument("--host", help="the host every listener binds and advertises")
     parser.add_argument("--port", type=int, help="the first node's broker port (next: +1, +2)")

@@ -23,6 +23,8 @@ the Spark Connect client classes are not affected.
 from __future__ import annotations
 
 import functools
+import os
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 from pyspark.sql.datasource import DataSource
@@ -82,6 +84,7 @@ class OdradekDataSource(DataSource):
     def schema(self) -> StructType:
         """Spark's Kafka schema. Asked for by reads only (``load()``), so the options every
         read needs are checked here and a bad one fails ``load()`` rather than the action."""
+        _check_worker_interpreter()
         from odradek.spark.read_options import consumer_config, parse_subscription
 
         parse_subscription(self.options)
@@ -97,31 +100,76 @@ class OdradekDataSource(DataSource):
             )
 
     def reader(self, schema: StructType) -> DataSourceReader:
+        _check_worker_interpreter()
         from odradek.spark.read_batch import BatchReader
 
         self._check_schema(schema)
         return BatchReader(dict(self.options), schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from odradek.spark.read_stream import StreamReader
+        _check_worker_interpreter()
+        from odradek.spark.read_stream import RefusedStreamReader, StreamReader
 
-        self._check_schema(schema)
-        return StreamReader(dict(self.options), schema)
+        try:
+            self._check_schema(schema)
+            return StreamReader(dict(self.options), schema)
+        except Exception as error:  # raised from Spark's first call (see the class)
+            return RefusedStreamReader(error)
 
     def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        _check_worker_interpreter()
         from odradek.spark.write import batch_writer
 
         return batch_writer(self.options, schema, overwrite)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        _check_worker_interpreter()
         from odradek.spark.write import stream_writer
 
         return stream_writer(self.options, schema, overwrite)
 
 
+def _check_worker_interpreter() -> None:
+    """The source runs in Spark's Python workers: one started with an interpreter that
+    lacks odradek's dependencies fails here with one line that says what to set,
+    instead of a ModuleNotFoundError traceback from deep inside an import."""
+    try:
+        import odradek.client  # noqa: F401 - imports everything the source needs below
+    except ImportError as error:
+        raise opts.OptionError(
+            f"Spark started its Python worker with {sys.executable}, which cannot import "
+            f"{error.name or error}: set PYSPARK_PYTHON to the Python odradek is installed "
+            f"in (or call odradek.spark.register(spark) in a local session)"
+        ) from None
+
+
 def register(spark: SparkSession) -> None:
-    """Register ``format("odradek")`` on this session (idempotent)."""
+    """Register ``format("odradek")`` on this session (idempotent).
+
+    In local mode, when ``PYSPARK_PYTHON`` is not set, Spark starts its Python workers
+    with whatever ``python3`` is on the ``PATH``, which is not the virtualenv a program
+    run as ``.venv/bin/python job.py`` has odradek in: the workers then fail on their
+    first import. Registering makes this session's workers use the driver's own
+    interpreter instead (the one that just imported odradek). A cluster's executors
+    run elsewhere, where the driver's path may not exist: there, set
+    ``PYSPARK_PYTHON`` (or ``spark.pyspark.python``) as Spark's docs say.
+    """
+    _workers_use_this_interpreter(spark)
     spark.dataSource.register(OdradekDataSource)
+
+
+def _workers_use_this_interpreter(spark: SparkSession) -> None:
+    if os.environ.get("PYSPARK_PYTHON"):
+        return  # the user chose
+    try:
+        context = spark.sparkContext
+        chosen = context.getConf().get("spark.pyspark.python")
+    except Exception:  # a Spark Connect session has no SparkContext here
+        return
+    if chosen or not str(context.master).startswith("local"):
+        return
+    if sys.executable:
+        context.pythonExec = sys.executable
 
 
 def use_as_kafka(spark: SparkSession, enabled: bool = True) -> None:

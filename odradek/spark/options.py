@@ -15,6 +15,7 @@ and by unit tests that run without Spark.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Final, TypeVar
 
@@ -24,8 +25,29 @@ BOOTSTRAP: Final = "kafka.bootstrap.servers"
 T = TypeVar("T")
 
 
+# Set in every Python worker Spark starts (planner, streaming source, task workers).
+SPARK_WORKER_ENV: Final = "PYTHON_WORKER_FACTORY_SECRET"
+# Read by PySpark's worker when it reports an exception to the JVM: set, it sends only
+# the exception's own line ("OptionError: option ...") instead of the traceback.
+HIDE_TRACEBACK_ENV: Final = "SPARK_HIDE_TRACEBACK"
+
+
 class OptionError(ValueError):
-    """A bad connector option; the message names it."""
+    """A bad connector option; the message names it.
+
+    Spark reports a Python data source's exception as its own error whose message is the
+    worker's traceback, so a bad option used to read as ``[PYTHON_DATA_SOURCE_ERROR] ...
+    Traceback (most recent call last):`` followed by frames of odradek's option parsing.
+    Made inside a Spark worker, an OptionError asks that worker to report exceptions
+    without the traceback, so the first line of Spark's error ends with the option's
+    message. Only that worker is affected: every Spark Python worker exits after
+    reporting an exception, and nothing in the connector catches an OptionError.
+    """
+
+    def __init__(self, *args: object) -> None:
+        super().__init__(*args)
+        if SPARK_WORKER_ENV in os.environ:
+            os.environ[HIDE_TRACEBACK_ENV] = "1"
 
 
 # Client keys the connector owns. Value: what to use instead (None: nothing to set).

@@ -162,9 +162,17 @@ class KafkaMetadata:
             raise self._failed("reading cluster metadata", error) from None
         found: list[TP] = []
         if isinstance(subscription, Subscribe):
+            # As Spark's source (its admin client describes the subscribed topics), a
+            # missing topic fails the query instead of reading nothing.
+            missing = [name for name in subscription.topics if name not in topics]
+            if missing:
+                raise OptionError(
+                    f"option 'subscribe': topic {', '.join(map(repr, missing))} does not "
+                    f"exist (create it first, or use 'subscribePattern' to pick up topics "
+                    f"as they appear)"
+                )
             for name in subscription.topics:
-                if name in topics:
-                    found.extend((name, p) for p in topics[name].partitions)
+                found.extend((name, p) for p in topics[name].partitions)
         elif isinstance(subscription, SubscribePattern):
             for name, topic in topics.items():
                 if not name.startswith("__") and subscription.matches(name):

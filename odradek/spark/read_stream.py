@@ -204,5 +204,42 @@ class StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             self._metadata = None
 
 
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Stands in for a ``StreamReader`` that could not be made, and raises its error from
+    the first call Spark makes.
+
+    PySpark's streaming source runner creates the reader inside ``try: ... finally:
+    reader.stop()``, so an exception from the constructor is replaced by an
+    ``UnboundLocalError`` about ``reader`` and the real message (a bad option) is lost.
+    """
+
+    def __init__(self, error: Exception) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict[str, Any]:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, Any]:
+        raise self.error
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        raise self.error
+
+    def commit(self, end: dict[str, Any]) -> None:
+        raise self.error
+
+    def stop(self) -> None:
+        pass
+
+
 def _named(spec: RangeSpec, tp: TP) -> RangeSpec:
     return RangeSpec(tp[0], tp[1], 0, 0, spec.client, fail_on_data_loss=spec.fail_on_data_loss)

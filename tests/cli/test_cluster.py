@@ -2,7 +2,7 @@
 
 The command runs as a real process on free ports (``--port``/``--controller-port``)
 with its data in the test's tmp dir (``--data-dir``), from the repository's own
-``examples/cluster`` files; the test reads its ready and node lines, asks every
+``config/cluster`` files; the test reads its ready and node lines, asks every
 broker for Metadata and a controller for the quorum's status, sends SIGINT as Ctrl-C
 would, and checks that the command exits 0 and every node pid it printed is gone.
 The formatting step is also tested in-process: a second run keeps the cluster id,

@@ -2,7 +2,7 @@
 
 How this works and why: each test module runs one cluster of three combined
 ``odradek serve`` processes started from the example Kafka-style property files
-(``examples/cluster/node{1,2,3}.properties``, their addresses and dirs replaced by free
+(``config/cluster/node{1,2,3}.properties``, their addresses and dirs replaced by free
 ones, tests/support/kraft.py), with Kafka's timeouts made short so a failover takes
 seconds: ``broker.session.timeout.ms`` (a killed broker is fenced, its partitions get
 new leaders) and ``replica.lag.time.max.ms`` (a stalled follower leaves the ISR).
@@ -28,7 +28,7 @@ from tests.groups.wire import find_coordinator
 from tests.support.kraft import NODE_IDS, Quorum
 from tests.support.wire import WireClient
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster"
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "cluster"
 # A lagging follower leaves the ISR (the leader's AlterPartition) well before a paused
 # broker is fenced (the controller's own ISR change), so a test can tell them apart.
 SESSION_TIMEOUT_MS = 4000

@@ -143,7 +143,7 @@ def test_describe_types_of_the_kraft_properties() -> None:
 
 @pytest.mark.parametrize("name", ["node1", "node2", "node3"])
 def test_example_cluster_files_load(name: str) -> None:
-    config = BrokerConfig.load(REPO / "examples" / "cluster" / f"{name}.properties")
+    config = BrokerConfig.load(REPO / "config" / "cluster" / f"{name}.properties")
     node = int(name[-1])
     assert config.node_id == node
     assert [v.node_id for v in config.quorum_voters] == [1, 2, 3]
@@ -436,3 +436,18 @@ def test_replica_selector_class_names_kafka_s_selectors() -> None:
     assert short["replica.selector.class"] == rack_aware
     error = error_of(kraft(replica__selector__class="com.example.Nearest"))
     assert error.key == "replica.selector.class" and "RackAwareReplicaSelector" in str(error)
+
+
+def test_sample_config_files_use_only_known_keys() -> None:
+    """config/server.properties and every cluster sample load with no unknown or inert key
+    (a typo there would teach users a setting that does nothing)."""
+    files = [
+        REPO / "config" / "server.properties",
+        *sorted((REPO / "config").rglob("*/*.properties")),
+    ]
+    assert len(files) >= 9
+    for path in files:
+        config = BrokerConfig.load(path)
+        assert not config.unknown and not config.inert, (path.name, config.unknown, config.inert)
+    single = BrokerConfig.load(REPO / "config" / "server.properties")
+    assert single.broker_listeners[0].port == 9092 and single.quorum_voters == ()

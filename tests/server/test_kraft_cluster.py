@@ -1,6 +1,6 @@
 """Three combined KRaft nodes as real ``odradek serve`` processes.
 
-Each node gets an ``examples/cluster/``-style properties file (process.roles=broker,
+Each node gets an ``config/cluster/``-style properties file (process.roles=broker,
 controller, controller.quorum.voters naming three fixed free ports, a CONTROLLER
 listener on its own one), its dirs are formatted with one cluster id (``odradek storage
 format``), and the three are launched together (a node is ready only once a majority

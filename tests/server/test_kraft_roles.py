@@ -1,7 +1,7 @@
 """process.roles over real processes: dedicated controllers, broker-only observers, and a
 node that catches up by FetchSnapshot.
 
-- Three controller-only and two broker-only nodes, from ``examples/cluster/dedicated``
+- Three controller-only and two broker-only nodes, from ``config/cluster/dedicated``
   (their addresses and dirs replaced by free ones): the quorum elects among the
   controllers only; both brokers register and appear in Metadata (confluent-kafka,
   kcat -L), the controllers do not; Metadata names a broker as controller (Kafka's
@@ -45,7 +45,7 @@ from odradek.raft.snapshots import SNAPSHOT_SUFFIX
 from tests.support.kraft import HOST, Quorum
 
 QUIET = {"log_level": 0}
-EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "cluster" / "dedicated"
+EXAMPLES = Path(__file__).resolve().parents[2] / "config" / "cluster" / "dedicated"
 FAST = {
     "controller.quorum.election.timeout.ms": "500",
     "controller.quorum.fetch.timeout.ms": "2000",
@@ -135,7 +135,7 @@ def produce_and_consume(bootstrap: str, topic: str, values: Iterable[bytes]) -> 
         consumer.close()
 
 
-# examples/cluster/dedicated: controllers 1-3, broker-only observers 4 and 5
+# config/cluster/dedicated: controllers 1-3, broker-only observers 4 and 5
 DEDICATED = pytest.mark.quorum(
     node_ids=(1, 2, 3, 4, 5),
     properties=FAST,

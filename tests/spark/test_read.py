@@ -227,10 +227,14 @@ def test_bad_options_fail_naming_the_option(
             "'startingOffsets'",
         ),
     ]
+    cases.append(({"subscribe": f"{topic},no-such-topic"}, "'subscribe': topic 'no-such-topic'"))
     for options, needle in cases:
         with pytest.raises(Exception) as raised:
             read(spark, broker.bootstrap, **options).collect()
-        assert needle in str(raised.value), (options, str(raised.value)[-2000:])
+        # Spark's error names the option on its first line, with no Python traceback.
+        message = str(raised.value)
+        assert needle in message.splitlines()[0], (options, message[-2000:])
+        assert "Traceback" not in message, (options, message[-2000:])
     with pytest.raises(Exception, match="'endingOffsets'"):
         (
             spark.readStream.format("odradek")
@@ -243,6 +247,22 @@ def test_bad_options_fail_naming_the_option(
             .start()
             .awaitTermination(60)
         )
+    # A stream subscribed to a topic that does not exist fails (as Spark's source does)
+    # instead of reading nothing forever.
+    query = (
+        spark.readStream.format("odradek")
+        .option("kafka.bootstrap.servers", broker.bootstrap)
+        .option("subscribe", "no-such-topic")
+        .load()
+        .writeStream.format("noop")
+        .trigger(availableNow=True)
+        .start()
+    )
+    try:
+        with pytest.raises(Exception, match="'subscribe': topic 'no-such-topic' does not exist"):
+            query.awaitTermination(60)
+    finally:
+        query.stop()
 
 
 def test_fail_on_data_loss(

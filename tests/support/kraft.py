@@ -1,13 +1,13 @@
 """A KRaft quorum of combined ``odradek serve`` processes for tests, chaos runs and benches.
 
-``Quorum(workdir)`` writes one ``examples/cluster``-style properties file per node
+``Quorum(workdir)`` writes one ``config/cluster``-style properties file per node
 (process.roles=broker,controller, ``controller.quorum.voters`` over fixed free ports,
 a CONTROLLER listener on each), formats every node's dir with one cluster id (``odradek
 storage format``), and keeps one ``BrokerProcess`` per node. ``roles`` makes some nodes
 broker-only (observers of the metadata log: no CONTROLLER listener, not voters) or
 controller-only (no client listener); the voters are the nodes with the controller
 role. ``templates`` starts a node's properties from a file (the
-``examples/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
+``config/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
 ``node_properties`` adds one node's own lines last (e.g. an ``advertised.listeners``
 naming a proxy in front of it, tests/support/netproxy.py).
 ``start()`` launches all nodes before waiting for any (a node is ready only once a
