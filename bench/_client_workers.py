@@ -330,7 +330,7 @@ CONSUMERS = {
 
 def handoff_worker(spec: dict[str, Any]) -> dict[str, float]:
     """Per-call cost of a round trip to the blocking faces' loop thread, alone."""
-    from odradek.client.blocking import LoopThread
+    from odradek.client._core.loop_thread import LoopThread
 
     async def nothing() -> None:
         return None

@@ -34,6 +34,11 @@ RULES: Final = [
     ),
     # Handlers are thin: fetch and offset semantics belong to the replica layer.
     (("odradek.server.handlers",), ("odradek.storage",)),
+    # The client's shared core sits under its producer, consumer and admin packages.
+    (
+        ("odradek.client._core",),
+        ("odradek.client.producer", "odradek.client.consumer", "odradek.client.admin"),
+    ),
 ]
 
 # (importing module, imported module): known offenders, to be removed by the step named.

@@ -23,13 +23,13 @@ from kio.schema.errors import ErrorCode
 from rich.console import Console
 from rich.table import Table
 
-from odradek.client.admin import AdminClient
-from odradek.client.admin_types import OffsetSpec, TopicCollection, TopicDescription
-from odradek.client.cluster import KafkaError
-from odradek.client.cluster import error_code as client_error_code
-from odradek.client.config import ConfigError
-from odradek.client.connection import KafkaConnectionError, UnsupportedVersionError
-from odradek.client.types import KafkaException, TopicPartition
+from odradek.client._core.config import ConfigError
+from odradek.client._core.connection import KafkaConnectionError, UnsupportedVersionError
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.errors import error_code as client_error_code
+from odradek.client._core.types import KafkaException, TopicPartition
+from odradek.client.admin.blocking import AdminClient
+from odradek.client.admin.types import OffsetSpec, TopicCollection, TopicDescription
 
 DEFAULT_BOOTSTRAP = "localhost:9092"
 REQUEST_TIMEOUT_S = 30.0  # each admin operation, lookups included

@@ -20,8 +20,8 @@ from odradek.cli.common import (
     parse_pairs,
     result,
 )
-from odradek.client.admin import AdminClient
-from odradek.client.admin_types import (
+from odradek.client.admin.blocking import AdminClient
+from odradek.client.admin.types import (
     AlterConfigOpType,
     ConfigEntry,
     ConfigResource,

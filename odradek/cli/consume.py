@@ -26,10 +26,10 @@ from odradek.cli.common import (
     topic_argument,
     topic_partitions,
 )
-from odradek.client.cluster import KafkaError
-from odradek.client.cluster import error_code as client_error_code
-from odradek.client.consumer_sync import OFFSET_BEGINNING, OFFSET_END, Consumer
-from odradek.client.types import KafkaException, Message, TopicPartition
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.errors import error_code as client_error_code
+from odradek.client._core.types import KafkaException, Message, TopicPartition
+from odradek.client.consumer.blocking import OFFSET_BEGINNING, OFFSET_END, Consumer
 
 
 def _text(data: bytes | None) -> str | None:

@@ -31,14 +31,14 @@ from odradek.cli.common import (
     output_option,
     result,
 )
-from odradek.client.admin import AdminClient
-from odradek.client.admin_types import (
+from odradek.client._core.types import KafkaException, TopicPartition
+from odradek.client.admin.blocking import AdminClient
+from odradek.client.admin.types import (
     ConsumerGroupDescription,
     ConsumerGroupState,
     ConsumerGroupTopicPartitions,
     OffsetSpec,
 )
-from odradek.client.types import KafkaException, TopicPartition
 
 # The state names Kafka's own tools print.
 STATE_NAMES = {

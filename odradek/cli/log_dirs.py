@@ -37,7 +37,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
 from odradek.cli.subcommand import Subparsers
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
     KafkaConnectionError,

@@ -25,9 +25,9 @@ from odradek.cli.common import (
     output_option,
     topic_partitions,
 )
-from odradek.client.blocking import Producer
-from odradek.client.consumer_sync import OFFSET_BEGINNING, Consumer
-from odradek.client.types import TopicPartition
+from odradek.client._core.types import TopicPartition
+from odradek.client.consumer.blocking import OFFSET_BEGINNING, Consumer
+from odradek.client.producer.blocking import Producer
 
 MB = 1024 * 1024
 

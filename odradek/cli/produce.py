@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from odradek.cli.common import CliError, bootstrap_option, one_topic, parse_pairs, topic_argument
-from odradek.client.blocking import Producer
+from odradek.client.producer.blocking import Producer
 
 CHECK_TIMEOUT_S = 30.0
 

@@ -62,7 +62,7 @@ from odradek.cli.log_dirs import (
 )
 from odradek.cli.reassign_throttles import ThrottleError, clear_throttles, set_throttles
 from odradek.cli.subcommand import Subparsers
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
     KafkaConnectionError,

@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     BrokerConnection,
     KafkaConnectionError,
     UnsupportedVersionError,

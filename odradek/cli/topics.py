@@ -31,8 +31,8 @@ from odradek.cli.common import (
     result,
 )
 from odradek.cli.configs import alter_configs, describe_configs
-from odradek.client.admin_types import NewPartitions, NewTopic, OffsetSpec
-from odradek.client.types import KafkaException
+from odradek.client._core.types import KafkaException
+from odradek.client.admin.types import NewPartitions, NewTopic, OffsetSpec
 
 
 def kafka_uuid(value: uuid.UUID | None) -> str | None:

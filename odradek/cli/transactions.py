@@ -57,7 +57,7 @@ from odradek.cli.transactions_output import (
     list_lines,
     producer_lines,
 )
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
     KafkaConnectionError,

@@ -6,9 +6,20 @@ shaped like confluent-kafka's, and ``AIOKafkaProducer``/``AIOKafkaConsumer``/
 names (``ClientConfig``).
 """
 
-from odradek.client.admin import AdminClient
-from odradek.client.admin_aio import AIOKafkaAdminClient
-from odradek.client.admin_types import (
+from odradek.client._core.config import ClientConfig, ConfigError
+from odradek.client._core.types import (
+    TIMESTAMP_CREATE_TIME,
+    TIMESTAMP_LOG_APPEND_TIME,
+    TIMESTAMP_NOT_AVAILABLE,
+    KafkaError,
+    KafkaException,
+    Message,
+    RecordMetadata,
+    TopicPartition,
+)
+from odradek.client.admin.aio import AIOKafkaAdminClient
+from odradek.client.admin.blocking import AdminClient
+from odradek.client.admin.types import (
     AclOperation,
     AlterConfigOpType,
     ConfigEntry,
@@ -34,28 +45,17 @@ from odradek.client.admin_types import (
     TopicDescription,
     TopicPartitionInfo,
 )
-from odradek.client.blocking import Producer
-from odradek.client.config import ClientConfig, ConfigError
-from odradek.client.consumer_aio import AIOKafkaConsumer
-from odradek.client.consumer_sync import (
+from odradek.client.consumer.aio import AIOKafkaConsumer
+from odradek.client.consumer.blocking import (
     OFFSET_BEGINNING,
     OFFSET_END,
     OFFSET_INVALID,
     OFFSET_STORED,
     Consumer,
 )
-from odradek.client.producer import AIOKafkaProducer, AsyncProducer
-from odradek.client.transactions import ConsumerGroupMetadata
-from odradek.client.types import (
-    TIMESTAMP_CREATE_TIME,
-    TIMESTAMP_LOG_APPEND_TIME,
-    TIMESTAMP_NOT_AVAILABLE,
-    KafkaError,
-    KafkaException,
-    Message,
-    RecordMetadata,
-    TopicPartition,
-)
+from odradek.client.producer.aio import AIOKafkaProducer, AsyncProducer
+from odradek.client.producer.blocking import Producer
+from odradek.client.producer.transactions import ConsumerGroupMetadata
 
 __all__ = [
     "OFFSET_BEGINNING",

@@ -38,7 +38,7 @@ which request and how to read its answer are the caller's (``controller_rpc.py``
 
 Sockets, clock and sleep are injected (``connect``, ``clock``, ``sleep``) so the
 retry rules are tested without a network; the default ``connect`` opens a
-``BrokerConnection`` from ``odradek.client.connection``, as ``raft/driver.py`` does.
+``BrokerConnection`` from ``odradek.client._core.connection``, as ``raft/driver.py`` does.
 """
 
 from __future__ import annotations
@@ -52,7 +52,7 @@ from typing import Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     API_VERSIONS_KEY,
     BrokerAddress,
     BrokerConnection,

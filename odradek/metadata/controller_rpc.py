@@ -57,7 +57,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_entity
+from odradek.client._core.connection import request_entity
 from odradek.metadata import partition_rpc
 from odradek.metadata.controller_channel import (
     APPEND,

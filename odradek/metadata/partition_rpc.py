@@ -30,7 +30,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_entity
+from odradek.client._core.connection import request_entity
 from odradek.metadata.controller_client import ControllerClient
 from odradek.metadata.elections import NO_LEADER, PREFERRED, ElectionResult
 from odradek.metadata.errors import ControllerError

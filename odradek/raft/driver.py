@@ -54,7 +54,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     API_VERSIONS_KEY,
     BrokerAddress,
     BrokerConnection,

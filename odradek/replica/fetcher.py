@@ -44,7 +44,7 @@ import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Final
 
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     API_VERSIONS_KEY,
     BrokerAddress,
     BrokerConnection,

@@ -70,7 +70,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_module
+from odradek.client._core.connection import request_module
 from odradek.protocol.build import make
 from odradek.protocol.fetch_codec import RawFetchResponse
 from odradek.records.errors import CodedError

@@ -17,7 +17,7 @@ import contextlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from odradek.client.connection import BrokerAddress, BrokerConnection, KafkaConnectionError
+from odradek.client._core.connection import BrokerAddress, BrokerConnection, KafkaConnectionError
 
 Endpoint = Callable[[int], tuple[str, int] | None]
 

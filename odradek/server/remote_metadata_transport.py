@@ -29,8 +29,8 @@ import logging
 from collections.abc import Callable, Collection, Mapping
 from typing import Final
 
-from odradek.client.consumer_aio import AIOKafkaConsumer
-from odradek.client.producer import AIOKafkaProducer
+from odradek.client.consumer.aio import AIOKafkaConsumer
+from odradek.client.producer.aio import AIOKafkaProducer
 from odradek.coordinator.internal_topic import InternalTopicCreator
 from odradek.storage.remote.topic_metadata_manager import TOPIC
 

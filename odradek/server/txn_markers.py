@@ -33,7 +33,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
-from odradek.client.connection import API_VERSIONS_KEY, KafkaConnectionError, request_entity
+from odradek.client._core.connection import API_VERSIONS_KEY, KafkaConnectionError, request_entity
 from odradek.coordinator.group.shard import OFFSETS_TOPIC
 from odradek.coordinator.runtime import CoordinatorError
 from odradek.coordinator.transaction.markers import MarkerEntry

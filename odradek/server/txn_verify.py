@@ -37,7 +37,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     API_VERSIONS_KEY,
     KafkaConnectionError,
     request_entity,

@@ -24,7 +24,7 @@ from typing import Any, Final
 
 from kio.serial import entity_writer
 
-from odradek.client.connection import KafkaConnectionError
+from odradek.client._core.connection import KafkaConnectionError
 
 _SIZE: Final = struct.Struct(">i")
 MAX_RESPONSE_BYTES: Final = 1 << 30

@@ -35,7 +35,7 @@ import numpy as np
 import pyarrow as pa
 from kio.serial.readers import read_signed_varint
 
-from odradek.client.fetch_decode import ExpansionBudget, FetchExpansionError
+from odradek.client.consumer.fetch_decode import ExpansionBudget, FetchExpansionError
 from odradek.records.batch import (
     CONTROL_MASK,
     HEADER_SIZE,

@@ -32,9 +32,10 @@ from typing import Any, Final
 import pyarrow as pa
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.config import ClientConfig
-from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client._core.errors import KafkaError
 from odradek.protocol.fetch_codec import FetchParseError, RawPartition, parse_fetch_response
 from odradek.spark.fetch_socket import FetchSocket
 from odradek.spark.read_arrow import ArrowDecoder, scan

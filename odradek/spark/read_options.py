@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, TypeAlias
 
-from odradek.client.config import PROPERTIES, ClientConfig, ConfigError
+from odradek.client._core.config import PROPERTIES, ClientConfig, ConfigError
 from odradek.spark import options as opts
 from odradek.spark.options import OptionError
 

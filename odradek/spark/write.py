@@ -55,13 +55,13 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from odradek.client.config import ClientConfig, ConfigError
+from odradek.client._core.config import ClientConfig, ConfigError
 from odradek.spark import options as opts
 
 if TYPE_CHECKING:
     import pyarrow as pa
 
-    from odradek.client.types import Message
+    from odradek.client._core.types import Message
 
 logger = logging.getLogger(__name__)
 

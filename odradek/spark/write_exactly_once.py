@@ -156,7 +156,7 @@ def marker_metadata(task: TaskIdentity) -> str:
 
 def consumer_side(config: dict[str, str]) -> dict[str, str]:
     """The connection properties of a producer config that a consumer accepts too."""
-    from odradek.client.config import PROPERTIES
+    from odradek.client._core.config import PROPERTIES
 
     allowed = {p.name for p in PROPERTIES if "consumer" in p.roles}
     return {k: v for k, v in config.items() if k in allowed}

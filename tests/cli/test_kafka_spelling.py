@@ -14,8 +14,8 @@ import pytest
 
 from odradek.cli.main import main
 from odradek.cli.tools import kafka_action
-from odradek.client.admin_types import ConfigResource, ConsumerGroupState, ResourceType
-from odradek.client.cluster import parse_bootstrap
+from odradek.client._core.cluster import parse_bootstrap
+from odradek.client.admin.types import ConfigResource, ConsumerGroupState, ResourceType
 from tests.support.broker import BrokerProcess, running_broker
 
 

@@ -17,7 +17,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.main import main
-from odradek.client.connection import BrokerAddress, BrokerConnection, request_entity
+from odradek.client._core.connection import BrokerAddress, BrokerConnection, request_entity
 from tests.raft.test_driver import CLUSTER_ID, Cluster, batch, run, wait_until
 from tests.support.broker import running_broker
 

@@ -18,7 +18,7 @@ from aiokafka.structs import TopicPartition as TheirTP
 from kio.schema.errors import ErrorCode
 
 from odradek.client import AIOKafkaAdminClient, ConfigError, KafkaError, TopicPartition
-from odradek.client.admin_aio import (
+from odradek.client.admin.aio import (
     ConfigResource,
     ConfigResourceType,
     NewPartitions,

@@ -14,8 +14,8 @@ import pytest
 from confluent_kafka import TopicCollection as CKTopicCollection
 from confluent_kafka.admin import AdminClient as CKAdmin
 
-from odradek.client.admin import AdminClient, NewPartitions, NewTopic, TopicCollection
-from odradek.client.types import KafkaException
+from odradek.client._core.types import KafkaException
+from odradek.client.admin.blocking import AdminClient, NewPartitions, NewTopic, TopicCollection
 from tests.support.broker import BrokerProcess, running_broker
 
 

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from odradek.client.assignors import (
+from odradek.client.consumer.assignors import (
     ASSIGNORS,
     COOPERATIVE,
     EAGER,

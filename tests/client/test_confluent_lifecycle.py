@@ -123,7 +123,7 @@ def test_loop_thread_stop_ends_its_tasks_first() -> None:
     (asyncio prints "Task was destroyed but it is pending!" for each)."""
     import asyncio
 
-    from odradek.client.blocking import LoopThread
+    from odradek.client._core.loop_thread import LoopThread
 
     thread = LoopThread("test-loop")
 

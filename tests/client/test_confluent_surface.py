@@ -23,7 +23,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 import odradek.client
 from odradek.client import Consumer, KafkaError, KafkaException, Producer
-from odradek.client.config import NO_OPS, ClientConfig
+from odradek.client._core.config import NO_OPS, ClientConfig
 from tests.support.broker import BrokerProcess
 
 TIMEOUT_S = 20.0

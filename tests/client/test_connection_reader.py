@@ -9,7 +9,7 @@ import struct
 
 import pytest
 
-from odradek.client.connection import SCRATCH_BYTES, ConnectionLost, _ResponseReader
+from odradek.client._core.connection import SCRATCH_BYTES, ConnectionLost, _ResponseReader
 
 
 def frames_of(sizes: list[int], seed: int) -> tuple[list[bytes], bytes]:

@@ -16,12 +16,17 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient as CKAdmin
 from confluent_kafka.admin import NewTopic as CKNewTopic
 
-from odradek.client.config import ClientConfig
-from odradek.client.consumer import ConsumerCore, ConsumerRecord
-from odradek.client.consumer_aio import AIOKafkaConsumer
-from odradek.client.consumer_sync import Consumer
-from odradek.client.fetch_decode import decode_fetched
-from odradek.client.types import TIMESTAMP_CREATE_TIME, KafkaException, Message, TopicPartition
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.types import (
+    TIMESTAMP_CREATE_TIME,
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from odradek.client.consumer.aio import AIOKafkaConsumer
+from odradek.client.consumer.blocking import Consumer
+from odradek.client.consumer.core import ConsumerCore, ConsumerRecord
+from odradek.client.consumer.fetch_decode import decode_fetched
 from odradek.records.codec import Header, Record, encode_batch
 from tests.support.broker import BrokerProcess, running_broker
 

@@ -1,7 +1,7 @@
 """The blocking Consumer's poll(): it takes a chunk of records per round trip to its
 loop thread and returns them one at a time; commits, auto-commit and position() must
 cover exactly what poll() returned, and pause, seek and rebalances must neither skip
-nor repeat buffered records (consumer_sync.py, module doc)."""
+nor repeat buffered records (consumer/blocking.py, module doc)."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ import pytest
 from confluent_kafka import Consumer as CKConsumer
 from confluent_kafka import TopicPartition as CKTopicPartition
 
-from odradek.client.consumer_sync import POLL_CHUNK, Consumer
-from odradek.client.types import TopicPartition
+from odradek.client._core.types import TopicPartition
+from odradek.client.consumer.blocking import POLL_CHUNK, Consumer
 from tests.client.test_consumer import GROUP_ARGS, config, new_topic, produce
 from tests.support.broker import BrokerProcess, running_broker
 
@@ -134,7 +134,7 @@ def test_commit_covers_only_what_poll_returned(kafka: BrokerProcess) -> None:
 CHILD = textwrap.dedent(
     """
     import sys, time
-    from odradek.client.consumer_sync import Consumer
+    from odradek.client.consumer.blocking import Consumer
     bootstrap, group, topic, count = sys.argv[1:5]
     consumer = Consumer({
         "bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",

@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.client.consumer_protocol import (
+from odradek.client.consumer.protocol import (
     Assignment,
     ConsumerProtocolError,
     Subscription,

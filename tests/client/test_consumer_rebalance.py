@@ -1,4 +1,4 @@
-"""The member's rebalance decisions (consumer_rebalance.py), without a broker.
+"""The member's rebalance decisions (consumer/rebalance.py), without a broker.
 
 First each decision on its own: which protocol a member runs, which assignor it runs
 for the group, what it gives up before JoinGroup and what the new assignment changes.
@@ -16,9 +16,15 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 from kio.schema.errors import ErrorCode
 
-from odradek.client.assignors import ASSIGNORS, COOPERATIVE, EAGER, Subscription, TopicPartition
-from odradek.client.cluster import KafkaError
-from odradek.client.consumer_rebalance import (
+from odradek.client._core.errors import KafkaError
+from odradek.client.consumer.assignors import (
+    ASSIGNORS,
+    COOPERATIVE,
+    EAGER,
+    Subscription,
+    TopicPartition,
+)
+from odradek.client.consumer.rebalance import (
     JoinPlan,
     SyncPlan,
     chosen_assignor,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import KafkaError
-from odradek.client.fetch_decode import (
+from odradek.client._core.errors import KafkaError
+from odradek.client.consumer.fetch_decode import (
     FETCH_EXPANSION,
     FETCH_EXPANSION_FLOOR,
     FetchExpansionError,
@@ -114,8 +114,8 @@ CONSUMER = textwrap.dedent(
     import resource, sys
     limit = 2 << 30
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from odradek.client.consumer_sync import Consumer
-    from odradek.client.types import KafkaException, TopicPartition
+    from odradek.client.consumer.blocking import Consumer
+    from odradek.client._core.types import KafkaException, TopicPartition
     bootstrap, topic = sys.argv[1:3]
     with Consumer({"bootstrap.servers": bootstrap, "fetch.max.wait.ms": 100}) as consumer:
         consumer.assign([TopicPartition(topic, 0, 0)])

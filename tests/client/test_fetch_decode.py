@@ -6,13 +6,13 @@ import gc
 
 import pytest
 
-from odradek.client.fetch_decode import ConsumerRecord, decode_fetch, decode_fetched
-from odradek.client.types import (
+from odradek.client._core.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     TIMESTAMP_NOT_AVAILABLE,
     Message,
 )
+from odradek.client.consumer.fetch_decode import ConsumerRecord, decode_fetch, decode_fetched
 from odradek.records.batch import GZIP, LOG_APPEND_TIME, ZSTD
 from odradek.records.codec import Header, Record, encode_batch
 from odradek.records.errors import CorruptRecordError

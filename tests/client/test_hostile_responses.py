@@ -23,7 +23,7 @@ PRELUDE = textwrap.dedent(
     import resource
     resource.setrlimit(resource.RLIMIT_AS, ({ADDRESS_SPACE_LIMIT}, {ADDRESS_SPACE_LIMIT}))
     import asyncio, socket, struct, threading
-    from odradek.client.connection import BrokerAddress, BrokerConnection
+    from odradek.client._core.connection import BrokerAddress, BrokerConnection
     from odradek.protocol.bounds import uvarint_bytes as uvarint
 
     def serve_once(listener, body):
@@ -86,8 +86,8 @@ def test_a_member_subscription_claiming_a_huge_array_is_an_error() -> None:
     # Subscription v0: int16 version 0, then a legacy topics array claiming 2^31-1.
     result = run_child(
         """
-        from odradek.client.consumer_protocol import ConsumerProtocolError, decode_subscription
-        from odradek.client.consumer_protocol import decode_assignment
+        from odradek.client.consumer.protocol import ConsumerProtocolError, decode_subscription
+        from odradek.client.consumer.protocol import decode_assignment
         for decode, data in (
             (decode_subscription, b"\\x00\\x00" + struct.pack(">i", 2**31 - 1) + bytes(8)),
             (decode_assignment, b"\\x00\\x00" + struct.pack(">i", 2**31 - 1) + bytes(8)),

@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from odradek.client.partitioner import (
+from odradek.client.producer.partitioner import (
     CallablePartitioner,
     DefaultPartitioner,
     Partitioner,

@@ -29,7 +29,7 @@ from confluent_kafka import Producer as ConfluentProducer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from odradek.client import AIOKafkaProducer, Producer
-from odradek.client.partitioner import fnv1a, fnv1a_partition
+from odradek.client.producer.partitioner import fnv1a, fnv1a_partition
 from tests.support.broker import BrokerProcess
 
 TIMEOUT_S = 20.0
@@ -194,7 +194,7 @@ def test_spark_task_places_keys_with_murmur2(broker: BrokerProcess) -> None:
     from pyspark.sql.types import BinaryType, StructField, StructType
 
     from odradek.client import KafkaException
-    from odradek.client.partitioner import default_partition
+    from odradek.client.producer.partitioner import default_partition
     from odradek.spark.write import AtLeastOnceDelivery, TaskIdentity, plan_write
 
     schema = StructType([StructField("key", BinaryType()), StructField("value", BinaryType())])

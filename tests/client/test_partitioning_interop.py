@@ -25,7 +25,7 @@ from confluent_kafka.admin import AdminClient, NewTopic
 from kio.index import load_payload_module
 from kio.static.constants import EntityType
 
-from odradek.client.assignors import (
+from odradek.client.consumer.assignors import (
     ASSIGNORS,
     Subscription,
     TopicPartition,
@@ -33,7 +33,7 @@ from odradek.client.assignors import (
     decode_subscription,
     protocol_version,
 )
-from odradek.client.partitioner import default_partition
+from odradek.client.producer.partitioner import default_partition
 from odradek.protocol.build import make
 from tests.support.broker import BrokerProcess
 from tests.support.wire import WireClient

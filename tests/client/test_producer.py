@@ -25,7 +25,7 @@ from confluent_kafka import TopicPartition as ConfluentTP  # noqa: E402
 from confluent_kafka.admin import AdminClient, NewTopic  # noqa: E402
 
 from odradek.client import AIOKafkaProducer, ConfigError, Producer  # noqa: E402
-from odradek.client.types import TIMESTAMP_CREATE_TIME  # noqa: E402
+from odradek.client._core.types import TIMESTAMP_CREATE_TIME  # noqa: E402
 from odradek.records.batch import COMPRESSION_BY_NAME, BatchHeader, iter_batches  # noqa: E402
 from tests.support.broker import BrokerProcess, running_broker  # noqa: E402
 

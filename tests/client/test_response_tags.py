@@ -20,7 +20,7 @@ from typing import Any
 from kio.index import load_response_schema
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import BrokerAddress, BrokerConnection, request_entity
+from odradek.client._core.connection import BrokerAddress, BrokerConnection, request_entity
 from odradek.protocol.build import make
 from tests.server.test_unknown_tags import add_tag, add_tags, after, encode
 from tests.support.wire import read_frame

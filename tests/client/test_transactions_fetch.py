@@ -15,9 +15,9 @@ from types import SimpleNamespace
 import pytest
 
 from odradek.client import AIOKafkaConsumer
-from odradek.client.config import ClientConfig, ConfigError
-from odradek.client.consumer import ConsumerCore, _PartState
-from odradek.client.fetch_decode import FetchedRecords, decode_fetch
+from odradek.client._core.config import ClientConfig, ConfigError
+from odradek.client.consumer.core import ConsumerCore, _PartState
+from odradek.client.consumer.fetch_decode import FetchedRecords, decode_fetch
 from odradek.records.batch import GZIP, NO_COMPRESSION
 from odradek.records.codec import Record, encode_batch, encode_end_txn_marker
 

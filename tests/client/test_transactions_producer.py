@@ -26,8 +26,8 @@ from odradek.client import (
     Producer,
     TopicPartition,
 )
-from odradek.client.cluster import LocalError
-from odradek.client.transactions import TxnState
+from odradek.client._core.errors import LocalError
+from odradek.client.producer.transactions import TxnState
 from tests.client.txn_fake_broker import PRODUCER_ID, FakeBroker
 
 T = TypeVar("T")

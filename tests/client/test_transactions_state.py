@@ -8,7 +8,7 @@ import pytest
 from kio.schema.errors import ErrorCode
 
 from odradek.client import KafkaError
-from odradek.client.transactions import (
+from odradek.client.producer.transactions import (
     TRANSITIONS,
     ErrorClass,
     TransactionState,

@@ -24,7 +24,7 @@ from confluent_kafka import Consumer as CKConsumer
 from kio.schema.errors import ErrorCode
 
 from odradek.client import Consumer, KafkaException, TopicPartition
-from odradek.client.consumer_protocol import (
+from odradek.client.consumer.protocol import (
     Subscription,
     decode_assignment,
     encode_subscription,
@@ -169,7 +169,7 @@ def _member_conf(bootstrap: str, group: str, **extra: Any) -> dict[str, Any]:
 
 
 def _cooperative_subscription(topic: str, owned: tuple[TP, ...], generation: int) -> bytes:
-    from odradek.client.consumer_protocol import TopicPartition as ProtocolTP
+    from odradek.client.consumer.protocol import TopicPartition as ProtocolTP
 
     data = generation.to_bytes(4, "big", signed=True)
     claimed = tuple(ProtocolTP(t, p) for t, p in owned)

@@ -21,7 +21,7 @@ from kio.schema.create_topics.v7.response import CreatableTopicResult, CreateTop
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from odradek.client.connection import ConnectionLost, KafkaConnectionError, RequestTimedOut
+from odradek.client._core.connection import ConnectionLost, KafkaConnectionError, RequestTimedOut
 from odradek.metadata.controller_client import (
     ControllerClient,
     VoterAddress,
@@ -242,7 +242,7 @@ def test_no_timeout_given_means_the_default_deadline() -> None:
 
 
 def test_a_controller_without_the_api_fails_at_once() -> None:
-    from odradek.client.connection import UnsupportedVersionError
+    from odradek.client._core.connection import UnsupportedVersionError
 
     network = Network(n1="leader")
 

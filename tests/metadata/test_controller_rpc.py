@@ -313,7 +313,7 @@ def test_a_node_that_is_not_active_answers_not_controller_and_the_client_waits(
         client = s.remote.client
 
         def build(version: int) -> Any:
-            from odradek.client.connection import request_entity
+            from odradek.client._core.connection import request_entity
 
             return request_entity(67, version, broker_id=1, broker_epoch=-1)
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import BrokerAddress, BrokerConnection, request_entity
+from odradek.client._core.connection import BrokerAddress, BrokerConnection, request_entity
 from odradek.network.server import SocketServer
 from odradek.raft import (
     CommitEvent,

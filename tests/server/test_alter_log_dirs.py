@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from odradek.client.connection import request_module
+from odradek.client._core.connection import request_module
 from odradek.protocol.build import make
 from odradek.server.handlers.replica_log_dirs import ALTER_REPLICA_LOG_DIRS_KEY
 from tests.support.broker import BrokerProcess, two_dir_broker

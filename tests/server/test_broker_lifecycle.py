@@ -17,7 +17,7 @@ from kio.schema.broker_registration.v4.request import BrokerRegistrationRequest,
 from kio.schema.errors import ErrorCode
 from kio.static.primitive import i32Timedelta
 
-from odradek.client.connection import RequestTimedOut
+from odradek.client._core.connection import RequestTimedOut
 from odradek.metadata.broker_heartbeats import BrokerHeartbeat, BrokerRegistration, HeartbeatReply
 from odradek.metadata.controller import Controller
 from odradek.metadata.controller_client import ControllerClient

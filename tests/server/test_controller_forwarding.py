@@ -37,7 +37,7 @@ from kafka.admin import NewPartitions as KafkaNewPartitions
 from kafka.admin import NewTopic as KafkaNewTopic
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_entity as request
+from odradek.client._core.connection import request_entity as request
 from tests.server.test_kraft_cluster import TIMEOUTS, quorum_status, wait_for_leader
 from tests.support.broker import BrokerProcess
 from tests.support.kraft import Quorum

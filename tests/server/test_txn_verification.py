@@ -14,7 +14,7 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_entity
+from odradek.client._core.connection import request_entity
 from odradek.records.codec import Record, encode_batch
 from tests.support.broker import running_broker
 from tests.support.wire import WireClient, create_topic

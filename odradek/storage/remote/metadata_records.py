@@ -45,7 +45,7 @@ import uuid
 from collections.abc import Callable
 from typing import Final
 
-from odradek.client.partitioner import murmur2, to_positive
+from odradek.client.producer.partitioner import murmur2, to_positive
 from odradek.protocol.bounds import LengthError, read_uvarint, uvarint_bytes
 from odradek.storage.errors import StorageError
 from odradek.storage.remote.metadata import (

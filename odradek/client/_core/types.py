@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from odradek.client.cluster import KafkaError
+from odradek.client._core.errors import KafkaError
 
 
 class KafkaException(Exception):

@@ -12,8 +12,8 @@ import enum
 import uuid
 from dataclasses import dataclass, field
 
-from odradek.client.cluster import KafkaError
-from odradek.client.types import TopicPartition
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import TopicPartition
 
 
 class ResourceType(enum.IntEnum):

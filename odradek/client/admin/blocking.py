@@ -1,10 +1,10 @@
 """Blocking admin client shaped like confluent-kafka's ``AdminClient``.
 
-How this works and why: the asyncio admin core (``admin_core`` and the operation
-modules ``admin_topics``, ``admin_configs``, ``admin_groups``, ``admin_records``) runs on
+How this works and why: the asyncio admin core (``core`` and the operation
+modules ``topics``, ``configs``, ``groups``, ``records``) runs on
 a background thread's event loop; each method here starts one operation there and
 returns what confluent-kafka returns — ``{item: concurrent.futures.Future}`` (or one
-future) — with each future resolving to an ``admin_types`` value or raising
+future) — with each future resolving to a ``types`` value or raising
 ``KafkaException`` carrying that item's broker error. ``request_timeout`` (seconds)
 bounds the whole operation, lookups included; ``operation_timeout`` is what the
 broker is told to wait for topic changes.
@@ -20,11 +20,19 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client import admin_configs, admin_groups, admin_records, admin_topics
-from odradek.client.admin_core import Outcome, as_exception, open_cluster, within
-from odradek.client.admin_groups import GroupView, partition_errors
-from odradek.client.admin_topics import MetadataView
-from odradek.client.admin_types import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.loop_thread import LoopThread
+from odradek.client._core.types import TopicPartition
+from odradek.client.admin import configs as admin_configs
+from odradek.client.admin import groups as admin_groups
+from odradek.client.admin import records as admin_records
+from odradek.client.admin import topics as admin_topics
+from odradek.client.admin.core import Outcome, as_exception, open_cluster, within
+from odradek.client.admin.groups import GroupView, partition_errors
+from odradek.client.admin.topics import MetadataView
+from odradek.client.admin.types import (
     AclOperation,
     ClusterMetadata,
     ConfigEntry,
@@ -48,11 +56,7 @@ from odradek.client.admin_types import (
     TopicDescription,
     TopicPartitionInfo,
 )
-from odradek.client.blocking import LoopThread
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.config import ClientConfig
-from odradek.client.consumer_protocol import ConsumerProtocolError, decode_assignment
-from odradek.client.types import TopicPartition
+from odradek.client.consumer.protocol import ConsumerProtocolError, decode_assignment
 
 K = TypeVar("K", bound=Hashable)
 Future = concurrent.futures.Future

@@ -23,10 +23,10 @@ import inspect
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from odradek.client.config import ClientConfig
-from odradek.client.consumer import EARLIEST, LATEST, TP, ConsumerCore, ConsumerRecord
-from odradek.client.consumer_group import GroupMember
-from odradek.client.types import TopicPartition
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.types import TopicPartition
+from odradek.client.consumer.core import EARLIEST, LATEST, TP, ConsumerCore, ConsumerRecord
+from odradek.client.consumer.group import GroupMember
 
 _KEYWORDS = {
     "bootstrap_servers": "bootstrap.servers",

@@ -24,12 +24,13 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.connection import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
     request_entity,
 )
+from odradek.client._core.errors import KafkaError
 
 OFFSET_COMMIT: Final = 8
 OFFSET_FETCH: Final = 9

@@ -35,7 +35,7 @@ from typing import Final, NamedTuple, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import KafkaError
+from odradek.client._core.errors import KafkaError
 from odradek.records.batch import (
     COMPRESSION_NAMES,
     CONTROL_MASK,

@@ -1,7 +1,7 @@
 """Classic consumer-group membership for the asyncio consumer, eager or cooperative.
 
 How this works and why: ``subscribe`` starts two tasks. The rebalance task joins the
-group whenever a rejoin is needed, doing what ``consumer_rebalance.py`` decides: it
+group whenever a rejoin is needed, doing what ``rebalance.py`` decides: it
 gives partitions up (eager: all of them; cooperative, KIP-429: only those of topics
 no longer subscribed — commit under auto-commit, then ``on_revoke``), sends JoinGroup
 (repeating once with the member id the broker hands out on MEMBER_ID_REQUIRED) with
@@ -45,14 +45,15 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client import assignors, consumer_protocol
-from odradek.client import consumer_group_requests as requests
-from odradek.client.cluster import KafkaError, LocalError
-from odradek.client.config import ConfigError
-from odradek.client.connection import KafkaConnectionError
-from odradek.client.consumer import TP, ConsumerCore
-from odradek.client.consumer_offsets import CommitFailedError, Generation
-from odradek.client.consumer_rebalance import (
+from odradek.client._core.config import ConfigError
+from odradek.client._core.connection import KafkaConnectionError
+from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client.consumer import assignors
+from odradek.client.consumer import group_requests as requests
+from odradek.client.consumer import protocol as consumer_protocol
+from odradek.client.consumer.core import TP, ConsumerCore
+from odradek.client.consumer.offsets import CommitFailedError, Generation
+from odradek.client.consumer.rebalance import (
     chosen_assignor,
     plan_join,
     plan_sync,

@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.admin_core import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import request_entity
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import TopicPartition
+from odradek.client.admin.core import (
     DELETE_GROUPS,
     DESCRIBE_GROUPS,
     LIST_GROUPS,
@@ -29,10 +33,7 @@ from odradek.client.admin_core import (
     check,
     coordinator,
 )
-from odradek.client.admin_types import Node
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.connection import request_entity
-from odradek.client.types import TopicPartition
+from odradek.client.admin.types import Node
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ How this works and why: the group leader — a client, not the broker — runs t
 assignor every member agreed on over all members' subscriptions and sends each member
 its assignment. librdkafka, Java and this client share groups and any of them may lead,
 so the assignors carry Kafka's names and compute what Kafka's do (bytes: see
-``consumer_protocol``, whose names are re-exported here):
+``protocol``, whose names are re-exported here):
 
 ``range``
     per topic, the partitions split into contiguous ranges over the members subscribed
@@ -54,7 +54,7 @@ from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Final, NamedTuple, Protocol
 
-from odradek.client.consumer_protocol import (
+from odradek.client.consumer.protocol import (
     HIGHEST_VERSION,
     NO_GENERATION,
     Assignment,

@@ -1,6 +1,6 @@
 """The classic group protocol's requests, as a consumer-group member sends them.
 
-How this works and why: ``consumer_group.py`` decides when to join, sync, heartbeat
+How this works and why: ``group.py`` decides when to join, sync, heartbeat
 and leave; these functions only build each request at the version the coordinator
 connection negotiated and return the broker's response (error codes included), so
 the member's logic reads without the wire shapes in the way.
@@ -12,8 +12,8 @@ import datetime
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from odradek.client.connection import BrokerConnection, request_entity
-from odradek.client.consumer import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
+from odradek.client._core.connection import BrokerConnection, request_entity
+from odradek.client.consumer.core import HEARTBEAT, JOIN_GROUP, LEAVE_GROUP, SYNC_GROUP
 
 
 async def join_group(

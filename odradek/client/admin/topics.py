@@ -11,6 +11,7 @@ the faces turn it into confluent-kafka's or aiokafka's shapes.
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import uuid
 from collections.abc import Iterable, Sequence
@@ -19,7 +20,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.admin_core import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import request_entity
+from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client._core.loop_thread import LoopThread
+from odradek.client._core.types import KafkaException
+from odradek.client.admin.core import (
     CREATE_PARTITIONS,
     CREATE_TOPICS,
     DELETE_TOPICS,
@@ -28,7 +34,7 @@ from odradek.client.admin_core import (
     Outcome,
     controller,
 )
-from odradek.client.admin_types import (
+from odradek.client.admin.types import (
     BrokerMetadata,
     ClusterMetadata,
     NewPartitions,
@@ -37,8 +43,6 @@ from odradek.client.admin_types import (
     PartitionMetadata,
     TopicMetadata,
 )
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.connection import request_entity
 
 NO_AUTHORIZED_OPERATIONS = -(2**31)
 
@@ -277,3 +281,23 @@ def cluster_metadata(metadata: MetadataView) -> ClusterMetadata:
 async def list_topics(cluster: Cluster, topic: str | None) -> ClusterMetadata:
     """``list_topics(topic)`` of every face: all topics, or ``topic`` (with its error)."""
     return cluster_metadata(await fetch_metadata(cluster, None if topic is None else [topic]))
+
+
+def blocking_list_topics(
+    thread: LoopThread, cluster: Cluster, topic: str | None, timeout: float | None
+) -> ClusterMetadata:
+    """``list_topics`` of the blocking faces, on their loop thread."""
+    limit = None if timeout is None or timeout < 0 else float(timeout)
+
+    async def fetch() -> ClusterMetadata:
+        try:
+            return await asyncio.wait_for(list_topics(cluster, topic), limit)
+        except TimeoutError:
+            raise KafkaError(LocalError.timed_out, "Local: Timed out (list_topics)") from None
+
+    try:
+        return thread.run(fetch())
+    except KafkaError as error:
+        raise KafkaException(error) from None
+    except Exception as error:  # no broker reachable: a connection error
+        raise KafkaException(KafkaError(LocalError.transport, str(error))) from None

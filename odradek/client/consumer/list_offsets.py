@@ -8,9 +8,10 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.connection import request_entity
-from odradek.client.consumer_offsets import TP
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import request_entity
+from odradek.client._core.errors import KafkaError
+from odradek.client.consumer.offsets import TP
 
 LIST_OFFSETS: Final = 2
 

@@ -14,8 +14,8 @@ Positions start unknown and are resolved lazily by the fetchers: a pending
 ``seek_to_beginning/end`` first, then the group's committed offset (OffsetFetch via
 the coordinator), then ``auto.offset.reset``. OFFSET_OUT_OF_RANGE resets the same
 way. Commits and committed offsets go through the group coordinator
-(``consumer_offsets.py``). Group membership (``subscribe``) lives in
-``consumer_group.py`` and drives ``assign``.
+(``offsets.py``). Group membership (``subscribe``) lives in
+``group.py`` and drives ``assign``.
 """
 
 from __future__ import annotations
@@ -32,18 +32,19 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.config import ClientConfig
-from odradek.client.connection import BrokerConnection, KafkaConnectionError, request_entity
-from odradek.client.consumer_list_offsets import LIST_OFFSETS, list_offsets
-from odradek.client.consumer_offsets import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.connection import BrokerConnection, KafkaConnectionError, request_entity
+from odradek.client._core.errors import KafkaError
+from odradek.client.consumer.fetch_decode import ConsumerRecord, FetchedRecords, decode_fetch
+from odradek.client.consumer.list_offsets import LIST_OFFSETS, list_offsets
+from odradek.client.consumer.offsets import (
     FIND_COORDINATOR,
     OFFSET_COMMIT,
     OFFSET_FETCH,
     TP,
     GroupOffsets,
 )
-from odradek.client.fetch_decode import ConsumerRecord, FetchedRecords, decode_fetch
 
 logger = logging.getLogger(__name__)
 
@@ -514,7 +515,7 @@ class ConsumerCore:
                 await asyncio.wait_for(event.wait(), remaining)
             self._raise_error()
 
-    # -- coordinator, commits (consumer_offsets.py) ------------------------------------
+    # -- coordinator, commits (offsets.py) ------------------------------------
     def coordinator_error(self, code: ErrorCode, what: str) -> KafkaError:
         return self.offsets.coordinator_error(code, what)
 

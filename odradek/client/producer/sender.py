@@ -39,9 +39,10 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.accumulator import ProducerBatch, RecordAccumulator
-from odradek.client.cluster import Cluster, KafkaError, LocalError, error_code, is_retriable
-from odradek.client.connection import KafkaConnectionError, request_entity
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import KafkaConnectionError, request_entity
+from odradek.client._core.errors import KafkaError, LocalError, error_code, is_retriable
+from odradek.client.producer.accumulator import ProducerBatch, RecordAccumulator
 
 logger = logging.getLogger(__name__)
 

@@ -42,16 +42,16 @@ from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client import transaction_requests as txn_requests
-from odradek.client.accumulator import ProducerBatch
-from odradek.client.cluster import KafkaError, LocalError, error_code
-from odradek.client.connection import (
+from odradek.client._core.connection import (
     BrokerConnection,
     KafkaConnectionError,
     UnsupportedVersionError,
 )
-from odradek.client.sender import TransactionHook
-from odradek.client.transactions import (
+from odradek.client._core.errors import KafkaError, LocalError, error_code
+from odradek.client.producer import transaction_requests as txn_requests
+from odradek.client.producer.accumulator import ProducerBatch
+from odradek.client.producer.sender import TransactionHook
+from odradek.client.producer.transactions import (
     ConsumerGroupMetadata,
     ErrorClass,
     OffsetsLike,
@@ -69,9 +69,9 @@ from odradek.client.transactions import (
 )
 
 if TYPE_CHECKING:
-    from odradek.client.accumulator import RecordAccumulator
-    from odradek.client.cluster import Cluster
-    from odradek.client.sender import Sender
+    from odradek.client._core.cluster import Cluster
+    from odradek.client.producer.accumulator import RecordAccumulator
+    from odradek.client.producer.sender import Sender
 
 logger = logging.getLogger(__name__)
 

@@ -19,7 +19,7 @@ and with nothing to commit fails with ``_NO_OFFSET``; while the assignment is lo
 (fenced, or ``max.poll.interval.ms`` exceeded) a commit fails with
 ``_ASSIGNMENT_LOST``. Going longer than ``max.poll.interval.ms`` between polls makes
 the consumer leave the group; the next ``poll``/``consume`` returns a
-``_MAX_POLL_EXCEEDED`` error message and the consumer rejoins (``consumer_group.py``).
+``_MAX_POLL_EXCEEDED`` error message and the consumer rejoins (``group.py``).
 
 ``poll()`` and prefetching: a round trip to the loop thread costs ~30 µs, so ``poll()``
 takes up to ``POLL_CHUNK`` records per round trip into a local buffer and returns them
@@ -45,13 +45,19 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.admin_types import ClusterMetadata
-from odradek.client.assignors import COOPERATIVE
-from odradek.client.blocking import LoopThread, blocking_list_topics, weak_callback
-from odradek.client.cluster import KafkaError, LocalError
-from odradek.client.config import ClientConfig
-from odradek.client.connection import KafkaConnectionError
-from odradek.client.consumer import (
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.connection import KafkaConnectionError
+from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client._core.loop_thread import LoopThread, weak_callback
+from odradek.client._core.types import (
+    KafkaException,
+    Message,
+    TopicPartition,
+)
+from odradek.client.admin.topics import blocking_list_topics
+from odradek.client.admin.types import ClusterMetadata
+from odradek.client.consumer.assignors import COOPERATIVE
+from odradek.client.consumer.core import (
     EARLIEST,
     LATEST,
     TP,
@@ -59,13 +65,8 @@ from odradek.client.consumer import (
     _PartState,
     committable_position,
 )
-from odradek.client.consumer_group import GroupMember
-from odradek.client.transactions import ConsumerGroupMetadata
-from odradek.client.types import (
-    KafkaException,
-    Message,
-    TopicPartition,
-)
+from odradek.client.consumer.group import GroupMember
+from odradek.client.producer.transactions import ConsumerGroupMetadata
 
 T = TypeVar("T")
 OFFSET_BEGINNING = -2

@@ -15,16 +15,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from odradek.client.admin_core import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import BrokerConnection, request_entity
+from odradek.client.admin.core import (
     ALTER_CONFIGS,
     DESCRIBE_CONFIGS,
     INCREMENTAL_ALTER_CONFIGS,
     Answers,
     Outcome,
 )
-from odradek.client.admin_types import ConfigEntry, ConfigResource, ConfigSource, ResourceType
-from odradek.client.cluster import Cluster
-from odradek.client.connection import BrokerConnection, request_entity
+from odradek.client.admin.types import ConfigEntry, ConfigResource, ConfigSource, ResourceType
 
 
 @dataclass(slots=True)

@@ -29,111 +29,36 @@ the caller's thread as librdkafka does.
 
 from __future__ import annotations
 
-import asyncio
-import atexit
 import collections
-import concurrent.futures
 import contextlib
 import queue
 import threading
 import time
-import weakref
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.accumulator import BufferFullError, ProducerBatch, record_size
-from odradek.client.admin_topics import list_topics
-from odradek.client.admin_types import ClusterMetadata
-from odradek.client.cluster import Cluster, KafkaError, LocalError
-from odradek.client.config import ClientConfig
-from odradek.client.connection import KafkaConnectionError
-from odradek.client.producer import AsyncProducer, HeadersLike, encode_headers
-from odradek.client.sender import MSG_TIMED_OUT
-from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike
-from odradek.client.types import (
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.connection import KafkaConnectionError
+from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client._core.loop_thread import LoopThread, weak_callback
+from odradek.client._core.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
     KafkaException,
     Message,
     as_bytes,
 )
+from odradek.client.admin.topics import blocking_list_topics
+from odradek.client.admin.types import ClusterMetadata
+from odradek.client.producer.accumulator import BufferFullError, ProducerBatch, record_size
+from odradek.client.producer.aio import AsyncProducer, HeadersLike, encode_headers
+from odradek.client.producer.sender import MSG_TIMED_OUT
+from odradek.client.producer.transactions import ConsumerGroupMetadata, OffsetsLike
 
 T = TypeVar("T")
 DeliveryCallback = Callable[[Exception | None, Message], None]
-
-
-def _new_loop() -> asyncio.AbstractEventLoop:
-    try:
-        import uvloop
-
-        return uvloop.new_event_loop()
-    except ImportError:
-        return asyncio.new_event_loop()
-
-
-class LoopThread:
-    """An event loop running on a daemon thread.
-
-    ``stop`` cancels the loop's tasks and waits for them (briefly) before stopping it,
-    so a client dropped without ``close()`` leaves no pending task to be destroyed —
-    asyncio would print "Task was destroyed but it is pending!" for each. Loops still
-    running when the interpreter exits (clients never closed, as confluent-kafka
-    programs leave them) are stopped the same way by an atexit hook.
-    """
-
-    def __init__(self, name: str) -> None:
-        self.loop = _new_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, name=name, daemon=True)
-        self.thread.start()
-        _LIVE_LOOPS.add(self)
-
-    def run(self, coroutine: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        future = asyncio.run_coroutine_threadsafe(coroutine, self.loop)
-        try:
-            return future.result(timeout)
-        except concurrent.futures.TimeoutError:
-            future.cancel()
-            raise TimeoutError from None
-
-    def stop(self, cancel_timeout: float = 2.0) -> None:
-        if self.loop.is_running():
-            if threading.current_thread() is not self.thread:
-                with contextlib.suppress(Exception):
-                    asyncio.run_coroutine_threadsafe(_cancel_tasks(), self.loop).result(
-                        cancel_timeout
-                    )
-            with contextlib.suppress(RuntimeError):  # closed meanwhile
-                self.loop.call_soon_threadsafe(self.loop.stop)
-            if threading.current_thread() is not self.thread:
-                self.thread.join(10)
-        if not self.loop.is_running() and not self.loop.is_closed():
-            self.loop.close()
-        _LIVE_LOOPS.discard(self)
-
-
-async def _cancel_tasks(recancel_s: float = 0.2) -> None:
-    """On a loop: cancel every other task and wait until they have ended."""
-    this = asyncio.current_task()
-    tasks = {t for t in asyncio.all_tasks() if t is not this}
-    while tasks:
-        for task in tasks:
-            task.cancel()
-        done, tasks = await asyncio.wait(tasks, timeout=recancel_s)
-        for task in done:  # retrieved: a dropped client's failures are not news at exit
-            if not task.cancelled():
-                task.exception()
-
-
-_LIVE_LOOPS: weakref.WeakSet[LoopThread] = weakref.WeakSet()
-
-
-@atexit.register
-def _stop_live_loops() -> None:
-    for thread in list(_LIVE_LOOPS):
-        with contextlib.suppress(Exception):
-            thread.stop(cancel_timeout=1.0)
 
 
 class Producer:
@@ -551,39 +476,6 @@ class Producer:
             if not self._closed:
                 self._closed = True
                 self._thread.stop()
-
-
-def blocking_list_topics(
-    thread: LoopThread, cluster: Cluster, topic: str | None, timeout: float | None
-) -> ClusterMetadata:
-    """``list_topics`` of the blocking faces, on their loop thread."""
-    limit = _seconds(timeout)
-
-    async def fetch() -> ClusterMetadata:
-        try:
-            return await asyncio.wait_for(list_topics(cluster, topic), limit)
-        except TimeoutError:
-            raise KafkaError(LocalError.timed_out, "Local: Timed out (list_topics)") from None
-
-    try:
-        return thread.run(fetch())
-    except KafkaError as error:
-        raise KafkaException(error) from None
-    except Exception as error:  # no broker reachable: a connection error
-        raise KafkaException(KafkaError(LocalError.transport, str(error))) from None
-
-
-def weak_callback(method: Callable[[BaseException], None]) -> Callable[[BaseException], None]:
-    """A callback that does not keep its client alive (so a dropped client is freed,
-    and its loop stopped, as soon as the program lets go of it)."""
-    ref = weakref.WeakMethod(method)
-
-    def call(error: BaseException) -> None:
-        bound = ref()
-        if bound is not None:
-            bound(error)
-
-    return call
 
 
 def _seconds(timeout: float | None) -> float | None:

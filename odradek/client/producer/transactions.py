@@ -44,7 +44,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.cluster import KafkaError, LocalError
+from odradek.client._core.errors import KafkaError, LocalError
 
 TP = tuple[str, int]
 OffsetsLike = Mapping[Any, Any] | Iterable[Any]

@@ -32,11 +32,18 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.aio import cancel_and_wait
-from odradek.client.accumulator import Header, ProducerBatch, RecordAccumulator, record_size
-from odradek.client.cluster import Cluster, KafkaError, LocalError
-from odradek.client.config import ClientConfig, ConfigError
-from odradek.client.connection import KafkaConnectionError
-from odradek.client.partitioner import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig, ConfigError
+from odradek.client._core.connection import KafkaConnectionError
+from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client._core.types import RecordMetadata, as_bytes
+from odradek.client.producer.accumulator import (
+    Header,
+    ProducerBatch,
+    RecordAccumulator,
+    record_size,
+)
+from odradek.client.producer.partitioner import (
     AIOKAFKA_DEFAULT,
     LIBRDKAFKA_PARTITIONERS,
     HashPartitioner,
@@ -45,11 +52,15 @@ from odradek.client.partitioner import (
     as_partitioner,
     librdkafka_partitioner,
 )
-from odradek.client.sender import INIT_PRODUCER_ID_KEY, PRODUCE_KEY, Sender, TransactionHook
-from odradek.client.transaction_manager import TransactionManager
-from odradek.client.transaction_requests import TRANSACTION_VERSIONS
-from odradek.client.transactions import ConsumerGroupMetadata, OffsetsLike, TxnState
-from odradek.client.types import RecordMetadata, as_bytes
+from odradek.client.producer.sender import (
+    INIT_PRODUCER_ID_KEY,
+    PRODUCE_KEY,
+    Sender,
+    TransactionHook,
+)
+from odradek.client.producer.transaction_manager import TransactionManager
+from odradek.client.producer.transaction_requests import TRANSACTION_VERSIONS
+from odradek.client.producer.transactions import ConsumerGroupMetadata, OffsetsLike, TxnState
 from odradek.records.batch import COMPRESSION_BY_NAME
 
 logger = logging.getLogger(__name__)

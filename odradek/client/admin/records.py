@@ -14,7 +14,11 @@ from collections.abc import Mapping
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.admin_core import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.connection import request_entity
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import TopicPartition
+from odradek.client.admin.core import (
     DELETE_RECORDS,
     DESCRIBE_CLUSTER,
     LIST_OFFSETS,
@@ -23,16 +27,13 @@ from odradek.client.admin_core import (
     leader_connections,
     send_any,
 )
-from odradek.client.admin_types import (
+from odradek.client.admin.types import (
     AclOperation,
     DeletedRecords,
     DescribeClusterResult,
     ListOffsetsResultInfo,
     Node,
 )
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.connection import request_entity
-from odradek.client.types import TopicPartition
 
 
 async def describe_cluster(

@@ -3,7 +3,7 @@
 How this works and why: the transaction manager's I/O loop (transaction_manager.py)
 only decides *when* to send; what each request holds, at the version the connection
 negotiated, and how an answer with one error per partition is read, is here, free of
-I/O, like consumer_group_requests.py for the group protocol. AddPartitionsToTxn is
+I/O, like consumer/group_requests.py for the group protocol. AddPartitionsToTxn is
 spoken at v0-3 (v4+ is the broker-to-broker batched form), EndTxn at v0-3 (v5 is
 KIP-890 part 2, not spoken), TxnOffsetCommit at v0-3 (v3 adds the member's
 generation, member id and instance id).
@@ -17,8 +17,8 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.connection import request_entity
-from odradek.client.transactions import TP, ConsumerGroupMetadata
+from odradek.client._core.connection import request_entity
+from odradek.client.producer.transactions import TP, ConsumerGroupMetadata
 
 FIND_COORDINATOR_KEY: Final = 10
 INIT_PRODUCER_ID_KEY: Final = 22

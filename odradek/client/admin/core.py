@@ -1,7 +1,7 @@
 """The asyncio admin core: versions, routing and error plumbing shared by every admin call.
 
-How this works and why: the admin operations (``admin_topics``, ``admin_configs``,
-``admin_groups``, ``admin_records``) are plain async functions over a ``Cluster``;
+How this works and why: the admin operations (``topics``, ``configs``,
+``groups``, ``records``) are plain async functions over a ``Cluster``;
 they return the broker's answer per item (an ``Outcome`` or a value, or an exception
 for that item) and never decide how a caller sees it. Two faces sit on top: the
 blocking, confluent-kafka-shaped ``AdminClient`` (a dict of futures) and the asyncio,
@@ -22,11 +22,12 @@ from typing import Any, Final, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.admin_types import Node
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.config import ClientConfig
-from odradek.client.connection import BrokerConnection, request_entity
-from odradek.client.types import KafkaException, TopicPartition
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.connection import BrokerConnection, request_entity
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import KafkaException, TopicPartition
+from odradek.client.admin.types import Node
 
 LIST_OFFSETS: Final = 2
 METADATA: Final = 3

@@ -2,7 +2,7 @@
 
 How this works and why: these are the member's decisions as pure functions of what it
 owns and what the group answered, so they are tested without a broker;
-``consumer_group.py`` carries them out (commits, callbacks, JoinGroup, SyncGroup).
+``group.py`` carries them out (commits, callbacks, JoinGroup, SyncGroup).
 
 - **Which protocol.** A member is cooperative (KIP-429) only when every assignor it
   lists is cooperative; listing any eager one makes it eager, because an eager
@@ -30,8 +30,8 @@ from dataclasses import dataclass
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client.assignors import COOPERATIVE, EAGER, NO_GENERATION, Assignor
-from odradek.client.cluster import KafkaError
+from odradek.client._core.errors import KafkaError
+from odradek.client.consumer.assignors import COOPERATIVE, EAGER, NO_GENERATION, Assignor
 
 TP = tuple[str, int]
 

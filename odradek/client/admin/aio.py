@@ -1,7 +1,7 @@
 """Asyncio admin client shaped like aiokafka's ``AIOKafkaAdminClient``.
 
 How this works and why: the same admin core as the blocking ``AdminClient``
-(``admin_topics``, ``admin_configs``, ``admin_groups``, ``admin_records``), awaited on
+(``topics``, ``configs``, ``groups``, ``records``), awaited on
 the caller's event loop and answered in aiokafka's shapes: topic creation and deletion,
 configs and group descriptions come back as responses whose entries unpack like
 aiokafka's (``for topic, code, message in r.topic_errors``); ``create_partitions``,
@@ -19,8 +19,15 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client import admin_configs, admin_groups, admin_records, admin_topics
-from odradek.client.admin_aio_types import (
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig, ConfigError
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import TopicPartition
+from odradek.client.admin import configs as admin_configs
+from odradek.client.admin import groups as admin_groups
+from odradek.client.admin import records as admin_records
+from odradek.client.admin import topics as admin_topics
+from odradek.client.admin.aio_types import (
     AlterConfigsResponse,
     AlteredResource,
     ConfigEntryTuple,
@@ -42,15 +49,12 @@ from odradek.client.admin_aio_types import (
     TopicError,
     TopicErrorCode,
 )
-from odradek.client.admin_core import coordinator, open_cluster
-from odradek.client.admin_groups import partition_errors
-from odradek.client.admin_types import ConfigResource as Resource
-from odradek.client.admin_types import NewPartitions as TopicGrowth
-from odradek.client.admin_types import NewTopic as TopicSpec
-from odradek.client.admin_types import ResourceType
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.config import ClientConfig, ConfigError
-from odradek.client.types import TopicPartition
+from odradek.client.admin.core import coordinator, open_cluster
+from odradek.client.admin.groups import partition_errors
+from odradek.client.admin.types import ConfigResource as Resource
+from odradek.client.admin.types import NewPartitions as TopicGrowth
+from odradek.client.admin.types import NewTopic as TopicSpec
+from odradek.client.admin.types import ResourceType
 
 __all__ = [
     "AIOKafkaAdminClient",
