@@ -55,12 +55,18 @@ class BrokerTopicStats:
         """The record bytes a Fetch answers with (the batches, not the response framing):
         BytesOut by topic for a consumer, ReplicationBytesOut for a follower."""
         if follower:
-            self.replication_bytes_out += sum(
-                read.size for _, reads in results for _, read in reads
-            )
+            sent = 0
+            for _, reads in results:
+                for _, read in reads:
+                    for piece in read.ranges:
+                        sent += piece.length
+            self.replication_bytes_out += sent
             return
         for topic, reads in results:
-            size = sum(read.size for _, read in reads)
+            size = 0
+            for _, read in reads:
+                for piece in read.ranges:
+                    size += piece.length
             if size:
                 self._row(topic)[BYTES_OUT] += size
                 self.total[BYTES_OUT] += size
