@@ -6,7 +6,7 @@ sends to consumers (BytesOutPerSec; bytes sent to followers are ReplicationBytes
 for all topics only). Here they are plain integers in a dict, bumped once per
 partition of a request — the record count comes from the batch headers the append
 already read (``AppendInfo.record_count``), never from the records — so the produce
-and fetch paths pay a dict lookup and three additions. Nothing here knows Prometheus:
+and fetch paths pay a dict lookup and a few additions. Nothing here knows Prometheus:
 the exporter (console/metrics.py) reads the counters when it is scraped.
 
 The counters only grow while the process runs (a Prometheus counter's contract); a

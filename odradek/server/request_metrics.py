@@ -3,11 +3,12 @@
 How this works and why: Kafka's RequestMetrics keep a TotalTimeMs histogram per request
 type, named by the API (``Produce``, ``Metadata``, ...) except Fetch, which it splits into
 ``FetchConsumer`` and ``FetchFollower``. The dispatcher (dispatcher.py) times each
-request from the moment its frame is handed over (read off the socket and queued in
-order on its connection) to the moment its response is built and handed back to the
-connection to write; a long poll is inside that time, as it is in Kafka's. Kafka's
-TotalTimeMs also holds the wait in the request queue and the response send, which
-odradek's connection (one request at a time, answered in order) does not split out.
+request from the moment its connection hands it the frame to the moment the response
+is built and handed back for the connection to write; a long poll, or a produce
+waiting for acks=all, is inside that time, as it is in Kafka's. Kafka's TotalTimeMs
+also holds the request's wait in the queue and the response's send; here a frame
+read ahead waits on its connection (one request at a time, answered in order) before
+the dispatcher sees it, and that wait and the send are not counted.
 
 Each observation is one bisect over fixed bucket bounds and two additions, so the
 dispatcher pays well under a microsecond; the buckets are counted apart here and made
