@@ -16,6 +16,7 @@ already taken stop the start with one line.
 
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -186,14 +187,8 @@ def serve(*args: str) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=60,
-        env={**_environ(), "PYTHONPATH": str(REPO)},
+        env={**os.environ, "PYTHONPATH": str(REPO)},
     )
-
-
-def _environ() -> dict[str, str]:
-    import os
-
-    return dict(os.environ)
 
 
 def test_a_bad_metrics_listener_is_one_line(tmp_path: Path) -> None:
