@@ -7,7 +7,7 @@ MBean's other keys as labels), so odradek exports the same names:
 
 - ``kafka_server_brokertopicmetrics_{messagesin,bytesin,bytesout}_total`` with a
   ``topic`` label, plus one sample without it for all topics (Kafka's two MBeans), and
-  ``kafka_server_brokertopicmetrics_replicationbytesout_total``;
+  ``kafka_server_brokertopicmetrics_replication{bytesout,bytesin}_total``;
 - ``kafka_network_requestmetrics_totaltimems`` a histogram (ms) by ``request``
   (``Produce``, ``FetchConsumer``, ``FetchFollower``, ``Metadata``, ...);
 - ``kafka_server_replicamanager_{partitioncount,leadercount,underreplicatedpartitions,
@@ -146,6 +146,11 @@ class BrokerCollector(Collector):
             "kafka_server_brokertopicmetrics_replicationbytesout",
             "Record batch bytes sent to follower replicas",
             value=stats.replication_bytes_out,
+        )
+        yield CounterMetricFamily(
+            "kafka_server_brokertopicmetrics_replicationbytesin",
+            "Record batch bytes appended here as a follower",
+            value=stats.replication_bytes_in,
         )
 
     def _request_times(self) -> Metric:

@@ -269,6 +269,7 @@ class ReplicaManager(FetchService):
                 key[0], key[1], topic_id, log, self.node_id, lag_time_max_ms=self.lag_time_max_ms
             )
             partition.is_alive = self.broker_alive
+            partition.on_follower_append = self.topic_stats.record_replication_in
             self.partitions[key] = partition
         self.not_created.pop(key, None)
         epochs = (state.leader_epoch, state.partition_epoch, state.replicas, state.isr)

@@ -2,12 +2,13 @@
 
 How this works and why: Kafka counts, per topic and for all topics together, the
 messages and bytes a leader appends (MessagesInPerSec, BytesInPerSec) and the bytes it
-sends to consumers (BytesOutPerSec; bytes sent to followers are ReplicationBytesOut,
-for all topics only). Here they are plain integers in a dict, bumped once per
-partition of a request — the record count comes from the batch headers the append
-already read (``AppendInfo.record_count``), never from the records — so the produce
-and fetch paths pay a dict lookup and a few additions. Nothing here knows Prometheus:
-the exporter (console/metrics.py) reads the counters when it is scraped.
+sends to consumers (BytesOutPerSec; bytes sent to followers are ReplicationBytesOut, and
+those a follower appends ReplicationBytesIn, for all topics only). Here they are plain
+integers in a dict, bumped once per partition of a request — the record count comes from
+the batch headers the append already read (``AppendInfo.record_count``), never from the
+records — so the produce and fetch paths pay a dict lookup and a few additions. Nothing
+here knows Prometheus: the exporter (console/metrics.py) reads the counters when it is
+scraped.
 
 The counters only grow while the process runs (a Prometheus counter's contract); a
 deleted topic's row is dropped (``forget``) as Kafka removes its metrics, so a
@@ -33,6 +34,7 @@ class BrokerTopicStats:
         self.topics: dict[str, list[int]] = {}  # topic -> [messages in, bytes in, bytes out]
         self.total = [0, 0, 0]  # the same, for all topics (Kafka's allTopicsStats)
         self.replication_bytes_out = 0  # sent to follower replicas
+        self.replication_bytes_in = 0  # appended here as a follower
 
     def _row(self, topic: str) -> list[int]:
         row = self.topics.get(topic)
@@ -48,6 +50,10 @@ class BrokerTopicStats:
         total = self.total
         total[MESSAGES_IN] += messages
         total[BYTES_IN] += size
+
+    def record_replication_in(self, size: int) -> None:
+        """A follower appended ``size`` bytes of its leader's batches."""
+        self.replication_bytes_in += size
 
     def record_fetch(
         self, results: Iterable[tuple[str, Sequence[tuple[int, PartitionRead]]]], follower: bool

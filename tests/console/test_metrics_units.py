@@ -70,6 +70,8 @@ def test_bytes_out_by_topic_and_replication_bytes_apart() -> None:
     stats.record_fetch([("a", [(0, read(1000))])], True)
     assert stats.topics == {"a": [10, 1000, 1000], "b": [1, 70, 0]}
     assert stats.total == [11, 1070, 1000] and stats.replication_bytes_out == 1000
+    stats.record_replication_in(300)
+    assert stats.replication_bytes_in == 300
     stats.forget("a")
     assert "a" not in stats.topics and stats.total == [11, 1070, 1000]
 
