@@ -5,7 +5,9 @@ How this works and why: configuration comes from an optional Kafka
 ``--listen`` and ``--node-id``; a bad value exits with one line naming the key. When
 the listeners accept connections one line goes to stdout — ``odradek ready
 PLAINTEXT://127.0.0.1:40123`` with the real port — so scripts and tests can bind port 0
-and read it back. SIGTERM/SIGINT shut down cleanly and exit 0; if logs or checkpoints
+and read it back; with ``metrics.listener`` set, the line ends with ``METRICS
+http://HOST:PORT/metrics``, where Prometheus scrapes (console/metrics.py), bound before
+the broker starts. SIGTERM/SIGINT shut down cleanly and exit 0; if logs or checkpoints
 cannot be written then (a full disk) it says so in one line and exits 1, and the next
 start recovers the logs. A start refused (damaged or foreign data, or, on a node of a
 configured quorum, a dir ``odradek storage format`` has not formatted; see
@@ -22,7 +24,7 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from odradek.cli.subcommand import Subparsers
 from odradek.server.config import (
@@ -30,6 +32,10 @@ from odradek.server.config import (
     ConfigError,
     read_properties_file,
 )
+
+if TYPE_CHECKING:
+    from odradek.console.metrics import MetricsEndpoint
+    from odradek.server.broker import Broker
 
 
 def add_parser(subparsers: Subparsers) -> None:
@@ -120,11 +126,31 @@ def run(args: argparse.Namespace) -> int:
 
 
 async def _serve(config: BrokerConfig, truncate_damaged_metadata: bool = False) -> int:
-    from odradek.metadata.controller import ControllerError
+    from odradek.console.broker_metrics import start_metrics_endpoint
     from odradek.server.broker import Broker
-    from odradek.storage.errors import StorageError
 
     broker = Broker(config, truncate_damaged_metadata=truncate_damaged_metadata)
+    try:  # bound first: a metrics port in use stops the start before anything is loaded
+        metrics = await start_metrics_endpoint(broker)
+    except OSError as error:
+        listener = config["metrics.listener"]
+        where = f"http://{listener.host}:{listener.port}"
+        print(
+            f"odradek serve: cannot start: metrics.listener {where}: {_one_line(error)}",
+            file=sys.stderr,
+        )
+        return 1
+    try:
+        return await _run(broker, metrics)
+    finally:
+        if metrics is not None:
+            await metrics.close()
+
+
+async def _run(broker: Broker, metrics: MetricsEndpoint | None) -> int:
+    from odradek.metadata.controller import ControllerError
+    from odradek.storage.errors import StorageError
+
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -152,9 +178,13 @@ async def _serve(config: BrokerConfig, truncate_damaged_metadata: bool = False) 
     # Everything loaded so far lives as long as the process: keep it out of the
     # collector's full passes, which otherwise stall the loop for tens of ms.
     gc.freeze()
+    if metrics is not None:  # a token of its own: listener URLs stay NAME://HOST:PORT
+        urls = [*urls, "METRICS", metrics.url]
     print(f"odradek ready {' '.join(urls)}", flush=True)
     await stop.wait()
     logging.getLogger(__name__).info("shutting down")
+    if metrics is not None:  # no scrape reads the logs while they close
+        await metrics.close()
     try:
         await broker.stop()
     except (StorageError, OSError) as error:  # e.g. a full disk: exit 1 with one line

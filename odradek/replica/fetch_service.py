@@ -45,6 +45,7 @@ from odradek.replica.partition import Partition, PartitionError
 from odradek.replica.reads import FetchParams, FetchPosition, FetchResults, PartitionRead
 from odradek.replica.replica_selector import ReplicaSelector, preferred_read_replica
 from odradek.replica.replication_quota import ReplicationQuota, leader_throttled, record_sent
+from odradek.replica.topic_stats import BrokerTopicStats
 from odradek.storage.errors import OffsetOutOfRangeError, StorageError
 from odradek.storage.remote.log_manager import RemoteLogManager
 from odradek.storage.remote.reader import RemoteRead
@@ -63,6 +64,7 @@ class FetchService:
     closing: bool  # shutdown: fetches stop long-polling
     leader_quota: ReplicationQuota | None  # KIP-73 (replication_quota.py)
     remote_log_manager: RemoteLogManager | None  # KIP-405: reads below the local log
+    topic_stats: BrokerTopicStats  # BytesOut / ReplicationBytesOut (topic_stats.py)
 
     def hosted(self, topic: str, index: int) -> Partition:
         raise NotImplementedError
@@ -90,6 +92,7 @@ class FetchService:
             await self._wait(watched, params.from_follower, remaining / 1000)
         if params.from_follower:  # KIP-73 hook: the bytes sent count against the quota
             record_sent(self.leader_quota, results)
+        self.topic_stats.record_fetch(results, params.from_follower)
         return results
 
     def _read_all(self, params: FetchParams) -> tuple[FetchResults, list[Partition], int, bool]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from odradek.replica.isr_state import IsrTracking
 from odradek.replica.partition_state import (
@@ -104,6 +104,8 @@ class Partition(IsrTracking):
         self.fetches = FetchWatchers()
         self.hw_waiters = HighWatermarkWaiters()
         self._follower_reads_epoch = -1  # the leader epoch of the last logged follower read
+        # Told the bytes of each follower append (ReplicationBytesIn, topic_stats.py).
+        self.on_follower_append: Callable[[int], None] = _ignore
 
     def __repr__(self) -> str:
         return (
@@ -532,6 +534,7 @@ class Partition(IsrTracking):
     def append_as_follower(self, records: bytes | memoryview) -> None:
         self._check_follower()
         self.log.append_as_follower(records)
+        self.on_follower_append(len(records))
         self.fetches.on_log_end()
 
     def truncate_to(self, offset: int) -> None:
@@ -559,3 +562,7 @@ class Partition(IsrTracking):
                 self.log.increment_log_start_offset(target)
             except StorageError as error:  # raced a truncation: the next fetch retries
                 logger.debug("%s-%d: %s", self.topic, self.index, error)
+
+
+def _ignore(_size: int) -> None:
+    """A partition outside a ReplicaManager counts nothing."""

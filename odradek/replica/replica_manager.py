@@ -61,6 +61,7 @@ from odradek.replica.partition import (
 from odradek.replica.reads import epoch_at
 from odradek.replica.replica_selector import ReplicaSelector
 from odradek.replica.replication_quota import ReplicationQuota
+from odradek.replica.topic_stats import BrokerTopicStats
 from odradek.storage.errors import StorageError
 from odradek.storage.log import AppendInfo
 from odradek.storage.log_config import LogConfig
@@ -146,6 +147,8 @@ class ReplicaManager(FetchService):
         self.closing = False  # shutdown: fetches stop long-polling
         self.caught_up = False  # set by catch_up(); deltas before it are not acted on
         self.image = MetadataImage()  # the last one applied: which brokers are alive
+        # Kafka's BrokerTopicMetrics (messages and bytes in, bytes out), read by /metrics.
+        self.topic_stats = BrokerTopicStats()
 
     # -- reacting to metadata ------------------------------------------------------
     def catch_up(self, image: MetadataImage, topic_config: Callable[[str], LogConfig]) -> None:
@@ -187,6 +190,7 @@ class ReplicaManager(FetchService):
         self.image = image
         stops: list[TopicPartition] = []
         for topic in delta.deleted_topics.values():
+            self.topic_stats.forget(topic.name)
             for index in topic.partitions:
                 gone = self.partitions.get((topic.name, index))
                 tiered = gone is not None and gone.log.config.remote_storage_enable
@@ -265,6 +269,7 @@ class ReplicaManager(FetchService):
                 key[0], key[1], topic_id, log, self.node_id, lag_time_max_ms=self.lag_time_max_ms
             )
             partition.is_alive = self.broker_alive
+            partition.on_follower_append = self.topic_stats.record_replication_in
             self.partitions[key] = partition
         self.not_created.pop(key, None)
         epochs = (state.leader_epoch, state.partition_epoch, state.replicas, state.isr)
@@ -338,12 +343,15 @@ class ReplicaManager(FetchService):
         ``coordinator``: a coordinator's write to its own internal topic;
         ``verification_guard``: see ``verification_guard``."""
         partition = self.leader_partition(topic, index)
-        return self._guarded(
+        info = self._guarded(
             partition,
             lambda: partition.append_as_leader(
                 records, acks, coordinator=coordinator, verification_guard=verification_guard
             ),
         )
+        if not info.duplicate:  # a recognised retry appends nothing
+            self.topic_stats.record_append(topic, info.record_count, info.size)
+        return info
 
     def verification_guard(
         self, topic: str, index: int, producer_id: int, producer_epoch: int

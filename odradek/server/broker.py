@@ -123,6 +123,7 @@ from odradek.server.handlers import Plane
 from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.remote_metadata_transport import ClientMetadataTransport
+from odradek.server.request_metrics import RequestTimes
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.server.txn_verify import TxnVerifier
@@ -288,7 +289,11 @@ class Broker:
             txn_markers=self.txn_markers,
             txn_verifier=self.txn_verifier,
         )
-        self.dispatchers = {plane: Dispatcher(self.services, plane) for plane in Plane}
+        # TotalTimeMs per request name, both planes' dispatchers together (/metrics).
+        self.request_times = RequestTimes()
+        self.dispatchers = {
+            plane: Dispatcher(self.services, plane, self.request_times) for plane in Plane
+        }
         self.dispatcher = self.dispatchers[Plane.BROKER]
         self.server = SocketServer(
             self.dispatcher,

@@ -232,7 +232,7 @@ async def start_quorum(broker: Broker) -> list[Any]:
             brokers=broker.controller,
         )
         broker.controller_server = SocketServer(
-            Dispatcher(services, Plane.CONTROLLER),
+            Dispatcher(services, Plane.CONTROLLER, broker.request_times),
             max_frame_bytes=broker.config["socket.request.max.bytes"],
             idle_timeout_ms=broker.config["connections.max.idle.ms"],
         )

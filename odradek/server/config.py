@@ -267,6 +267,29 @@ def _one_listener_name(key: str, raw: str) -> str | None:
 _LISTENER_NAME = re.compile(r"^[A-Z0-9_]+$")
 
 
+# scheme://host:port[/path]: the scheme and path are checked apart, for clearer errors.
+_METRICS_URL = re.compile(
+    r"^(?P<scheme>[A-Za-z]+)://(?P<host>\[[^\]]*\]|[^:/\[\]]+):(?P<port>[0-9]+)"
+    r"(?P<path>/[^?#]*)?$"
+)
+
+
+def parse_metrics_listener(key: str, raw: str) -> HostPort:
+    """metrics.listener: ``http://HOST:PORT`` (port 0: any free port), where the broker
+    serves Prometheus's ``/metrics``; a trailing ``/metrics`` path is allowed."""
+    text = raw.strip()
+    form = "http://HOST:PORT (e.g. http://127.0.0.1:9644)"
+    match = _METRICS_URL.match(text)
+    if match is None or match["path"] not in (None, "/", "/metrics"):
+        raise ConfigError(key, f"{text!r} is not {form}")
+    if match["scheme"].lower() != "http":
+        raise ConfigError(key, f"{text!r}: only plain http is served, not {match['scheme']}")
+    port = int(match["port"])
+    if port > 65535:
+        raise ConfigError(key, f"{text!r}: port {port} is out of range")
+    return HostPort(match["host"].strip("[]"), port)
+
+
 def parse_ip_overrides(key: str, raw: str) -> tuple[tuple[str, int], ...]:
     """max.connections.per.ip.overrides: ``host:count,host:count`` (IPv6 as ``[::1]:5``)."""
     overrides = []
@@ -492,8 +515,12 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     _topic("compression.type", "compression.type", "producer", _text),
     _topic("min.insync.replicas", "min.insync.replicas", "1", _int(1, INT_MAX)),
     _topic("log.preallocate", "preallocate", "false", _bool),
+    # odradek's own: the Prometheus /metrics endpoint (console/metrics.py); unset, none.
+    BrokerConfigDef("metrics.listener", parse_metrics_listener, None),
 )
 CONFIGS_BY_NAME: Final = {d.name: d for d in BROKER_CONFIGS}
+# The properties above that are odradek's, not Kafka's (every other name is Kafka's).
+ODRADEK_CONFIGS: Final = frozenset({"metrics.listener"})
 # Where several broker properties feed one topic config, the first set one wins
 # (Kafka: log.roll.ms over log.roll.hours, log.retention.ms over minutes over hours).
 _UNIT_MS: Final = {

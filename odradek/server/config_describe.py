@@ -131,6 +131,7 @@ _PARSER_TYPES: Final[dict[Callable[[str, str], Any], int]] = {
     broker_config.parse_protocol_map: STRING,  # Kafka's type for the map
     broker_config._listener_names: STRING,  # controller.listener.names, as Kafka types it
     broker_config._one_listener_name: STRING,
+    broker_config.parse_metrics_listener: STRING,
 }
 
 

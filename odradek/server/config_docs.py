@@ -36,6 +36,8 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "names it too) or file (one broker's own files: single node only)",
     "remote.log.index.file.cache.total.size.bytes": "disk space for remote segments' indexes "
     "cached under remote-log-index-cache/ in the first log dir",
+    "metrics.listener": "http://HOST:PORT where the broker serves Prometheus /metrics "
+    "(port 0: any free port, named on the ready line); unset: no endpoint",
     "node.id": "the id of this node in the cluster",
     "broker.id": "legacy name of node.id; must match it when both are set",
     "process.roles": "broker, controller, or both (combined mode)",

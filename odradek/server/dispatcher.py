@@ -14,6 +14,10 @@ the connection with a log line, as Kafka does — there is no way to answer a re
 whose schema we do not know. A handler that raises by mistake gets the same
 treatment plus a logged traceback, so one bad request never takes the broker down.
 
+Each request that reaches a handler is timed, from its frame to its response, into a
+``RequestTimes`` histogram by Kafka's request name (request_metrics.py; Kafka's
+RequestMetrics TotalTimeMs), which /metrics exports.
+
 The lines about bad requests are rate-limited per peer address, malformed and
 unsupported apart (``PeerWarnings``: one per address per 10 s, then a periodic "N
 more suppressed" count), so a client sending garbage in a loop cannot fill the log.
@@ -22,6 +26,7 @@ more suppressed" count), so a client sending garbage in a loop cannot fill the l
 from __future__ import annotations
 
 import logging
+import time
 from typing import TYPE_CHECKING
 
 from odradek.network.connection import CloseConnection, ConnectionContext, Response
@@ -34,6 +39,7 @@ from odradek.protocol.messages import (
     encode_response,
 )
 from odradek.server.handlers import Plane, plane_handlers
+from odradek.server.request_metrics import RequestTimes
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices, ControllerServices
@@ -43,10 +49,15 @@ logger = logging.getLogger(__name__)
 
 class Dispatcher:
     def __init__(
-        self, services: BrokerServices | ControllerServices, plane: Plane = Plane.BROKER
+        self,
+        services: BrokerServices | ControllerServices,
+        plane: Plane = Plane.BROKER,
+        request_times: RequestTimes | None = None,
     ) -> None:
         self.services = services
         self.plane = plane
+        # Shared by the planes' dispatchers: one histogram per request name per process.
+        self.request_times = request_times if request_times is not None else RequestTimes()
         self.handlers = dict(plane_handlers(plane))
         self.supported = {k: (s.min_version, s.max_version) for k, s in self.handlers.items()}
         # Two kinds, limited apart: a flood of one does not hide the first of the other.
@@ -54,6 +65,7 @@ class Dispatcher:
         self.unsupported = PeerWarnings(logger, "unsupported-request lines")
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
+        start = time.perf_counter()
         try:
             request = decode_request(
                 frame, self.supported, listener=context.listener, peer=context.peer
@@ -91,10 +103,14 @@ class Dispatcher:
                 context.peer,
             )
             raise CloseConnection() from None
-        if result is None:
-            return None  # e.g. produce with acks=0
-        if isinstance(result, Response):
-            return result
-        return Response(
-            [encode_response(header.api_key, header.api_version, header.correlation_id, result)]
+        if result is None or isinstance(result, Response):  # None: produce with acks=0
+            response = result
+        else:
+            response = Response(
+                [encode_response(header.api_key, header.api_version, header.correlation_id, result)]
+            )
+        times = self.request_times
+        times.observe(
+            times.request_name(header.api_key, request.body), (time.perf_counter() - start) * 1e3
         )
+        return response

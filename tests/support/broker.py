@@ -35,6 +35,7 @@ class BrokerProcess:
         self.bootstrap = ""
         self.port = 0
         self.urls: dict[str, str] = {}
+        self.metrics_url: str | None = None  # ``METRICS http://...`` (metrics.listener)
         self.log_path = data_dir.parent / f"{data_dir.name}-broker.log"
 
     def start(self, listen: str | None = "127.0.0.1:0") -> BrokerProcess:
@@ -67,10 +68,17 @@ class BrokerProcess:
 
     def wait_ready(self) -> BrokerProcess:
         """Read the ready line: the first URL is the client listener; every URL is kept
-        by listener name in ``urls`` (controller listeners come last)."""
+        by listener name in ``urls`` (controller listeners come last); a ``METRICS
+        <url>`` pair at the end (metrics.listener) goes to ``metrics_url``."""
         line = self._read_ready_line()
-        self.urls = {u.split("://", 1)[0]: u.split("://", 1)[1] for u in line.split()[2:]}
-        url = line.split()[2]
+        tokens = line.split()[2:]
+        self.metrics_url = None
+        if "METRICS" in tokens:
+            at = tokens.index("METRICS")
+            self.metrics_url = tokens[at + 1]
+            del tokens[at : at + 2]
+        self.urls = {u.split("://", 1)[0]: u.split("://", 1)[1] for u in tokens}
+        url = tokens[0]
         self.bootstrap = url.split("://", 1)[1]
         self.port = int(self.bootstrap.rsplit(":", 1)[1])
         return self

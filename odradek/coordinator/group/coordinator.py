@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
@@ -446,6 +446,15 @@ class GroupCoordinator:
             for g in shard.consumer_groups.values()
             if not g.dead
         ]
+
+    def committed_offsets(self) -> Iterator[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) of every group coordinated here
+        (the offsets of loaded ``__consumer_offsets`` partitions; pending transactional
+        ones are not committed yet): what a consumer-lag exporter reads."""
+        for _, shard in self.runtime.active_shards():
+            for group_id, offsets in list(shard.offsets.committed.items()):
+                for (topic, partition), value in list(offsets.items()):
+                    yield group_id, topic, partition, value.offset
 
     def describe(self, group_id: str) -> ClassicGroup | None:
         shard = self._shard(group_id)
