@@ -3,6 +3,7 @@ SIGTERM, and every start-up failure is one line with status 1."""
 
 from __future__ import annotations
 
+import socket
 import sys
 import urllib.request
 from pathlib import Path
@@ -41,14 +42,14 @@ def test_start_up_failures_are_one_line(
     assert err.startswith(message) and err.count("\n") == 1
 
 
-def test_a_busy_listen_port_is_one_line(
-    seeded: Seeded, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    with running_console(seeded.bootstrap, tmp_path / "console.log") as console:
-        taken = console.url.removeprefix("http://").rstrip("/")
-        status = main(["console", "--bootstrap-server", seeded.bootstrap, "--listen", taken])
+def test_a_busy_listen_port_is_one_line(seeded: Seeded, capsys: pytest.CaptureFixture[str]) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        status = main(["console", "--bootstrap-server", seeded.bootstrap, "--listen", address])
     assert status == 1
-    assert capsys.readouterr().err.startswith(f"console: cannot listen on {taken}: ")
+    assert capsys.readouterr().err.startswith(f"console: cannot listen on {address}: ")
 
 
 def test_without_the_console_extra_it_says_what_to_install(
