@@ -17,6 +17,7 @@ traceback.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import urllib.parse
 from collections.abc import AsyncIterator, Callable
@@ -196,12 +197,15 @@ def create_app(
     # -- groups ------------------------------------------------------------------------
     async def groups_page(request: Request) -> Response:
         groups = await source.groups()
-        lags: dict[str, int | None] = {}
-        for g in groups:
+
+        async def total(group_id: str) -> int | None:
             try:
-                lags[g.group_id] = sum(p.lag or 0 for p in await source.lag(g.group_id))
-            except CLUSTER_FAILURES:
-                lags[g.group_id] = None
+                return sum(p.lag or 0 for p in await source.lag(group_id))
+            except CLUSTER_FAILURES:  # one group's failure leaves its cell empty
+                return None
+
+        totals = await asyncio.gather(*(total(g.group_id) for g in groups))
+        lags = {g.group_id: lag for g, lag in zip(groups, totals, strict=True)}
         return page(request, "groups.html", groups=groups, lags=lags, nav="groups")
 
     async def group_page(request: Request) -> Response:
@@ -209,8 +213,10 @@ def create_app(
         info = await source.group(group_id)
         if info.state == "Dead" and not info.offsets:
             raise KafkaError(ErrorCode.group_id_not_found, f"no group {group_id}")
-        chart = Markup(render.lag_chart_svg(history.samples(group_id)))
+        chart = Markup(render.lag_chart_svg(history.samples(group_id)))  # our own SVG
         topics = sorted({p.topic for p in info.offsets})
+        refresh = request.query_params.get("refresh", "")
+        refresh_s = parse_int(refresh, "refresh", 1, 3600) if refresh else None
         return page(
             request,
             "group.html",
@@ -218,6 +224,7 @@ def create_app(
             chart=chart,
             topics=topics,
             sample_interval_s=sample_interval_s,
+            refresh_s=refresh_s,
             nav="groups",
         )
 

@@ -118,6 +118,10 @@ def test_group_page_shows_lag_as_produced_minus_committed(
     offsets = row(page.text, "offsets", seeded.topic)
     assert offsets[1:5] == ["0", str(COMMITTED), str(PRODUCED), str(PRODUCED - COMMITTED)]
     assert re.search(r'id="total-lag">(\d+)<', page.text).group(1) == str(PRODUCED - COMMITTED)
+    assert '<meta http-equiv="refresh"' not in page.text
+    reloading = client.get(f"/groups/{seeded.group}?refresh=5").text
+    assert '<meta http-equiv="refresh" content="5">' in reloading
+    assert client.get(f"/groups/{seeded.group}?refresh=0").status_code == 400
     assert row(client.get("/groups").text, "groups", seeded.group)[1:] == [
         "Empty",
         "-",
