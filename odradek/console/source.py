@@ -387,8 +387,9 @@ class ClusterSource:
         """Up to ``limit`` records of one partition from ``offset`` (clamped to the
         log's start), stopping at the partition's end offset."""
         limit = max(1, min(limit, MAX_BROWSE_RECORDS))
-        ends = await self._offsets([tp], LATEST)
-        starts = await self._offsets([tp], EARLIEST)
+        starts, ends = await asyncio.gather(
+            self._offsets([tp], EARLIEST), self._offsets([tp], LATEST)
+        )
         if tp not in ends:
             raise KafkaError(ErrorCode.unknown_topic_or_partition, f"{tp.topic}-{tp.partition}")
         end, start = ends[tp], starts.get(tp, 0)
@@ -415,7 +416,9 @@ class ClusterSource:
                     tp, timeout_ms=int(remaining * 1000), max_records=limit - len(records)
                 )
                 records.extend(r for rs in batch.values() for r in rs)
-                if records and records[-1].offset >= end - 1:
+                # the position, not the last record: control batches (transaction
+                # markers) take offsets but are never handed out as records
+                if await consumer.position(tp) >= end:
                     break
         finally:
             await consumer.stop()

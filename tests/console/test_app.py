@@ -298,3 +298,28 @@ def test_an_active_group_shows_members_assignments_and_refuses_a_reset(
         assert "error" in refused.text
     finally:
         consumer.close()
+
+
+def test_a_read_ending_on_a_transaction_marker_returns_at_once(
+    client: TestClient, seeded: Seeded, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit marker takes the last offset but is no record: the read stops at the
+    partition's end by position, not by waiting for a record that never comes."""
+    from odradek.console import source
+
+    topic = f"txn-{uuid.uuid4().hex[:8]}"
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": seeded.bootstrap, "transactional.id": f"console-{topic}"}
+    )
+    producer.init_transactions(30)
+    producer.begin_transaction()
+    for n in range(3):
+        producer.produce(topic, value=f"in txn {n}".encode(), partition=0)
+    producer.commit_transaction(30)
+    monkeypatch.setattr(source, "BROWSE_WAIT_S", 120.0)
+    began = time.monotonic()
+    page = client.get(f"/topics/{topic}/messages?partition=0&offset=0&limit=10")
+    assert time.monotonic() - began < 60
+    assert row(client.get(f"/topics/{topic}").text, "partitions", "0")[6] == "4"
+    shown = re.findall(r'<td class="num">(\d+)</td>\s*<td title', page.text)
+    assert shown == ["0", "1", "2"]
