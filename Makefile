@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: test bench bench-tools lint serve clean kcat demo chaos simulate cluster
+.PHONY: test bench bench-tools lint serve clean kcat browser demo chaos simulate cluster
 
 # '.[dev,spark]': the Spark connector's tests run in `make test`. editable_mode=compat puts
 # the checkout on sys.path, so Spark's static discovery of top-level pyspark_* modules
@@ -37,7 +37,19 @@ kcat:
 	    $$SUDO apt-get install -y -qq kcat >/dev/null 2>&1; } || \
 	  echo "make: could not install kcat; its interop tests will be skipped" >&2; }
 
-test: $(STAMP) kcat
+# Debian's chromium and chromium-driver for the console's browser test
+# (tests/console/test_browser.py, driven by selenium from the dev extra), installed like
+# kcat; without them that test is skipped (and says so).
+browser:
+	@test -x /usr/bin/chromedriver -a -x /usr/bin/chromium || { \
+	  if [ "$$(id -u)" = 0 ]; then SUDO=; else SUDO="sudo -n"; fi; \
+	  export DEBIAN_FRONTEND=noninteractive; PKGS="chromium chromium-driver"; \
+	  $$SUDO apt-get install -y -qq $$PKGS >/dev/null 2>&1 || \
+	  { $$SUDO apt-get update -qq >/dev/null 2>&1 && \
+	    $$SUDO apt-get install -y -qq $$PKGS >/dev/null 2>&1; } || \
+	  echo "make: could not install chromium; the console's browser test will be skipped" >&2; }
+
+test: $(STAMP) kcat browser
 	$(BIN)/python -m pytest -q --durations=30
 
 # bench/broker.py compares odradek with librdkafka's mock cluster, a few lines of C

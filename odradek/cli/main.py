@@ -27,6 +27,7 @@ import sys
 from odradek import __version__
 from odradek.cli import (
     cluster,
+    console,
     dump_log,
     leader_election,
     log_dirs,
@@ -52,6 +53,7 @@ SUBCOMMANDS: tuple[Subcommand, ...] = (
     dump_log,
     cluster,
     transactions,
+    console,
 )
 # The client tools are click commands (odradek/cli/tools.py), imported only when used.
 TOOL_COMMANDS: dict[str, str] = {
