@@ -35,9 +35,9 @@ from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from odradek import __version__
-from odradek.client.cluster import KafkaError
-from odradek.client.connection import KafkaConnectionError, UnsupportedVersionError
-from odradek.client.types import KafkaException, TopicPartition
+from odradek.client._core.connection import KafkaConnectionError, UnsupportedVersionError
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import KafkaException, TopicPartition
 from odradek.console import render
 from odradek.console.lag import LagHistory, LagSampler
 from odradek.console.render import BadInput, parse_int

@@ -23,16 +23,20 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client import admin_configs, admin_groups, admin_records, admin_topics
-from odradek.client.admin import member_partitions
-from odradek.client.admin_core import ADMIN_VERSIONS, Outcome
-from odradek.client.admin_types import ConfigResource, ConfigSource, NewTopic, Node, ResourceType
-from odradek.client.cluster import Cluster, KafkaError
-from odradek.client.config import ClientConfig
-from odradek.client.connection import UnsupportedVersionError, request_entity
-from odradek.client.consumer_aio import AIOKafkaConsumer
-from odradek.client.fetch_decode import ConsumerRecord
-from odradek.client.types import TopicPartition
+from odradek.client._core.cluster import Cluster
+from odradek.client._core.config import ClientConfig
+from odradek.client._core.connection import UnsupportedVersionError, request_entity
+from odradek.client._core.errors import KafkaError
+from odradek.client._core.types import TopicPartition
+from odradek.client.admin import configs as admin_configs
+from odradek.client.admin import groups as admin_groups
+from odradek.client.admin import records as admin_records
+from odradek.client.admin import topics as admin_topics
+from odradek.client.admin.blocking import member_partitions
+from odradek.client.admin.core import ADMIN_VERSIONS, Outcome
+from odradek.client.admin.types import ConfigResource, ConfigSource, NewTopic, Node, ResourceType
+from odradek.client.consumer.aio import AIOKafkaConsumer
+from odradek.client.consumer.fetch_decode import ConsumerRecord
 
 DESCRIBE_LOG_DIRS: Final = 35
 DESCRIBE_QUORUM: Final = 55

@@ -18,7 +18,7 @@ from tests.support.broker import BrokerProcess
 
 EXTRAS = (
     "pyspark pyarrow pandas numpy confluent_kafka aiokafka kafka pytest hypothesis moto "
-    "lz4 snappy zstandard ruff mypy"
+    "lz4 snappy zstandard ruff mypy starlette jinja2 multipart uvicorn selenium httpx2"
 )
 
 BLOCKER = f"""
