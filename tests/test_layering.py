@@ -34,6 +34,25 @@ RULES: Final = [
     ),
     # Handlers are thin: fetch and offset semantics belong to the replica layer.
     (("odradek.server.handlers",), ("odradek.storage",)),
+    # odradek.testing runs brokers for tests; no part of odradek runs on it.
+    (
+        (
+            "odradek.aio",
+            "odradek.cli",
+            "odradek.client",
+            "odradek.coordinator",
+            "odradek.metadata",
+            "odradek.network",
+            "odradek.protocol",
+            "odradek.raft",
+            "odradek.records",
+            "odradek.replica",
+            "odradek.server",
+            "odradek.spark",
+            "odradek.storage",
+        ),
+        ("odradek.testing",),
+    ),
 ]
 
 # (importing module, imported module): known offenders, to be removed by the step named.
