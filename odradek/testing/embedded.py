@@ -65,6 +65,7 @@ class EmbeddedBroker:
         self.port = 0
         self._runner: _ThreadRunner | ServeProcess | None = None
         self._cleanup: weakref.finalize[..., EmbeddedBroker] | None = None
+        self._stop_when_collected: weakref.finalize[..., EmbeddedBroker] | None = None
 
     # -- lifecycle -----------------------------------------------------------------------
 
@@ -97,6 +98,11 @@ class EmbeddedBroker:
         if not self.process:
             runner = _ThreadRunner(config)
             self._runner = runner
+            # An abandoned broker is stopped cleanly when collected. Not at exit: by
+            # then the interpreter refuses new executor work (the logs' flush needs
+            # it), so the daemon thread just ends with the process.
+            self._stop_when_collected = weakref.finalize(self, _stop_quietly, runner)
+            self._stop_when_collected.atexit = False
             return runner.start(self.ready_timeout_s)
         assert self.data_dir is not None
         self.data_dir.parent.mkdir(parents=True, exist_ok=True)
@@ -109,6 +115,8 @@ class EmbeddedBroker:
     def stop(self) -> None:
         """Shut the broker down cleanly (and its temporary data dir); safe to repeat."""
         runner, self._runner = self._runner, None
+        if self._stop_when_collected is not None:
+            self._stop_when_collected.detach()
         if self.bootstrap:
             close_admin(self.bootstrap)
         try:
@@ -251,6 +259,11 @@ def load_config(properties: Mapping[str, str]) -> BrokerConfig:
         return BrokerConfig.load(None, [f"{k}={v}" for k, v in properties.items()])
     except ConfigError as error:
         raise ValueError(f"odradek broker config: {error}") from None
+
+
+def _stop_quietly(runner: _ThreadRunner) -> None:
+    with contextlib.suppress(Exception):
+        runner.stop(STOP_TIMEOUT_S)
 
 
 def _new_loop() -> asyncio.AbstractEventLoop:

@@ -165,3 +165,14 @@ def test_process_mode_kill_is_a_crash() -> None:
         child.stop()
     with pytest.raises(RuntimeError, match="process=True"):
         EmbeddedBroker().kill()
+
+
+def test_an_abandoned_broker_stops_when_collected() -> None:
+    abandoned = EmbeddedBroker().start()
+    temporary = abandoned.data_dir
+    assert temporary is not None
+    del abandoned
+    gc.collect()
+    names = [thread.name for thread in threading.enumerate()]
+    assert "odradek-embedded-broker" not in names
+    assert not temporary.parent.exists()
