@@ -115,6 +115,8 @@ class EmbeddedCluster:
         child = self.nodes[node]
         child.launch()
         self.addresses[node] = child.wait_ready(self.ready_timeout_s)[0].split("://")[1]
+        close_admin(self.bootstrap)  # create_topic's client bootstraps from the new list
+        self.bootstrap = ",".join(self.addresses.values())
 
     def pids(self) -> dict[int, int]:
         return {node: child.pid for node, child in self.nodes.items() if child.alive()}

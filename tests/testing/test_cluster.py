@@ -35,6 +35,14 @@ def test_three_nodes_replicate_a_topic_written_with_acks_all() -> None:
         assert producer.flush(TIMEOUT_S) == 0
         del producer
         assert read_partition(cluster.bootstrap, topic, len(values), timeout_s=TIMEOUT_S) == values
+        cluster.kill_node(3)  # a crash; it comes back on a new port with its data
+        assert 3 not in cluster.pids()
+        cluster.start_node(3)
+        assert set(cluster.pids()) == {1, 2, 3} and cluster.pids()[3] != pids[3]
+        restarted = cluster.addresses[3]
+        assert restarted in cluster.bootstrap.split(",")
+        assert read_partition(restarted, topic, len(values), timeout_s=TIMEOUT_S) == values
+        pids = cluster.pids()
     for pid in pids.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
