@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from odradek.testing import EmbeddedBroker
+from odradek.testing._process import ServeProcess
 
 TIMEOUT_S = 20.0
 
@@ -170,9 +171,11 @@ def test_process_mode_kill_is_a_crash() -> None:
 def test_an_abandoned_broker_stops_when_collected() -> None:
     abandoned = EmbeddedBroker().start()
     temporary = abandoned.data_dir
-    assert temporary is not None
-    del abandoned
+    runner = abandoned._runner
+    assert temporary is not None and runner is not None and not isinstance(runner, ServeProcess)
+    thread = runner.thread  # the runner (not the broker object) is what the thread holds
+    assert thread is not None and thread.is_alive()
+    del abandoned, runner
     gc.collect()
-    names = [thread.name for thread in threading.enumerate()]
-    assert "odradek-embedded-broker" not in names
+    assert not thread.is_alive()
     assert not temporary.parent.exists()
