@@ -39,6 +39,25 @@ RULES: Final = [
         ("odradek.client._core",),
         ("odradek.client.producer", "odradek.client.consumer", "odradek.client.admin"),
     ),
+    # odradek.testing runs brokers for tests; no part of odradek runs on it.
+    (
+        (
+            "odradek.aio",
+            "odradek.cli",
+            "odradek.client",
+            "odradek.coordinator",
+            "odradek.metadata",
+            "odradek.network",
+            "odradek.protocol",
+            "odradek.raft",
+            "odradek.records",
+            "odradek.replica",
+            "odradek.server",
+            "odradek.spark",
+            "odradek.storage",
+        ),
+        ("odradek.testing",),
+    ),
 ]
 
 # (importing module, imported module): known offenders, to be removed by the step named.

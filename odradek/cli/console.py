@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> int:
 async def serve(bootstrap: str, host: str, port: int, sample_interval_s: float) -> None:
     import uvicorn
 
-    from odradek.client._core.errors import KafkaError
     from odradek.client._core.config import ConfigError
     from odradek.client._core.connection import KafkaConnectionError
+    from odradek.client._core.errors import KafkaError
     from odradek.console.app import create_app
     from odradek.console.source import ClusterSource
 

@@ -24,6 +24,15 @@ import contextlib
 import os
 import sys
 
+# kio's static types register Hypothesis strategies whenever Hypothesis can be imported
+# (kio/static/_phantom.py): all of Hypothesis is loaded and every installed package's
+# entry points are scanned, ~1 s of each broker start wherever the dev extra is
+# installed — every test's and bench's broker (bench/embedded.py, process=True: ready
+# in 1.35 s with it, 0.73 s without, at load 8 on 2 cores). ``serve`` never uses them,
+# so it hides Hypothesis from kio; the check runs before this module's imports load kio.
+if sys.argv[1:2] == ["serve"] and "kio" not in sys.modules:
+    sys.modules.setdefault("hypothesis", None)  # type: ignore[arg-type]
+
 from odradek import __version__
 from odradek.cli import (
     cluster,

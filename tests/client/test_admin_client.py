@@ -16,17 +16,18 @@ from confluent_kafka.admin import AdminClient as CKAdmin
 
 from odradek.client._core.types import KafkaException
 from odradek.client.admin.blocking import AdminClient, NewPartitions, NewTopic, TopicCollection
-from tests.support.broker import BrokerProcess, running_broker
+from odradek.testing import EmbeddedBroker
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("admin") / "data") as process:
-        yield process
+def kafka(odradek_broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The session's broker (odradek.testing's pytest plugin), in this process: these
+    tests only add their own uniquely named topics and groups."""
+    return odradek_broker
 
 
 @pytest.fixture
-def admin(kafka: BrokerProcess) -> Iterator[AdminClient]:
+def admin(kafka: EmbeddedBroker) -> Iterator[AdminClient]:
     client = AdminClient({"bootstrap.servers": kafka.bootstrap})
     try:
         yield client
@@ -34,7 +35,7 @@ def admin(kafka: BrokerProcess) -> Iterator[AdminClient]:
         client.close()
 
 
-def their_topics(kafka: BrokerProcess) -> dict[str, int]:
+def their_topics(kafka: EmbeddedBroker) -> dict[str, int]:
     metadata = CKAdmin({"bootstrap.servers": kafka.bootstrap}).list_topics(timeout=10)
     return {name: len(t.partitions) for name, t in metadata.topics.items()}
 
@@ -47,7 +48,7 @@ def wait_for(check: object, deadline_s: float = 10.0) -> None:
 
 
 def test_create_and_delete_topics_visible_to_confluent(
-    kafka: BrokerProcess, admin: AdminClient
+    kafka: EmbeddedBroker, admin: AdminClient
 ) -> None:
     a, b = f"a-{uuid.uuid4().hex[:8]}", f"b-{uuid.uuid4().hex[:8]}"
     futures = admin.create_topics(
@@ -76,13 +77,13 @@ def test_create_and_delete_topics_visible_to_confluent(
         admin.delete_topics([a])[a].result(10)
 
 
-def test_validate_only_creates_nothing(kafka: BrokerProcess, admin: AdminClient) -> None:
+def test_validate_only_creates_nothing(kafka: EmbeddedBroker, admin: AdminClient) -> None:
     name = f"v-{uuid.uuid4().hex[:8]}"
     assert admin.create_topics([NewTopic(name, 2, 1)], validate_only=True)[name].result(10) is None
     assert name not in their_topics(kafka)
 
 
-def test_describe_topics_matches_confluent(kafka: BrokerProcess, admin: AdminClient) -> None:
+def test_describe_topics_matches_confluent(kafka: EmbeddedBroker, admin: AdminClient) -> None:
     name = f"d-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, 3, 1)])[name].result(10)
     missing = f"missing-{uuid.uuid4().hex[:8]}"
@@ -127,7 +128,7 @@ def test_describe_topics_matches_confluent(kafka: BrokerProcess, admin: AdminCli
         TopicCollection([name, ""])
 
 
-def test_describe_internal_topic(kafka: BrokerProcess, admin: AdminClient) -> None:
+def test_describe_internal_topic(kafka: EmbeddedBroker, admin: AdminClient) -> None:
     group = f"g-{uuid.uuid4().hex[:8]}"
     name = f"i-{uuid.uuid4().hex[:8]}"
     admin.create_topics([NewTopic(name, 1, 1)])[name].result(10)
@@ -145,7 +146,7 @@ def test_describe_internal_topic(kafka: BrokerProcess, admin: AdminClient) -> No
 
 
 def test_list_topics_of_unknown_topic_reports_it_without_creating_it(
-    kafka: BrokerProcess, admin: AdminClient
+    kafka: EmbeddedBroker, admin: AdminClient
 ) -> None:
     missing = f"missing-{uuid.uuid4().hex[:8]}"
     metadata = admin.list_topics(missing, timeout=10)

@@ -11,27 +11,27 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import confluent_kafka
 import pytest
 
 import odradek.client
-from tests.support.broker import BrokerProcess, running_broker
+from odradek.testing import EmbeddedBroker
 
 TIMEOUT_S = 20.0
 CLIENTS = {"confluent": confluent_kafka, "odradek": odradek.client}
 
 
 @pytest.fixture(scope="module")
-def kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("on-commit") / "data") as process:
-        yield process
+def kafka(odradek_broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The session's broker (odradek.testing's pytest plugin), in this process: these
+    tests only add their own uniquely named topics and groups."""
+    return odradek_broker
 
 
 @pytest.fixture(scope="module")
-def topic(kafka: BrokerProcess) -> str:
+def topic(kafka: EmbeddedBroker) -> str:
     name = f"oc-{uuid.uuid4().hex[:8]}"
     producer = confluent_kafka.Producer({"bootstrap.servers": kafka.bootstrap})
     for i in range(10):
@@ -40,7 +40,7 @@ def topic(kafka: BrokerProcess) -> str:
     return name
 
 
-def _consumer(module: Any, kafka: BrokerProcess, seen: list[Any], auto: bool) -> Any:
+def _consumer(module: Any, kafka: EmbeddedBroker, seen: list[Any], auto: bool) -> Any:
     def on_commit(error: Any, partitions: list[Any]) -> None:
         code = None if error is None else error.code()
         seen.append((code, [(p.topic, p.partition, p.offset) for p in partitions]))
@@ -74,7 +74,7 @@ def _poll_until(consumer: Any, seen: list[Any], count: int) -> None:
         consumer.poll(0.1)
 
 
-def _manual_commits(module: Any, kafka: BrokerProcess, topic: str) -> list[Any]:
+def _manual_commits(module: Any, kafka: EmbeddedBroker, topic: str) -> list[Any]:
     seen: list[Any] = []
     consumer = _consumer(module, kafka, seen, auto=False)
     try:
@@ -94,7 +94,7 @@ def _manual_commits(module: Any, kafka: BrokerProcess, topic: str) -> list[Any]:
 
 @pytest.mark.parametrize("name", list(CLIENTS))
 def test_async_commits_are_reported_and_sync_ones_raise(
-    kafka: BrokerProcess, topic: str, name: str
+    kafka: EmbeddedBroker, topic: str, name: str
 ) -> None:
     assert _manual_commits(CLIENTS[name], kafka, topic) == [
         (None, [(topic, 0, 10)]),
@@ -102,7 +102,7 @@ def test_async_commits_are_reported_and_sync_ones_raise(
     ]
 
 
-def test_auto_commit_is_reported_from_poll(kafka: BrokerProcess, topic: str) -> None:
+def test_auto_commit_is_reported_from_poll(kafka: EmbeddedBroker, topic: str) -> None:
     seen: list[Any] = []
     consumer = _consumer(odradek.client, kafka, seen, auto=True)
     try:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -23,8 +22,8 @@ from confluent_kafka import Producer as CKProducer  # noqa: E402
 from kafka import KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka import TopicPartition as KPTopicPartition  # noqa: E402
 
-from odradek.client import AdminClient, Consumer, NewTopic, Producer, TopicPartition  # noqa: E402
-from tests.support.broker import BrokerProcess, running_broker  # noqa: E402
+from odradek.client import Consumer, Producer, TopicPartition  # noqa: E402
+from odradek.testing import EmbeddedBroker  # noqa: E402
 
 TIMEOUT_S = 30.0
 COMPRESSIONS = ["none", "gzip", "snappy", "lz4", "zstd"]
@@ -32,16 +31,14 @@ BASE_TS = 1_700_000_000_000
 
 
 @pytest.fixture(scope="module")
-def broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    with running_broker(tmp_path_factory.mktemp("kp-interop") / "data") as process:
-        yield process
+def broker(odradek_broker: EmbeddedBroker) -> EmbeddedBroker:
+    """The session's broker (odradek.testing's pytest plugin), in this process: these
+    tests only add their own uniquely named topics and groups."""
+    return odradek_broker
 
 
-def new_topic(bootstrap: str, partitions: int = 1) -> str:
-    name = f"kp-{uuid.uuid4().hex[:10]}"
-    with AdminClient({"bootstrap.servers": bootstrap}) as admin:
-        admin.create_topics([NewTopic(name, partitions, 1)])[name].result(TIMEOUT_S)
-    return name
+def new_topic(broker: EmbeddedBroker, partitions: int = 1) -> str:
+    return broker.create_topic(f"kp-{uuid.uuid4().hex[:10]}", partitions)
 
 
 def sample_records(count: int) -> list[dict[str, Any]]:
@@ -73,8 +70,10 @@ def poll_odradek(consumer: Consumer, count: int) -> list[Any]:
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_odradek_producer_to_kafka_python_consumer(broker: BrokerProcess, compression: str) -> None:
-    topic = new_topic(broker.bootstrap)
+def test_odradek_producer_to_kafka_python_consumer(
+    broker: EmbeddedBroker, compression: str
+) -> None:
+    topic = new_topic(broker)
     records = sample_records(60)
     producer = Producer(
         {"bootstrap.servers": broker.bootstrap, "compression.type": compression, "linger.ms": 5}
@@ -109,8 +108,10 @@ def test_odradek_producer_to_kafka_python_consumer(broker: BrokerProcess, compre
 
 
 @pytest.mark.parametrize("compression", COMPRESSIONS)
-def test_kafka_python_producer_to_odradek_consumer(broker: BrokerProcess, compression: str) -> None:
-    topic = new_topic(broker.bootstrap)
+def test_kafka_python_producer_to_odradek_consumer(
+    broker: EmbeddedBroker, compression: str
+) -> None:
+    topic = new_topic(broker)
     records = sample_records(60)
     producer = KafkaProducer(
         bootstrap_servers=broker.bootstrap,
@@ -154,10 +155,10 @@ def test_kafka_python_producer_to_odradek_consumer(broker: BrokerProcess, compre
 
 
 def test_a_key_lands_on_the_same_partition_whichever_client_produced_it(
-    broker: BrokerProcess,
+    broker: EmbeddedBroker,
 ) -> None:
     """Java's/kafka-python's murmur2 partitioner and librdkafka's murmur2_random agree."""
-    topics = {name: new_topic(broker.bootstrap, partitions=7) for name in ("od", "kp", "ck")}
+    topics = {name: new_topic(broker, partitions=7) for name in ("od", "kp", "ck")}
     keys = [f"user-{i}".encode() for i in range(200)] + [b"", b"\x00\xff", "é".encode()]
 
     # the Producer's default is confluent-kafka's consistent_random: ask for the Java one
