@@ -61,6 +61,8 @@ TOOL_COMMANDS: dict[str, str] = {
     "groups": "list, describe, reset and delete consumer groups",
     "configs": "describe and alter topic and broker configs",
     "perf": "measure produce and consume throughput and latency",
+    "get-offsets": "print partitions' offsets at a time (kafka-get-offsets.sh)",
+    "delete-records": "delete records before an offset (kafka-delete-records.sh)",
 }
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import click
 
-from odradek.cli import configs, consume, groups, perf, produce, topics
+from odradek.cli import configs, consume, delete_records, get_offsets, groups, perf, produce, topics
 from odradek.cli.common import ToolGroup
 
 
@@ -26,6 +26,8 @@ for _command in (
     groups.groups,
     configs.configs,
     perf.perf,
+    get_offsets.get_offsets,
+    delete_records.delete_records,
 ):
     tools.add_command(_command)
 
