@@ -11,6 +11,7 @@ from collections.abc import Iterator
 
 import click
 import pytest
+from confluent_kafka import Producer
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic
 
 from odradek.cli.configs import kafka_config_list
@@ -170,4 +171,33 @@ def test_kafka_configs_bad_combinations_are_usage_errors(
 ) -> None:
     # refused before any request: port 9 (discard) is never reached
     assert main(["configs", *args, "-b", "127.0.0.1:9"]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_consume_offset_takes_earliest_latest_or_a_number(kafka: BrokerProcess) -> None:
+    topic = new_topic(kafka, partitions=2)
+    producer = Producer({"bootstrap.servers": kafka.bootstrap})
+    for i in range(5):
+        producer.produce(topic, b"r%d" % i, partition=1)
+    assert producer.flush(30) == 0
+    read = ["consume", topic, "--partition", "1", "--timeout-ms", "1000"]
+    assert ok(odradek(kafka, *read, "--offset", "earliest")).split() == [f"r{i}" for i in range(5)]
+    assert ok(odradek(kafka, *read, "--offset", "3")).split() == ["r3", "r4"]
+    assert ok(odradek(kafka, *read, "--offset", "latest")) == ""
+    assert ok(odradek(kafka, *read, "--offset", "EARLIEST", "-n", "1")).split() == ["r0"]
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--partition", "0", "--offset", "-1"], "earliest, latest or an offset"),
+        (["--partition", "0", "--offset", "soon"], "earliest, latest or an offset"),
+        (["--offset", "earliest"], "--offset needs --partition"),
+        (["--partition", "0", "--offset", "1", "--from-beginning"], "exclude each other"),
+    ],
+)
+def test_consume_bad_offsets_are_usage_errors(
+    capsys: pytest.CaptureFixture[str], args: list[str], message: str
+) -> None:
+    assert main(["consume", "t", *args, "-b", "127.0.0.1:9"]) == 2
     assert message in capsys.readouterr().err
