@@ -26,6 +26,7 @@ from odradek.cli.common import (
     parse_pairs,
     result,
 )
+from odradek.cli.tools import KafkaActionGroup
 from odradek.client.admin import AdminClient
 from odradek.client.admin_types import (
     AlterConfigOpType,
@@ -220,7 +221,7 @@ def every_entity(admin: AdminClient, resource: str) -> list[str]:
     return sorted(g.group_id for g in listing.valid)
 
 
-@click.group()
+@click.group(cls=KafkaActionGroup)
 def configs() -> None:
     """Describe and alter topic, broker and group configs."""
 
