@@ -4,9 +4,10 @@ How this works and why: ``serve``, ``storage``, ``dump-log`` and the other
 kafka-*.sh-shaped commands were argparse commands; each keeps its ``run(args) -> int``
 (its exit status) and now declares a click command whose callback hands ``run`` the
 parsed options as attributes (``Args``), so the body of those commands did not change
-when the whole ``odradek`` command moved to click. Their usage errors keep argparse's
-shape, which scripts and tests read (``usage: ...`` then ``odradek CMD: error: ...``):
-``ArgparseStyle`` marks those commands and ``show_usage_error`` prints it. Mutually
+when the whole ``odradek`` command moved to click. A usage error is one line in
+the shape of the command's other errors (``show_usage_error``): ``odradek CMD: error:
+... (usage: ...)`` for these commands, which ``ArgparseStyle`` marks, click's ``Error:
+...`` for the client tools. Mutually
 exclusive options, which click lacks, are checked by ``one_of``. This module imports
 only click, so a command never imports ``main.py`` (which imports it).
 """
@@ -42,14 +43,20 @@ def usage_line(ctx: click.Context) -> str:
 
 
 def show_usage_error(error: click.UsageError, file: IO[str] | None = None) -> None:
-    """Print a usage error in the shape of the command it is about."""
+    """Print a usage error as one line, in the shape of the command's other errors:
+    ``odradek CMD: error: ...`` for the argparse-born commands, click's ``Error: ...``
+    for the client tools, each with the usage it broke."""
     file = sys.stderr if file is None else file
     ctx = error.ctx
-    if ctx is None or not isinstance(ctx.command, ArgparseStyle):
-        error.show(file)
-        return
-    click.echo(usage_line(ctx), file=file)
-    click.echo(f"{ctx.command_path}: error: {error.format_message()}", file=file)
+    message = error.format_message()
+    if ctx is None:
+        click.echo(f"Error: {message}", file=file)
+    elif isinstance(ctx.command, ArgparseStyle):
+        click.echo(
+            f"{ctx.command_path}: error: {message} ({usage_line(ctx)}; -h for help)", file=file
+        )
+    else:
+        click.echo(f"Error: {message} ({usage_line(ctx)}; -h for help)", file=file)
 
 
 def invoke(run: Run, params: dict[str, Any], **extra: Any) -> int:
