@@ -126,6 +126,8 @@ class LazyGroup(ArgparseStyleGroup):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
+        except KeyboardInterrupt:  # 130 without a word (click's Abort prints a newline)
+            raise click.exceptions.Exit(EXIT_INTERRUPTED) from None
         except click.ClickException:
             raise
         except Exception as error:

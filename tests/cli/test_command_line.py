@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -127,3 +130,29 @@ def test_exit_statuses(argv: list[str], status: int, capsys: pytest.CaptureFixtu
     assert "Traceback" not in err
     if status == 2:  # one line naming the problem and the usage it broke
         assert len(err.strip().splitlines()) == 1 and "usage: odradek" in err, err
+
+
+def test_ctrl_c_exits_130_without_a_word() -> None:
+    """A command waiting on a broker that never answers, interrupted: status 130 and
+    nothing on stderr (click's Abort would print a newline)."""
+    with socket.socket() as silent:  # accepts connections (backlog), never answers
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        quorum = ["metadata-quorum", "--bootstrap-server", address, "describe", "--status"]
+        waiting = subprocess.Popen(
+            [sys.executable, "-m", "odradek", *quorum],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
+        try:
+            time.sleep(3)
+            assert waiting.poll() is None
+            waiting.send_signal(signal.SIGINT)
+            out, err = waiting.communicate(timeout=30)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.wait()
+    assert (waiting.returncode, out, err) == (130, b"", b"")
