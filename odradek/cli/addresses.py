@@ -1,7 +1,7 @@
 """``--bootstrap-server`` / ``--bootstrap-controller`` lists for the tools that speak
 the wire themselves (``leader-election``, ``reassign-partitions``, ``metadata-quorum``).
 
-How this works and why: those tools are argparse commands with their own
+How this works and why: those tools have their own
 ``BrokerConnection`` (the requests they send are not the AdminClient's), and each
 reports a failure as one line through its own error class. They read the address list
 the same way — comma-separated ``HOST:PORT``, IPv6 hosts in brackets, a port in

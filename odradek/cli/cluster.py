@@ -34,7 +34,6 @@ Exit status: 0 every node stopped cleanly, 1 a node failed to start or stop clea
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import ctypes
 import os
@@ -46,9 +45,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import FrameType
-from typing import Final
+from typing import Any, Final
 
-from odradek.cli.subcommand import Subparsers
+import click
+
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.storage.errors import StorageError
 from odradek.storage.meta_properties import describe_dirs, format_dirs, random_uuid
@@ -58,43 +59,6 @@ DEFAULT_CONFIGS: Final = tuple(Path(f"config/cluster/node{n}.properties") for n 
 EXIT_ERROR: Final = 1
 EXIT_USAGE: Final = 2
 PR_SET_PDEATHSIG: Final = 1
-
-
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="format and run a three-node KRaft cluster on this machine until Ctrl-C",
-        description="Format (once) and start combined broker+controller nodes from "
-        "Kafka-style properties files, print the bootstrap string, and stop them all "
-        "on Ctrl-C or SIGTERM.",
-    )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        action="append",
-        metavar="FILE",
-        help="a node's server.properties (repeat per node; default "
-        "config/cluster/node{1,2,3}.properties)",
-    )
-    parser.add_argument("--host", help="the host every listener binds and advertises")
-    parser.add_argument("--port", type=int, help="the first node's broker port (next: +1, +2)")
-    parser.add_argument(
-        "--controller-port", type=int, help="the first node's controller port (next: +1, +2)"
-    )
-    parser.add_argument("--data-dir", type=Path, help="put node N's data in DATA_DIR/nodeN")
-    parser.add_argument(
-        "--override",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a property on every node",
-    )
-    parser.add_argument("--ready-timeout", type=float, default=120.0, metavar="SECONDS")
-    parser.add_argument("--stop-timeout", type=float, default=30.0, metavar="SECONDS")
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
-    parser.set_defaults(run=run)
 
 
 @dataclass
@@ -131,7 +95,7 @@ def _error(message: str) -> None:
     print(f"odradek cluster: {message}", file=sys.stderr, flush=True)
 
 
-def node_overrides(args: argparse.Namespace, index: int, node_id: int) -> list[str]:
+def node_overrides(args: Args, index: int, node_id: int) -> list[str]:
     """The ``--override``s that move node ``index`` (file order) to this run's ports/dirs."""
     overrides = list(args.override)
     host = args.host or "localhost"
@@ -148,7 +112,7 @@ def node_overrides(args: argparse.Namespace, index: int, node_id: int) -> list[s
     return overrides
 
 
-def load_nodes(args: argparse.Namespace) -> list[Node]:
+def load_nodes(args: Args) -> list[Node]:
     files = args.config or list(DEFAULT_CONFIGS)
     for path in files:
         if not path.is_file():
@@ -293,7 +257,7 @@ def stop_all(nodes: list[Node], timeout_s: float) -> bool:
     return clean
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         nodes = load_nodes(args)
     except (ConfigError, UsageError) as error:
@@ -344,3 +308,38 @@ def run(args: argparse.Namespace) -> int:
                 node.process.wait()
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+@click.command(
+    NAME,
+    cls=ArgparseStyleCommand,
+    short_help="format and run a three-node KRaft cluster on this machine until Ctrl-C",
+    help="Format (once) and start combined broker+controller nodes from "
+    "Kafka-style properties files, print the bootstrap string, and stop them all "
+    "on Ctrl-C or SIGTERM.",
+)
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path),
+    multiple=True,
+    metavar="FILE",
+    help="a node's server.properties (repeat per node; default "
+    "config/cluster/node{1,2,3}.properties)",
+)
+@click.option("--host", help="the host every listener binds and advertises")
+@click.option("--port", type=int, help="the first node's broker port (next: +1, +2)")
+@click.option("--controller-port", type=int, help="the first node's controller port (next: +1, +2)")
+@click.option(
+    "--data-dir", type=click.Path(path_type=Path), help="put node N's data in DATA_DIR/nodeN"
+)
+@click.option("--override", multiple=True, metavar="KEY=VALUE", help="set a property on every node")
+@click.option("--ready-timeout", type=float, default=120.0, metavar="SECONDS", show_default=True)
+@click.option("--stop-timeout", type=float, default=30.0, metavar="SECONDS", show_default=True)
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+)
+def command(**params: Any) -> int:
+    return invoke(run, params)

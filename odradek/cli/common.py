@@ -1,10 +1,9 @@
 """Shared pieces of the client tools (``topics``, ``produce``, ``consume``, ...).
 
-How this works and why: the client tools are click commands (the older ``serve`` and
-``dump-log`` stay argparse; ``main`` routes by the first word). ``ToolGroup`` turns
-every client-side failure (a broker error, an unreachable bootstrap, a bad value)
-into click's one-line ``Error: ...`` with exit status 1, so no tool ever prints a
-traceback; bad arguments stay click's usage errors (status 2). Every admin request
+How this works and why: ``tool_failure`` turns every client-side failure (a broker
+error, an unreachable bootstrap, a bad value) into click's one-line ``Error: ...``
+with exit status 1 (``main`` applies it to the client tools), so no tool ever prints
+a traceback; bad arguments stay click's usage errors (status 2). Every admin request
 goes through the client's ``AdminClient`` (``admin_client``); ``result`` waits for one
 of its futures and turns a failure into a one-line ``CliError``.
 """
@@ -61,20 +60,17 @@ def describe_failure(error: BaseException) -> str:
     return " ".join(text.split())
 
 
-class ToolGroup(click.Group):
-    """A click group whose commands report client failures as one line, exit 1."""
-
-    def invoke(self, ctx: click.Context) -> Any:
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:  # before OSError: `| head` ends the output quietly
-            raise
-        except FAILURES as error:
-            raise click.ClickException(describe_failure(error)) from None
-        except ValueError as error:  # e.g. a bad bootstrap address: the text says what
-            raise click.ClickException(describe_failure(error)) from None
-        except KeyError as error:
-            raise click.ClickException(f"unknown {describe_failure(error)}") from None
+def tool_failure(error: Exception) -> click.ClickException | None:
+    """A client tool's failure (a broker error, an unreachable bootstrap, a bad value)
+    as click's one-line ``Error: ...`` with exit status 1; None for anything else (a
+    bug keeps its traceback). ``main`` applies it to the client tools' commands."""
+    if isinstance(error, BrokenPipeError):  # before OSError: `| head` ends output quietly
+        return None
+    if isinstance(error, (*FAILURES, ValueError)):  # ValueError: e.g. a bad bootstrap
+        return click.ClickException(describe_failure(error))
+    if isinstance(error, KeyError):
+        return click.ClickException(f"unknown {describe_failure(error)}")
+    return None
 
 
 def bootstrap_option(function: Callable[..., Any]) -> Callable[..., Any]:

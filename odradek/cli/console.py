@@ -13,7 +13,6 @@ here: without them the command says which ``pip install`` brings them.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import signal
@@ -21,7 +20,9 @@ import socket
 import sys
 from typing import Any, Final
 
-from odradek.cli.subcommand import Subparsers
+import click
+
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke
 
 NAME: Final = "console"
 INSTALL_HINT: Final = "pip install 'odradek[console]'"
@@ -34,35 +35,36 @@ class ConsoleError(Exception):
     """A failure to report in one line (exit status 1)."""
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="serve a web console for a Kafka-compatible cluster",
-        description="A web console over odradek's admin client: brokers and controller "
-        "quorum, topics (partitions, ISR, sizes, configs), a message browser, consumer "
-        "groups with lag; create/delete topics and reset offsets with a confirmation.",
-    )
-    parser.add_argument(
-        "--bootstrap-server",
-        required=True,
-        metavar="HOST:PORT[,HOST:PORT]",
-        help="the cluster's brokers",
-    )
-    parser.add_argument(
-        "--listen",
-        default=DEFAULT_LISTEN,
-        metavar="HOST:PORT",
-        help=f"where the console listens (default {DEFAULT_LISTEN}; port 0: any free port)",
-    )
-    parser.add_argument(
-        "--sample-interval",
-        type=float,
-        default=DEFAULT_SAMPLE_INTERVAL_S,
-        metavar="SECONDS",
-        help="how often consumer lag is sampled for the charts (0: never; "
-        f"default {DEFAULT_SAMPLE_INTERVAL_S:g})",
-    )
-    parser.set_defaults(run=run)
+@click.command(
+    NAME,
+    cls=ArgparseStyleCommand,
+    short_help="serve a web console for a Kafka-compatible cluster",
+    help="A web console over odradek's admin client: brokers and controller quorum, "
+    "topics (partitions, ISR, sizes, configs), a message browser, consumer groups with "
+    "lag; create/delete topics and reset offsets with a confirmation.",
+)
+@click.option(
+    "--bootstrap-server",
+    required=True,
+    metavar="HOST:PORT[,HOST:PORT]",
+    help="the cluster's brokers",
+)
+@click.option(
+    "--listen",
+    default=DEFAULT_LISTEN,
+    metavar="HOST:PORT",
+    help=f"where the console listens (default {DEFAULT_LISTEN}; port 0: any free port)",
+)
+@click.option(
+    "--sample-interval",
+    type=float,
+    default=DEFAULT_SAMPLE_INTERVAL_S,
+    metavar="SECONDS",
+    help="how often consumer lag is sampled for the charts (0: never; "
+    f"default {DEFAULT_SAMPLE_INTERVAL_S:g})",
+)
+def command(**params: Any) -> int:
+    return invoke(run, params)
 
 
 def parse_listen(text: str) -> tuple[str, int]:
@@ -73,7 +75,7 @@ def parse_listen(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         import jinja2  # noqa: F401 - the extra's packages, checked before anything starts
         import python_multipart  # noqa: F401

@@ -1,7 +1,8 @@
 """``odradek consume TOPIC``: print records, as text or JSON lines.
 
 How this works and why: without ``--group`` the tool assigns the partitions itself
-(all, or ``--partition``) and starts at ``--offset``, the beginning
+(all, or ``--partition``) and starts at ``--offset`` (a number, ``earliest`` or
+``latest``, as kafka-console-consumer takes it), the beginning
 (``--from-beginning``) or the end; with ``--group`` it joins the group (subscribe)
 and commits what it printed. It stops after ``--max-messages`` records, after
 ``--timeout-ms`` without a record, or on Ctrl-C. Keys and values are written as raw
@@ -30,6 +31,22 @@ from odradek.client._core.errors import KafkaError
 from odradek.client._core.errors import error_code as client_error_code
 from odradek.client._core.types import KafkaException, Message, TopicPartition
 from odradek.client.consumer.blocking import OFFSET_BEGINNING, OFFSET_END, Consumer
+
+
+class StartOffset(click.ParamType):
+    """kafka-console-consumer's ``--offset``: ``earliest``, ``latest`` or an offset >= 0."""
+
+    name = "earliest|latest|N"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, int) or value in ("earliest", "latest"):
+            return value
+        word = str(value).strip().lower()
+        if word in ("earliest", "latest"):
+            return word
+        if word.isdigit():
+            return int(word)
+        self.fail(f"{value!r} is not earliest, latest or an offset >= 0", param, ctx)
 
 
 def _text(data: bytes | None) -> str | None:
@@ -75,7 +92,11 @@ def _write(out: BinaryIO, message: Message, options: dict[str, Any]) -> None:
 @topic_argument
 @click.option("--group", "-g", help="consume as this group (and commit offsets)")
 @click.option("--from-beginning", is_flag=True, help="start at the earliest offset")
-@click.option("--offset", type=int, help="start at this offset (needs --partition)")
+@click.option(
+    "--offset",
+    type=StartOffset(),
+    help="start at earliest, latest or this offset (needs --partition)",
+)
 @click.option("--partition", "-p", type=click.IntRange(min=0), help="only this partition")
 @click.option("--max-messages", "-n", type=click.IntRange(min=1), help="stop after N records")
 @click.option(
@@ -95,7 +116,7 @@ def consume(
     topic: str | None,
     group: str | None,
     from_beginning: bool,
-    offset: int | None,
+    offset: int | str | None,
     partition: int | None,
     max_messages: int | None,
     timeout_ms: int | None,
@@ -139,8 +160,8 @@ def consume(
             consumer.subscribe([topic])
         else:
             partitions = [partition] if partition is not None else _partitions(bootstrap, topic)
-            start = OFFSET_BEGINNING if from_beginning else OFFSET_END
-            if offset is not None:
+            start = OFFSET_BEGINNING if from_beginning or offset == "earliest" else OFFSET_END
+            if isinstance(offset, int):
                 assert partition is not None
                 start = _checked_offset(consumer, topic, partition, offset, config)
             consumer.assign([TopicPartition(topic, p, start) for p in partitions])

@@ -39,13 +39,14 @@ file is reported on one line and the next file is still dumped), 2 for bad usage
 
 from __future__ import annotations
 
-import argparse
 import io
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Final, TextIO
+from typing import Any, Final, TextIO
+
+import click
 
 from odradek.cli import metadata_decoder, offsets_decoder, transaction_log_decoder
 from odradek.cli.dump_common import (
@@ -61,7 +62,7 @@ from odradek.cli.dump_common import (
     tail_text,
 )
 from odradek.cli.dump_index import dump_offset_index, dump_time_index
-from odradek.cli.subcommand import Subparsers
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, Checked, invoke
 from odradek.metadata.snapshot import read_snapshot as read_metadata_snapshot
 from odradek.raft.snapshots import SNAPSHOT_SUFFIX as METADATA_SNAPSHOT_SUFFIX
 from odradek.records.batch import (
@@ -114,73 +115,17 @@ _RECORDS_ERROR_PREFIX = re.compile(r"^batch at base offset -?\d+ \(position \d+\
 # -- command line ----------------------------------------------------------------
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="print the contents of log segments, indexes, snapshots and checkpoints",
-        description="Print the contents of .log, .index, .timeindex and .snapshot files, "
-        "metadata snapshots (.checkpoint) and leader-epoch-checkpoint files, like Kafka's "
-        "DumpLogSegments. Exit status "
-        "is 1 if any file is missing or holds invalid data.",
-    )
-    parser.add_argument("files", nargs="*", type=Path, metavar="FILE")
-    parser.add_argument(
-        "--files",
-        dest="files_option",
-        action="append",
-        default=[],
-        metavar="FILE[,FILE...]",
-        help="the files to dump, comma-separated (Kafka's spelling; FILE... works too)",
-    )
-    parser.set_defaults(print_usage=parser.print_usage)
-    parser.add_argument(
-        "--print-data-log",
-        action="store_true",
-        help="print every record of every batch, with its key and value",
-    )
-    parser.add_argument(
-        "--verify-index-only",
-        action="store_true",
-        help="check .index/.timeindex entries against the sibling .log instead of printing them",
-    )
-    parser.add_argument(
-        "--offsets-decoder",
-        action="store_true",
-        help="decode records as __consumer_offsets commits and group metadata "
-        "(automatic for files under a __consumer_offsets-N directory)",
-    )
-    parser.add_argument(
-        "--transaction-log-decoder",
-        action="store_true",
-        help="decode records as __transaction_state transaction metadata "
-        "(automatic for files under a __transaction_state-N directory)",
-    )
-    parser.add_argument(
-        "--cluster-metadata-decoder",
-        action="store_true",
-        help="decode records as __cluster_metadata changes "
-        "(automatic for files under a __cluster_metadata-N directory)",
-    )
-    parser.add_argument(
-        "--max-bytes",
-        type=_positive_int,
-        metavar="N",
-        help="read only the batches that lie within the first N bytes of each .log file",
-    )
-    parser.set_defaults(run=run)
-
-
 def _positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+        raise ValueError(f"expected a positive integer, got {text!r}") from None
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+        raise ValueError(f"expected a positive integer, got {text!r}")
     return value
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     options = Options(
         # Kafka's --transaction-log-decoder implies --print-data-log
         args.print_data_log or args.transaction_log_decoder,
@@ -461,3 +406,58 @@ def _dump_epoch_checkpoint(target: Target) -> bool:
     for entry in entries:
         target.emit(f"epoch: {entry.epoch} startOffset: {entry.start_offset}")
     return True
+
+
+@click.command(
+    NAME,
+    cls=ArgparseStyleCommand,
+    short_help="print the contents of log segments, indexes, snapshots and checkpoints",
+    help="Print the contents of .log, .index, .timeindex and .snapshot files, "
+    "metadata snapshots (.checkpoint) and leader-epoch-checkpoint files, like Kafka's "
+    "DumpLogSegments. Exit status "
+    "is 1 if any file is missing or holds invalid data.",
+)
+@click.argument("files", nargs=-1, type=click.Path(path_type=Path), metavar="[FILE]...")
+@click.option(
+    "--files",
+    "files_option",
+    multiple=True,
+    metavar="FILE[,FILE...]",
+    help="the files to dump, comma-separated (Kafka's spelling; FILE... works too)",
+)
+@click.option(
+    "--print-data-log",
+    is_flag=True,
+    help="print every record of every batch, with its key and value",
+)
+@click.option(
+    "--verify-index-only",
+    is_flag=True,
+    help="check .index/.timeindex entries against the sibling .log instead of printing them",
+)
+@click.option(
+    "--offsets-decoder",
+    is_flag=True,
+    help="decode records as __consumer_offsets commits and group metadata "
+    "(automatic for files under a __consumer_offsets-N directory)",
+)
+@click.option(
+    "--transaction-log-decoder",
+    is_flag=True,
+    help="decode records as __transaction_state transaction metadata "
+    "(automatic for files under a __transaction_state-N directory)",
+)
+@click.option(
+    "--cluster-metadata-decoder",
+    is_flag=True,
+    help="decode records as __cluster_metadata changes "
+    "(automatic for files under a __cluster_metadata-N directory)",
+)
+@click.option(
+    "--max-bytes",
+    type=Checked(_positive_int, "N"),
+    metavar="N",
+    help="read only the batches that lie within the first N bytes of each .log file",
+)
+def command(**params: Any) -> int:
+    return invoke(run, params)

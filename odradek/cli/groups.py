@@ -31,6 +31,7 @@ from odradek.cli.common import (
     output_option,
     result,
 )
+from odradek.cli.tools import KafkaActionGroup
 from odradek.client._core.types import KafkaException, TopicPartition
 from odradek.client.admin.blocking import AdminClient
 from odradek.client.admin.types import (
@@ -52,7 +53,7 @@ STATE_NAMES = {
 INACTIVE = (ConsumerGroupState.EMPTY, ConsumerGroupState.DEAD)
 
 
-@click.group()
+@click.group(cls=KafkaActionGroup)
 def groups() -> None:
     """List, describe, reset and delete consumer groups."""
 

@@ -20,7 +20,6 @@ election. Every failure is one line on stderr (bad arguments: status 2).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime
 import json
@@ -29,10 +28,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.subcommand import Subparsers
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
@@ -52,39 +52,7 @@ class ElectionToolError(Exception):
     """A failure to report in one line (exit status 1)."""
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="elect preferred or unclean partition leaders (kafka-leader-election.sh)",
-        description="Move partition leadership to the preferred replica (PREFERRED) or let "
-        "an out-of-sync replica lead an offline partition (UNCLEAN), like Kafka's "
-        "kafka-leader-election.sh.",
-    )
-    parser.add_argument(
-        "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers"
-    )
-    parser.add_argument(
-        "--election-type",
-        required=True,
-        type=str.upper,
-        choices=sorted(ELECTION_TYPES),
-        help="PREFERRED or UNCLEAN",
-    )
-    which = parser.add_mutually_exclusive_group(required=True)
-    which.add_argument("--topic", help="the topic of the partition to elect a leader for")
-    which.add_argument(
-        "--all-topic-partitions", action="store_true", help="every partition of every topic"
-    )
-    which.add_argument(
-        "--path-to-json-file",
-        metavar="FILE",
-        help='a JSON file: {"partitions": [{"topic": "t", "partition": 0}, ...]}',
-    )
-    parser.add_argument("--partition", type=int, help="partition id (required with --topic)")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         partitions = _partitions(args)
         addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, ElectionToolError)
@@ -120,7 +88,7 @@ def report(kind: str, results: Sequence[tuple[str, int, str]]) -> tuple[list[str
     return lines, len(failures)
 
 
-def _partitions(args: argparse.Namespace) -> list[tuple[str, int]] | None:
+def _partitions(args: Args) -> list[tuple[str, int]] | None:
     if args.all_topic_partitions:
         if args.partition is not None:
             raise ElectionToolError("--partition goes with --topic only")
@@ -221,3 +189,31 @@ async def _send(
         for result in response.replica_election_results
         for p in result.partition_result
     ]
+
+
+@click.command(
+    NAME,
+    cls=ArgparseStyleCommand,
+    short_help="elect preferred or unclean partition leaders (kafka-leader-election.sh)",
+    help="Move partition leadership to the preferred replica (PREFERRED) or let "
+    "an out-of-sync replica lead an offline partition (UNCLEAN), like Kafka's "
+    "kafka-leader-election.sh.",
+)
+@click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@click.option(
+    "--election-type",
+    required=True,
+    type=click.Choice(sorted(ELECTION_TYPES), case_sensitive=False),
+    help="PREFERRED or UNCLEAN",
+)
+@click.option("--topic", help="the topic of the partition to elect a leader for")
+@click.option("--all-topic-partitions", is_flag=True, help="every partition of every topic")
+@click.option(
+    "--path-to-json-file",
+    metavar="FILE",
+    help='a JSON file: {"partitions": [{"topic": "t", "partition": 0}, ...]}',
+)
+@click.option("--partition", type=int, help="partition id (required with --topic)")
+def command(**params: Any) -> int:
+    one_of(params, ["--topic", "--all-topic-partitions", "--path-to-json-file"])
+    return invoke(run, params)

@@ -24,7 +24,6 @@ Every failure is a ``LogDirToolError`` (one line, status 1).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -33,10 +32,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.subcommand import Subparsers
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
@@ -304,23 +304,7 @@ async def verify_replicas(
 
 
 # -- odradek log-dirs ----------------------------------------------------------------------
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="describe the log dirs of brokers and the replicas in them (kafka-log-dirs.sh)",
-        description="Query brokers for their log dirs and the size of every replica in "
-        "them, as kafka-log-dirs.sh --describe.",
-    )
-    parser.add_argument(
-        "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers"
-    )
-    parser.add_argument("--describe", action="store_true", required=True, help="describe")
-    parser.add_argument("--broker-list", metavar="ID[,ID]", help="brokers to ask (default: all)")
-    parser.add_argument("--topic-list", metavar="TOPIC[,TOPIC]", help="topics (default: all)")
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, LogDirToolError)
         wanted = None if not args.broker_list else parse_broker_list(args.broker_list)
@@ -382,3 +366,19 @@ def parse_broker_list(text: str) -> list[int]:
         if int(item) not in ids:
             ids.append(int(item))
     return ids
+
+
+@click.command(
+    NAME,
+    cls=ArgparseStyleCommand,
+    short_help="describe the log dirs of brokers and the replicas in them (kafka-log-dirs.sh)",
+    help="Query brokers for their log dirs and the size of every replica in "
+    "them, as kafka-log-dirs.sh --describe.",
+)
+@click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@click.option("--describe", is_flag=True, help="describe (required)")
+@click.option("--broker-list", metavar="ID[,ID]", help="brokers to ask (default: all)")
+@click.option("--topic-list", metavar="TOPIC[,TOPIC]", help="topics (default: all)")
+def command(**params: Any) -> int:
+    one_of(params, ["--describe"])
+    return invoke(run, params)

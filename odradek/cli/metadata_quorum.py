@@ -20,7 +20,6 @@ Every failure is one line on stderr with exit status 1 (bad arguments: 2).
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import sys
@@ -28,10 +27,11 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.subcommand import Subparsers
+from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
@@ -77,37 +77,7 @@ class Quorum:
 # -- command line ----------------------------------------------------------------------------
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="describe the KRaft controller quorum (kafka-metadata-quorum.sh)",
-        description="Describe the controller quorum: its leader, epoch and high watermark "
-        "(--status) or each replica's log end offset and lag (--replication), like "
-        "Kafka's kafka-metadata-quorum.sh.",
-    )
-    where = parser.add_mutually_exclusive_group(required=True)
-    where.add_argument(
-        "--bootstrap-controller",
-        metavar="HOST:PORT[,HOST:PORT]",
-        help="controller listener(s) to ask",
-    )
-    where.add_argument(
-        "--bootstrap-server",
-        metavar="HOST:PORT[,HOST:PORT]",
-        help="broker listener(s) to ask (they forward to the active controller)",
-    )
-    actions = parser.add_subparsers(title="actions", metavar="ACTION")
-    actions.required = True
-    describe = actions.add_parser("describe", help="describe the quorum")
-    what = describe.add_mutually_exclusive_group(required=True)
-    what.add_argument("--status", action="store_true", help="leader, epoch, high watermark")
-    what.add_argument(
-        "--replication", action="store_true", help="log end offset and lag of every replica"
-    )
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         if args.bootstrap_server is not None:
             addresses = parse_addresses(
@@ -343,3 +313,33 @@ def replication_lines(quorum: Quorum) -> list[str]:
         "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
         for row in rows
     ]
+
+
+@click.group(
+    NAME,
+    cls=ArgparseStyleGroup,
+    short_help="describe the KRaft controller quorum (kafka-metadata-quorum.sh)",
+    help="Describe the controller quorum: its leader, epoch and high watermark "
+    "(--status) or each replica's log end offset and lag (--replication), like "
+    "Kafka's kafka-metadata-quorum.sh.",
+)
+@click.option(
+    "--bootstrap-controller",
+    metavar="HOST:PORT[,HOST:PORT]",
+    help="controller listener(s) to ask",
+)
+@click.option(
+    "--bootstrap-server",
+    metavar="HOST:PORT[,HOST:PORT]",
+    help="broker listener(s) to ask (they forward to the active controller)",
+)
+def command(**params: Any) -> None:
+    one_of(params, ["--bootstrap-controller", "--bootstrap-server"])
+
+
+@command.command("describe", help="describe the quorum")
+@click.option("--status", is_flag=True, help="leader, epoch, high watermark")
+@click.option("--replication", is_flag=True, help="log end offset and lag of every replica")
+def _describe_command(**params: Any) -> int:
+    one_of(params, ["--status", "--replication"])
+    return invoke(run, params)

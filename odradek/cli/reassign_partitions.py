@@ -41,7 +41,6 @@ reported with Kafka's error name and ends the run with status 1.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import datetime
 import json
@@ -50,6 +49,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
+import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
@@ -61,7 +61,7 @@ from odradek.cli.log_dirs import (
     verify_replicas,
 )
 from odradek.cli.reassign_throttles import ThrottleError, clear_throttles, set_throttles
-from odradek.cli.subcommand import Subparsers
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
     BrokerConnection,
@@ -93,70 +93,7 @@ class ReassignToolError(Exception):
     """A failure to report in one line (exit status 1)."""
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="move partition replicas between brokers (kafka-reassign-partitions.sh)",
-        description="Generate, execute, verify or cancel a partition reassignment with "
-        "Kafka's JSON plan, like kafka-reassign-partitions.sh.",
-    )
-    parser.add_argument(
-        "--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers"
-    )
-    action = parser.add_mutually_exclusive_group(required=True)
-    for flag, text in (
-        ("--generate", "propose an assignment of --topics-to-move-json-file's topics"),
-        ("--execute", "start the reassignment in --reassignment-json-file"),
-        ("--verify", "report whether --reassignment-json-file's reassignment is done"),
-        ("--cancel", "revert --reassignment-json-file's ongoing reassignments"),
-    ):
-        action.add_argument(flag, action="store_true", help=text)
-    parser.add_argument("--topics-to-move-json-file", metavar="FILE")
-    parser.add_argument("--broker-list", metavar="ID[,ID]", help="brokers for --generate")
-    parser.add_argument("--reassignment-json-file", metavar="FILE")
-    parser.add_argument(
-        "--additional",
-        action="store_true",
-        help="--execute even though other reassignments are in progress",
-    )
-    parser.add_argument(
-        "--disallow-replication-factor-change",
-        action="store_true",
-        help="--execute refuses a partition whose replica count would change (KIP-860)",
-    )
-    parser.add_argument(
-        "--timeout",
-        type=int,
-        default=DEFAULT_TIMEOUT_MS,
-        metavar="MS",
-        help="how long --execute retries moving replicas between log dirs that the "
-        "brokers do not host yet (default 10000)",
-    )
-    parser.add_argument(
-        "--throttle",
-        type=int,
-        default=-1,
-        metavar="BYTES/S",
-        help="--execute: bound the movement of partitions between brokers to this rate "
-        "(leader and follower replication throttles, KIP-73); with --additional, change "
-        "the rate of a running reassignment",
-    )
-    parser.add_argument(
-        "--replica-alter-log-dirs-throttle",
-        type=int,
-        default=-1,
-        metavar="BYTES/S",
-        help="--execute: bound copies between the log dirs of one broker to this rate",
-    )
-    parser.add_argument(
-        "--preserve-throttles",
-        action="store_true",
-        help="--verify and --cancel leave the replication throttles in place",
-    )
-    parser.set_defaults(run=run)
-
-
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         addresses = parse_addresses("--bootstrap-server", args.bootstrap_server, ReassignToolError)
         if args.generate:
@@ -598,3 +535,68 @@ def _broker_list(text: str) -> list[int]:
             raise ReassignToolError(f"--broker-list: broker {item} listed twice")
         brokers.append(int(item))
     return brokers
+
+
+@click.command(
+    NAME,
+    cls=ArgparseStyleCommand,
+    short_help="move partition replicas between brokers (kafka-reassign-partitions.sh)",
+    help="Generate, execute, verify or cancel a partition reassignment with "
+    "Kafka's JSON plan, like kafka-reassign-partitions.sh.",
+)
+@click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@click.option(
+    "--generate", is_flag=True, help="propose an assignment of --topics-to-move-json-file's topics"
+)
+@click.option("--execute", is_flag=True, help="start the reassignment in --reassignment-json-file")
+@click.option(
+    "--verify", is_flag=True, help="report whether --reassignment-json-file's reassignment is done"
+)
+@click.option(
+    "--cancel", is_flag=True, help="revert --reassignment-json-file's ongoing reassignments"
+)
+@click.option("--topics-to-move-json-file", metavar="FILE")
+@click.option("--broker-list", metavar="ID[,ID]", help="brokers for --generate")
+@click.option("--reassignment-json-file", metavar="FILE")
+@click.option(
+    "--additional",
+    is_flag=True,
+    help="--execute even though other reassignments are in progress",
+)
+@click.option(
+    "--disallow-replication-factor-change",
+    is_flag=True,
+    help="--execute refuses a partition whose replica count would change (KIP-860)",
+)
+@click.option(
+    "--timeout",
+    type=int,
+    default=DEFAULT_TIMEOUT_MS,
+    metavar="MS",
+    help="how long --execute retries moving replicas between log dirs that the "
+    "brokers do not host yet (default 10000)",
+)
+@click.option(
+    "--throttle",
+    type=int,
+    default=-1,
+    metavar="BYTES/S",
+    help="--execute: bound the movement of partitions between brokers to this rate "
+    "(leader and follower replication throttles, KIP-73); with --additional, change "
+    "the rate of a running reassignment",
+)
+@click.option(
+    "--replica-alter-log-dirs-throttle",
+    type=int,
+    default=-1,
+    metavar="BYTES/S",
+    help="--execute: bound copies between the log dirs of one broker to this rate",
+)
+@click.option(
+    "--preserve-throttles",
+    is_flag=True,
+    help="--verify and --cancel leave the replication throttles in place",
+)
+def command(**params: Any) -> int:
+    one_of(params, ["--generate", "--execute", "--verify", "--cancel"])
+    return invoke(run, params)

@@ -16,7 +16,6 @@ storage/meta_properties.py) is one line and exit 1.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import gc
@@ -24,9 +23,11 @@ import logging
 import signal
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
-from odradek.cli.subcommand import Subparsers
+import click
+
+from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke
 from odradek.server.config import (
     BrokerConfig,
     ConfigError,
@@ -38,36 +39,7 @@ if TYPE_CHECKING:
     from odradek.server.broker import Broker
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        "serve",
-        help="run a Kafka-compatible broker",
-        description="Run an odradek broker (combined broker+controller by default).",
-    )
-    parser.add_argument("--config", type=Path, help="a Kafka server.properties file")
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property"
-    )
-    parser.add_argument("--data-dir", help="log directory (log.dirs); default ./var")
-    parser.add_argument(
-        "--listen",
-        metavar="HOST:PORT",
-        help="the PLAINTEXT listener (controller listeners of --config stay); port 0 = any",
-    )
-    parser.add_argument("--node-id", type=int, help="node.id")
-    parser.add_argument(
-        "--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"]
-    )
-    parser.add_argument(
-        "--truncate-damaged-metadata",
-        action="store_true",
-        help="if the flushed part of __cluster_metadata is damaged or missing, start from "
-        "the metadata before the damage instead of refusing to start",
-    )
-    parser.set_defaults(run=run)
-
-
-def _overrides(args: argparse.Namespace) -> list[str]:
+def _overrides(args: Args) -> list[str]:
     overrides = list(args.override)
     if args.data_dir:
         overrides.append(f"log.dirs={args.data_dir}")
@@ -98,7 +70,7 @@ def _listeners_with(listen: str, config_file: Path | None, overrides: list[str])
 SWITCH_INTERVAL_S: Final = 0.0005
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     logging.basicConfig(
         level=args.log_level,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -201,3 +173,34 @@ def _one_line(error: BaseException) -> str:
             text += f": {error.filename}"
         return text
     return str(error)
+
+
+@click.command(
+    "serve",
+    cls=ArgparseStyleCommand,
+    short_help="run a Kafka-compatible broker",
+    help="Run an odradek broker (combined broker+controller by default).",
+)
+@click.option("--config", type=click.Path(path_type=Path), help="a Kafka server.properties file")
+@click.option("--override", multiple=True, metavar="KEY=VALUE", help="set a property")
+@click.option("--data-dir", help="log directory (log.dirs); default ./var")
+@click.option(
+    "--listen",
+    metavar="HOST:PORT",
+    help="the PLAINTEXT listener (controller listeners of --config stay); port 0 = any",
+)
+@click.option("--node-id", type=int, help="node.id")
+@click.option(
+    "--log-level",
+    default="INFO",
+    show_default=True,
+    type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]),
+)
+@click.option(
+    "--truncate-damaged-metadata",
+    is_flag=True,
+    help="if the flushed part of __cluster_metadata is damaged or missing, start from "
+    "the metadata before the damage instead of refusing to start",
+)
+def command(**params: Any) -> int:
+    return invoke(run, params)

@@ -16,18 +16,20 @@ prints. Every dir is checked before any is written: a dir already formatted is
 refused unless ``--ignore-formatted``, one formatted for another cluster or node
 always. ``info`` prints, per dir, whether it is formatted and its meta.properties.
 
-Exit status: 0 done, 1 a refusal or I/O error (one line), 2 bad usage (argparse's
-message, an invalid cluster id, or an invalid config, one line as ``serve`` does).
+Exit status: 0 done, 1 a refusal or I/O error (one line), 2 bad usage (the usage
+error, an invalid cluster id, or an invalid config, one line as ``serve`` does).
 """
 
 from __future__ import annotations
 
-import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
-from odradek.cli.subcommand import Subparsers
+import click
+
+from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.storage.errors import StorageError
 from odradek.storage.meta_properties import (
@@ -44,64 +46,11 @@ EXIT_ERROR: Final = 1
 EXIT_USAGE: Final = 2
 
 
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="format log dirs with a cluster id and show their identity (kafka-storage.sh)",
-        description="Format the log dirs of a node with the cluster's id before its first "
-        "start, and show what they hold, like Kafka's kafka-storage.sh.",
-    )
-    parser.set_defaults(run=run)
-    actions = parser.add_subparsers(title="actions", metavar="ACTION")
-    actions.required = True
-
-    uuid_parser = actions.add_parser("random-uuid", help="print a new random cluster id")
-    uuid_parser.set_defaults(action=run_random_uuid)
-
-    format_parser = actions.add_parser(
-        "format",
-        help="write meta.properties into every log dir and the metadata log dir",
-        description="Write meta.properties (cluster.id, node.id, a new directory.id) into "
-        "every dir of log.dirs and metadata.log.dir. Every dir is checked first: one "
-        "already formatted is refused unless --ignore-formatted, one formatted for "
-        "another cluster or node always.",
-    )
-    format_parser.add_argument(
-        "-t", "--cluster-id", required=True, help="the cluster id (odradek storage random-uuid)"
-    )
-    _add_config_arguments(format_parser)
-    format_parser.add_argument(
-        "-g",
-        "--ignore-formatted",
-        action="store_true",
-        help="leave dirs already formatted for this cluster and node as they are",
-    )
-    format_parser.set_defaults(action=run_format)
-
-    info_parser = actions.add_parser(
-        "info",
-        help="show, per log dir, whether it is formatted and its meta.properties",
-        description="Show, for every dir of log.dirs and metadata.log.dir, whether it is "
-        "formatted and what its meta.properties says. Exit status 1 if a problem is found.",
-    )
-    _add_config_arguments(info_parser)
-    info_parser.set_defaults(action=run_info)
-
-
-def _add_config_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "-c", "--config", type=Path, required=True, help="the node's server.properties"
-    )
-    parser.add_argument(
-        "--override", action="append", default=[], metavar="KEY=VALUE", help="set a property"
-    )
-
-
 def _error(message: str) -> None:
     print(f"odradek storage: {message}", file=sys.stderr)
 
 
-def _load(args: argparse.Namespace) -> BrokerConfig | None:
+def _load(args: Args) -> BrokerConfig | None:
     try:
         return BrokerConfig.load(args.config, args.override)
     except ConfigError as error:
@@ -109,16 +58,12 @@ def _load(args: argparse.Namespace) -> BrokerConfig | None:
         return None
 
 
-def run(args: argparse.Namespace) -> int:
-    return int(args.action(args))
-
-
-def run_random_uuid(args: argparse.Namespace) -> int:
+def run_random_uuid(args: Args) -> int:
     print(random_uuid())
     return 0
 
 
-def run_format(args: argparse.Namespace) -> int:
+def run_format(args: Args) -> int:
     try:
         parse_uuid(args.cluster_id)
     except ValueError as error:
@@ -152,7 +97,7 @@ def run_format(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_info(args: argparse.Namespace) -> int:
+def run_info(args: Args) -> int:
     config = _load(args)
     if config is None:
         return EXIT_USAGE
@@ -184,3 +129,65 @@ def _one_line(error: Exception) -> str:
         where = f" {error.filename}" if error.filename else ""
         return f"cannot write{where}: {error.strerror}"
     return " ".join(str(error).split())
+
+
+@click.group(
+    NAME,
+    cls=ArgparseStyleGroup,
+    short_help="format log dirs with a cluster id and show their identity (kafka-storage.sh)",
+    help="Format the log dirs of a node with the cluster's id before its first "
+    "start, and show what they hold, like Kafka's kafka-storage.sh.",
+)
+def command() -> None:
+    pass
+
+
+def _config_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    function = click.option(
+        "--override", multiple=True, metavar="KEY=VALUE", help="set a property"
+    )(function)
+    return click.option(
+        "-c",
+        "--config",
+        type=click.Path(path_type=Path),
+        required=True,
+        help="the node's server.properties",
+    )(function)
+
+
+@command.command("random-uuid", help="print a new random cluster id")
+def _random_uuid_command(**params: Any) -> int:
+    return invoke(run_random_uuid, params)
+
+
+@command.command(
+    "format",
+    short_help="write meta.properties into every log dir and the metadata log dir",
+    help="Write meta.properties (cluster.id, node.id, a new directory.id) into "
+    "every dir of log.dirs and metadata.log.dir. Every dir is checked first: one "
+    "already formatted is refused unless --ignore-formatted, one formatted for "
+    "another cluster or node always.",
+)
+@click.option(
+    "-t", "--cluster-id", required=True, help="the cluster id (odradek storage random-uuid)"
+)
+@_config_options
+@click.option(
+    "-g",
+    "--ignore-formatted",
+    is_flag=True,
+    help="leave dirs already formatted for this cluster and node as they are",
+)
+def _format_command(**params: Any) -> int:
+    return invoke(run_format, params)
+
+
+@command.command(
+    "info",
+    short_help="show, per log dir, whether it is formatted and its meta.properties",
+    help="Show, for every dir of log.dirs and metadata.log.dir, whether it is "
+    "formatted and what its meta.properties says. Exit status 1 if a problem is found.",
+)
+@_config_options
+def _info_command(**params: Any) -> int:
+    return invoke(run_info, params)

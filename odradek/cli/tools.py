@@ -1,43 +1,16 @@
-"""The click half of the ``odradek`` command: the client tools.
+"""Kafka's spelling of the client tools' actions: ``topics --create`` for ``topics create``.
 
-How this works and why: ``main`` (argparse, for ``serve`` and ``dump-log``) hands the
-command line to ``run_tools`` when its first word is in ``TOOL_COMMANDS``. Each tool
-group lives in its own module and is added here; ``run_tools`` runs click in
-standalone mode and returns the exit status instead of exiting.
+How this works and why: Kafka's tools name the action as a flag (``kafka-topics.sh
+--create ...``) where odradek's name it as a subcommand; ``main`` rewrites the first
+action flag to its subcommand before click parses the line, so both spellings reach
+the same command and the flag may stand anywhere on the line, as in Kafka.
 """
 
 from __future__ import annotations
 
 import click
+from click.shell_completion import CompletionItem
 
-from odradek.cli import configs, consume, groups, perf, produce, topics
-from odradek.cli.common import ToolGroup
-
-
-@click.group(cls=ToolGroup, context_settings={"help_option_names": ["-h", "--help"]})
-def tools() -> None:
-    """odradek client tools."""
-
-
-for _command in (
-    topics.topics,
-    produce.produce,
-    consume.consume,
-    groups.groups,
-    configs.configs,
-    perf.perf,
-):
-    tools.add_command(_command)
-
-TOOL_HELP: dict[str, str] = {
-    name: command.get_short_help_str(70) or name for name, command in tools.commands.items()
-}
-
-
-EXIT_INTERRUPTED = 130  # 128 + SIGINT, as a shell reports Ctrl-C
-
-# Kafka's tools name the action as a flag (kafka-topics.sh --create ...): the flag
-# stands for the subcommand when no subcommand is named.
 KAFKA_ACTIONS: dict[str, dict[str, str]] = {
     "topics": {
         "--create": "create",
@@ -61,7 +34,9 @@ def kafka_action(argv: list[str]) -> list[str]:
     actions = KAFKA_ACTIONS.get(argv[0]) if argv else None
     if not actions or len(argv) < 2:
         return argv
-    command = tools.commands[argv[0]]
+    from odradek.cli.main import cli  # main imports this module: resolve at call time
+
+    command = cli.get_command(click.Context(cli), argv[0])
     if isinstance(command, click.Group) and argv[1] in command.commands:
         return argv
     for index, word in enumerate(argv[1:], start=1):
@@ -70,16 +45,18 @@ def kafka_action(argv: list[str]) -> list[str]:
     return argv
 
 
-def run_tools(argv: list[str]) -> int:
-    """Run one client tool; its exit status. Ctrl-C exits 130 without a word (click
-    would print "Aborted!" and exit 1)."""
-    try:
-        done = tools.main(args=kafka_action(argv), prog_name="odradek", standalone_mode=False)
-    except click.exceptions.Abort:
-        return EXIT_INTERRUPTED
-    except click.exceptions.Exit as finished:
-        return finished.exit_code
-    except click.ClickException as error:
-        error.show()
-        return error.exit_code
-    return done if isinstance(done, int) else 0
+class KafkaActionGroup(click.Group):
+    """A tool group whose completion offers Kafka's action flags (``topics --cr<TAB>``)
+    next to its subcommands; ``main``'s completion rewrites them as ``kafka_action``
+    does, so the chosen action's own flags complete after it."""
+
+    def shell_complete(self, ctx: click.Context, incomplete: str) -> list[CompletionItem]:
+        items = super().shell_complete(ctx, incomplete)
+        if incomplete.startswith("-"):
+            flags = KAFKA_ACTIONS.get(self.name or "", {})
+            items += [
+                CompletionItem(flag, help=f"as {self.name} {action}")
+                for flag, action in flags.items()
+                if flag.startswith(incomplete)
+            ]
+        return items

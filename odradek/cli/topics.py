@@ -31,6 +31,7 @@ from odradek.cli.common import (
     result,
 )
 from odradek.cli.configs import alter_configs, describe_configs
+from odradek.cli.tools import KafkaActionGroup
 from odradek.client._core.types import KafkaException
 from odradek.client.admin.types import NewPartitions, NewTopic, OffsetSpec
 
@@ -52,7 +53,7 @@ def _names(
     return every
 
 
-@click.group()
+@click.group(cls=KafkaActionGroup)
 def topics() -> None:
     """Create, list, describe, alter and delete topics."""
 

@@ -24,7 +24,7 @@ speaking the same requests, so it works against odradek and Kafka alike:
   coordinator epoch the partition last saw — what a coordinator would have sent. With
   ``--producer-id/--producer-epoch/--coordinator-epoch`` the marker is sent as given.
 
-Every option is checked here rather than by argparse, so every failure — a missing
+Every option is checked here rather than by the parser, so every failure — a missing
 option, a bad address, an unreachable broker, a Kafka error code — is one line on
 stderr and exit status 1, never a usage dump or a traceback.
 
@@ -37,18 +37,18 @@ decode the -1 start time of an id with no transaction under way.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Final
 
+import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli import txn_describe_codec
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.subcommand import Subparsers
+from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke
 from odradek.cli.transactions_output import (
     ActiveProducer,
     DescribedTransaction,
@@ -422,41 +422,6 @@ async def abort_at_offset(cluster: Cluster, topic: str, partition: int, start_of
 
 
 # -- command line --------------------------------------------------------------------------
-def add_parser(subparsers: Subparsers) -> None:
-    parser = subparsers.add_parser(
-        NAME,
-        help="list, describe and abort transactions (kafka-transactions.sh)",
-        description="Inspect transactions and the producers of a partition, and abort a "
-        "hanging transaction, as kafka-transactions.sh. Errors are one line on stderr "
-        "with exit status 1.",
-    )
-    parser.add_argument("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers")
-    actions = parser.add_subparsers(dest="action", metavar="ACTION")
-    listing = actions.add_parser("list", help="list the transactions of every coordinator")
-    listing.add_argument(
-        "--duration-filter", metavar="MS", help="only transactions open longer than MS"
-    )
-    describe = actions.add_parser("describe", help="describe one transactional id")
-    describe.add_argument("--transactional-id", metavar="ID")
-    producers = actions.add_parser("describe-producers", help="the active producers of a partition")
-    _partition_options(producers)
-    producers.add_argument("--broker-id", metavar="ID", help="ask this broker, not the leader")
-    abort = actions.add_parser("abort", help="abort a hanging transaction")
-    _partition_options(abort)
-    abort.add_argument("--start-offset", metavar="OFFSET", help="first offset of the transaction")
-    abort.add_argument("--producer-id", metavar="ID")
-    abort.add_argument("--producer-epoch", metavar="EPOCH")
-    abort.add_argument("--coordinator-epoch", metavar="EPOCH")
-    for sub in actions.choices.values():  # the flag may come after the action too
-        sub.add_argument("--bootstrap-server", dest="sub_bootstrap", help=argparse.SUPPRESS)
-    parser.set_defaults(run=run)
-
-
-def _partition_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--topic", metavar="TOPIC")
-    parser.add_argument("--partition", metavar="PARTITION")
-
-
 def _integer(option: str, text: str | None, low: int, high: int) -> int:
     if text is None:
         raise TransactionsToolError(f"{option} is required")
@@ -474,7 +439,7 @@ _INT32: Final = 2**31 - 1
 _INT64: Final = 2**63 - 1
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: Args) -> int:
     try:
         lines = _run(args)
     except TransactionsToolError as error:
@@ -484,7 +449,7 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run(args: argparse.Namespace) -> list[str]:
+def _run(args: Args) -> list[str]:
     """Check every option, then run the action; the printed lines."""
     action = getattr(args, "action", None)
     if action is None:
@@ -514,7 +479,7 @@ def _run(args: argparse.Namespace) -> list[str]:
     return asyncio.run(_execute(addresses, action, params))
 
 
-def _abort_params(args: argparse.Namespace) -> tuple[int, ...]:
+def _abort_params(args: Args) -> tuple[int, ...]:
     """(start offset,) or (producer id, producer epoch, coordinator epoch)."""
     by_producer = (args.producer_id, args.producer_epoch, args.coordinator_epoch)
     if (args.start_offset is None) == all(v is None for v in by_producer):
@@ -564,3 +529,62 @@ async def _act(cluster: Cluster, action: str, params: tuple[Any, ...]) -> list[s
     else:
         await abort_transaction(cluster, *params)
     return []  # as kafka-transactions.sh, a successful abort prints nothing
+
+
+@click.group(
+    NAME,
+    cls=ArgparseStyleGroup,
+    invoke_without_command=True,
+    short_help="list, describe and abort transactions (kafka-transactions.sh)",
+    help="Inspect transactions and the producers of a partition, and abort a "
+    "hanging transaction, as kafka-transactions.sh. Errors are one line on stderr "
+    "with exit status 1.",
+)
+@click.option("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+def command(**params: Any) -> int | None:
+    if click.get_current_context().invoked_subcommand is None:
+        return invoke(run, params, action=None)  # run says which actions there are
+    return None
+
+
+def _action_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--bootstrap-server`` may come after the action too."""
+    return click.option("--bootstrap-server", "sub_bootstrap", hidden=True)(function)
+
+
+def _partition_options(function: Callable[..., Any]) -> Callable[..., Any]:
+    function = click.option("--partition", metavar="PARTITION")(function)
+    return click.option("--topic", metavar="TOPIC")(function)
+
+
+@command.command("list", help="list the transactions of every coordinator")
+@click.option("--duration-filter", metavar="MS", help="only transactions open longer than MS")
+@_action_options
+def _list_command(**params: Any) -> int:
+    return invoke(run, params, action="list")
+
+
+@command.command("describe", help="describe one transactional id")
+@click.option("--transactional-id", metavar="ID")
+@_action_options
+def _describe_command(**params: Any) -> int:
+    return invoke(run, params, action="describe")
+
+
+@command.command("describe-producers", help="the active producers of a partition")
+@_partition_options
+@click.option("--broker-id", metavar="ID", help="ask this broker, not the leader")
+@_action_options
+def _producers_command(**params: Any) -> int:
+    return invoke(run, params, action="describe-producers")
+
+
+@command.command("abort", help="abort a hanging transaction")
+@_partition_options
+@click.option("--start-offset", metavar="OFFSET", help="first offset of the transaction")
+@click.option("--producer-id", metavar="ID")
+@click.option("--producer-epoch", metavar="EPOCH")
+@click.option("--coordinator-epoch", metavar="EPOCH")
+@_action_options
+def _abort_command(**params: Any) -> int:
+    return invoke(run, params, action="abort")

@@ -59,8 +59,19 @@ async def _per_destination(
         await send(connection, members)
 
 
+# Config resources number groups 32 on the wire (Kafka's ConfigResource.Type.GROUP,
+# KIP-848) where ACLs' ResourceType says 3: the client speaks ResourceType, as
+# confluent-kafka does, and translates at the wire (librdkafka does the same).
+CONFIG_GROUP_TYPE = 32
+
+
+def _wire_type(restype: ResourceType) -> int:
+    return CONFIG_GROUP_TYPE if restype == ResourceType.GROUP else int(restype)
+
+
 def _key(resource_type: int, resource_name: str) -> ConfigResource:
-    return ConfigResource(ResourceType(resource_type), resource_name)
+    restype = ResourceType.GROUP if resource_type == CONFIG_GROUP_TYPE else resource_type
+    return ConfigResource(ResourceType(restype), resource_name)
 
 
 def _entry(c: Any) -> ConfigEntry:
@@ -95,7 +106,7 @@ async def describe_configs(
                 DESCRIBE_CONFIGS,
                 v,
                 "DescribeConfigsResource",
-                resource_type=int(r.restype),
+                resource_type=_wire_type(r.restype),
                 resource_name=r.name,
                 configuration_keys=None
                 if keys is None or keys.get(r) is None
@@ -136,7 +147,7 @@ async def alter_configs(
                 ALTER_CONFIGS,
                 v,
                 "AlterConfigsResource",
-                resource_type=int(r.restype),
+                resource_type=_wire_type(r.restype),
                 resource_name=r.name,
                 configs=tuple(
                     request_entity(ALTER_CONFIGS, v, "AlterableConfig", name=k, value=val)
@@ -169,7 +180,7 @@ async def incremental_alter_configs(
                 INCREMENTAL_ALTER_CONFIGS,
                 v,
                 "AlterConfigsResource",
-                resource_type=int(r.restype),
+                resource_type=_wire_type(r.restype),
                 resource_name=r.name,
                 configs=tuple(
                     request_entity(
