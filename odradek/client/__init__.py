@@ -4,6 +4,10 @@ Two faces over one asyncio core: blocking ``Producer``/``Consumer``/``AdminClien
 shaped like confluent-kafka's, and ``AIOKafkaProducer``/``AIOKafkaConsumer``/
 ``AIOKafkaAdminClient`` shaped like aiokafka's. Configuration uses Kafka's property
 names (``ClientConfig``).
+
+The names here are confluent-kafka's (``TopicPartition`` with an offset, confluent's
+``NewTopic``); programs written for aiokafka import ``odradek.aio`` instead, which
+names the same asyncio faces with aiokafka's types and errors.
 """
 
 from odradek.client._core.config import ClientConfig, ConfigError
@@ -53,8 +57,9 @@ from odradek.client.consumer.blocking import (
     OFFSET_STORED,
     Consumer,
 )
-from odradek.client.producer.aio import AIOKafkaProducer, AsyncProducer
+from odradek.client.producer.aio import AIOKafkaProducer
 from odradek.client.producer.blocking import Producer
+from odradek.client.producer.core import AsyncProducer
 from odradek.client.producer.transactions import ConsumerGroupMetadata
 
 __all__ = [

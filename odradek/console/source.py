@@ -23,6 +23,7 @@ from typing import Any, Final
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client._core.aio_types import ConsumerRecord
 from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import UnsupportedVersionError, request_entity
@@ -36,7 +37,6 @@ from odradek.client.admin.blocking import member_partitions
 from odradek.client.admin.core import ADMIN_VERSIONS, Outcome
 from odradek.client.admin.types import ConfigResource, ConfigSource, NewTopic, Node, ResourceType
 from odradek.client.consumer.aio import AIOKafkaConsumer
-from odradek.client.consumer.fetch_decode import ConsumerRecord
 
 DESCRIBE_LOG_DIRS: Final = 35
 DESCRIBE_QUORUM: Final = 55

@@ -56,12 +56,12 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
-from odradek.aio import cancel_and_wait
 from odradek.coordinator.group.loader import Damage, ReplayBatch
 from odradek.coordinator.partition_writer import PartitionWriteError, PartitionWriter
 from odradek.metadata.delta import MetadataDelta
 from odradek.records.codec import Record, decode_end_txn_marker, encode_batch
 from odradek.records.errors import CorruptRecordError
+from odradek.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Final
 
-from odradek.aio import cancel_and_wait
 from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
+from odradek.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 

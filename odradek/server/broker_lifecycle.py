@@ -49,7 +49,6 @@ from kio.index import load_payload_module
 from kio.schema.errors import ErrorCode
 from kio.static.constants import EntityType
 
-from odradek.aio import cancel_and_wait
 from odradek.metadata.broker_heartbeats import (
     BrokerHeartbeat,
     BrokerRegistration,
@@ -61,6 +60,7 @@ from odradek.metadata.errors import ControllerError
 from odradek.protocol.build import make
 from odradek.server.config import BrokerConfig
 from odradek.storage.meta_properties import parse_uuid, read_meta_properties
+from odradek.tasks import cancel_and_wait
 
 logger = logging.getLogger(__name__)
 

@@ -19,8 +19,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Final
 
-from odradek.aio import cancel_and_wait
 from odradek.storage.errors import StorageError
+from odradek.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from odradek.server.broker import Broker

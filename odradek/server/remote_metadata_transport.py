@@ -96,6 +96,7 @@ class ClientMetadataTransport:
     async def produce(self, partition: int, value: bytes) -> int:
         producer, _ = await self._clients()
         metadata = await producer.send_and_wait(TOPIC, value, partition=partition)
+        assert metadata is not None  # None only with acks=0
         return int(metadata.offset)
 
     async def assign(self, partitions: Collection[int]) -> None:

@@ -17,7 +17,8 @@ from aiokafka.errors import InvalidPartitionsError
 from aiokafka.structs import TopicPartition as TheirTP
 from kio.schema.errors import ErrorCode
 
-from odradek.client import AIOKafkaAdminClient, ConfigError, KafkaError, TopicPartition
+from odradek.aio.structs import TopicPartition
+from odradek.client import AIOKafkaAdminClient, ConfigError, KafkaError
 from odradek.client.admin.aio import (
     ConfigResource,
     ConfigResourceType,

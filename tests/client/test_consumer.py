@@ -16,6 +16,7 @@ from confluent_kafka import TopicPartition as CKTopicPartition
 from confluent_kafka.admin import AdminClient as CKAdmin
 from confluent_kafka.admin import NewTopic as CKNewTopic
 
+from odradek.client._core.aio_types import TopicPartition as AioTopicPartition
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.types import (
     TIMESTAMP_CREATE_TIME,
@@ -260,7 +261,7 @@ def test_aiokafka_shaped_consumer(kafka: BrokerProcess) -> None:
             batch = await consumer.getmany(timeout_ms=2000)
             rest = [r.value for rs in batch.values() for r in rs]
             assert rest == [b"1", b"2", b"3", b"4"]
-            tp = TopicPartition(topic, 0)
+            tp = AioTopicPartition(topic, 0)  # the aio face's own (topic, partition) pair
             await consumer.commit()
             assert await consumer.committed(tp) == 5
             await consumer.seek_to_beginning(tp)

@@ -6,9 +6,10 @@ the caller's event loop and answered in aiokafka's shapes: topic creation and de
 configs and group descriptions come back as responses whose entries unpack like
 aiokafka's (``for topic, code, message in r.topic_errors``); ``create_partitions``,
 ``list_consumer_groups``, ``list_consumer_group_offsets`` and ``delete_records`` raise
-the first broker error, as aiokafka does. Errors are odradek's ``KafkaError`` (with
-``code``). Keyword arguments map to Kafka's client property names and are validated
-like every other client's. Beyond aiokafka: ``delete_consumer_groups``,
+the first broker error, as aiokafka does. Errors are aiokafka's classes (aio_errors.py;
+a broker's is also odradek's ``KafkaError``, with ``code()``); partitions come back as
+``(topic, partition)`` pairs. Keyword arguments map to Kafka's client property
+names and are validated like every other client's. Beyond aiokafka: ``delete_consumer_groups``,
 ``alter_consumer_group_offsets`` and ``delete_consumer_group_offsets``, in the same style.
 """
 
@@ -19,10 +20,12 @@ from typing import Any
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client._core.aio_errors import aio_boundary
+from odradek.client._core.aio_types import TopicPartition, as_pair
 from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig, ConfigError
 from odradek.client._core.errors import KafkaError
-from odradek.client._core.types import TopicPartition
+from odradek.client._core.types import TopicPartition as CoreTopicPartition
 from odradek.client.admin import configs as admin_configs
 from odradek.client.admin import groups as admin_groups
 from odradek.client.admin import records as admin_records
@@ -117,6 +120,7 @@ class AIOKafkaAdminClient:
         self._cluster: Cluster | None = None
         self._closed = False
 
+    @aio_boundary
     async def start(self) -> None:
         """Connect and read the cluster's metadata (raises when no broker answers)."""
         if self._cluster is not None:
@@ -153,6 +157,7 @@ class AIOKafkaAdminClient:
         return (timeout_ms or self.config["request.timeout.ms"]) / 1000
 
     # -- topics ----------------------------------------------------------------------
+    @aio_boundary
     async def create_topics(
         self, new_topics: list[NewTopic], timeout_ms: int | None = None, validate_only: bool = False
     ) -> CreateTopicsResponse:
@@ -174,6 +179,7 @@ class AIOKafkaAdminClient:
             [TopicError(n, int(o.code), o.message) for n, o in answers.items()],
         )
 
+    @aio_boundary
     async def delete_topics(
         self, topics: list[str], timeout_ms: int | None = None
     ) -> DeleteTopicsResponse:
@@ -184,10 +190,12 @@ class AIOKafkaAdminClient:
             answers.throttle_time_ms, [TopicErrorCode(n, int(o.code)) for n, o in answers.items()]
         )
 
+    @aio_boundary
     async def list_topics(self) -> list[str]:
         metadata = await admin_topics.fetch_metadata(self.cluster, None)
         return [t.name for t in metadata.topics]
 
+    @aio_boundary
     async def describe_topics(self, topics: list[str] | None = None) -> list[dict[str, Any]]:
         """Metadata of ``topics`` (None: all) as aiokafka's dicts, one per topic."""
         metadata = await admin_topics.fetch_metadata(self.cluster, topics)
@@ -211,6 +219,7 @@ class AIOKafkaAdminClient:
             for t in metadata.topics
         ]
 
+    @aio_boundary
     async def describe_cluster(self) -> dict[str, Any]:
         metadata = await admin_topics.fetch_metadata(self.cluster, [])
         return {
@@ -223,6 +232,7 @@ class AIOKafkaAdminClient:
             "controller_id": metadata.controller_id,
         }
 
+    @aio_boundary
     async def create_partitions(
         self,
         topic_partitions: dict[str, NewPartitions],
@@ -260,6 +270,7 @@ class AIOKafkaAdminClient:
     def _resource(r: ConfigResource) -> Resource:
         return Resource(ResourceType(int(r.resource_type)), str(r.name))
 
+    @aio_boundary
     async def describe_configs(
         self, config_resources: list[ConfigResource], include_synonyms: bool = False
     ) -> list[DescribeConfigsResponse]:
@@ -304,6 +315,7 @@ class AIOKafkaAdminClient:
             responses.append(DescribeConfigsResponse(answers.throttle_time_ms, resources))
         return responses
 
+    @aio_boundary
     async def alter_configs(
         self, config_resources: list[ConfigResource]
     ) -> list[AlterConfigsResponse]:
@@ -331,10 +343,12 @@ class AIOKafkaAdminClient:
         return responses
 
     # -- groups ----------------------------------------------------------------------
+    @aio_boundary
     async def find_coordinator(self, group_id: str, coordinator_type: int = 0) -> int:
         _, node = await coordinator(self.cluster, group_id, key_type=coordinator_type)
         return node.id
 
+    @aio_boundary
     async def list_consumer_groups(
         self, broker_ids: list[int] | None = None
     ) -> list[tuple[str, str]]:
@@ -344,6 +358,7 @@ class AIOKafkaAdminClient:
             raise listings.errors[0]
         return sorted({(g.group_id, g.protocol_type) for g in listings.groups})
 
+    @aio_boundary
     async def describe_consumer_groups(
         self,
         group_ids: list[str],
@@ -376,6 +391,7 @@ class AIOKafkaAdminClient:
             )
         return [DescribeGroupsResponse(throttle, groups) for throttle, groups in by_node.values()]
 
+    @aio_boundary
     async def list_consumer_group_offsets(
         self,
         group_id: str,
@@ -383,7 +399,7 @@ class AIOKafkaAdminClient:
         partitions: list[TopicPartition] | None = None,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """Committed offsets (-1 for a listed partition with none), raising on errors."""
-        wanted = None if not partitions else [TopicPartition(t, p) for t, p, *_ in partitions]
+        wanted = None if not partitions else [CoreTopicPartition(*as_pair(p)) for p in partitions]
         offsets = await admin_groups.list_group_offsets(
             self.cluster, group_id, wanted, coordinator_id=group_coordinator_id
         )
@@ -393,6 +409,7 @@ class AIOKafkaAdminClient:
             found[TopicPartition(c.topic, c.partition)] = OffsetAndMetadata(c.offset, c.metadata)
         return found
 
+    @aio_boundary
     async def delete_consumer_groups(
         self, group_ids: list[str], group_coordinator_id: int | None = None
     ) -> list[tuple[str, int]]:
@@ -405,6 +422,7 @@ class AIOKafkaAdminClient:
             result.append((group_id, int(answer.code)))
         return result
 
+    @aio_boundary
     async def alter_consumer_group_offsets(
         self,
         group_id: str,
@@ -412,14 +430,18 @@ class AIOKafkaAdminClient:
         group_coordinator_id: int | None = None,
     ) -> dict[TopicPartition, OffsetAndMetadata]:
         """Commit ``offsets`` for an inactive group; raises the first partition's error."""
-        plain = {TopicPartition(tp[0], tp[1]): o for tp, o in offsets.items()}
+        plain = {TopicPartition(*as_pair(tp)): o for tp, o in offsets.items()}
         commits = [
-            TopicPartition(tp.topic, tp.partition, o if isinstance(o, int) else o.offset)
+            CoreTopicPartition(tp.topic, tp.partition, o if isinstance(o, int) else o.offset)
             for tp, o in plain.items()
         ]
         notes = {tp: "" if isinstance(o, int) else o.metadata for tp, o in plain.items()}
         answers = await admin_groups.alter_group_offsets(
-            self.cluster, group_id, commits, notes, group_coordinator_id
+            self.cluster,
+            group_id,
+            commits,
+            {CoreTopicPartition(*tp): note for tp, note in notes.items()},
+            group_coordinator_id,
         )
         error = partition_errors(group_id, answers)
         if error is not None:
@@ -428,6 +450,7 @@ class AIOKafkaAdminClient:
             tp: OffsetAndMetadata(c.offset, notes[tp]) for tp, c in zip(plain, commits, strict=True)
         }
 
+    @aio_boundary
     async def delete_consumer_group_offsets(
         self,
         group_id: str,
@@ -435,9 +458,9 @@ class AIOKafkaAdminClient:
         group_coordinator_id: int | None = None,
     ) -> list[TopicPartition]:
         """Forget the group's committed offsets of ``partitions`` (OffsetDelete)."""
-        wanted = [TopicPartition(t, p) for t, p, *_ in partitions]
+        wanted = [TopicPartition(*as_pair(p)) for p in partitions]
         answers = await admin_groups.delete_group_offsets(
-            self.cluster, group_id, wanted, group_coordinator_id
+            self.cluster, group_id, [CoreTopicPartition(*tp) for tp in wanted], group_coordinator_id
         )
         error = partition_errors(group_id, answers)
         if error is not None:
@@ -445,6 +468,7 @@ class AIOKafkaAdminClient:
         return wanted
 
     # -- records ---------------------------------------------------------------------
+    @aio_boundary
     async def delete_records(
         self,
         records_to_delete: dict[TopicPartition, RecordsToDelete],
@@ -452,14 +476,15 @@ class AIOKafkaAdminClient:
     ) -> dict[TopicPartition, int]:
         """Each partition's new low watermark; raises the first partition's error."""
         before = {
-            TopicPartition(tp[0], tp[1]): r.before_offset for tp, r in records_to_delete.items()
+            CoreTopicPartition(*as_pair(tp)): r.before_offset for tp, r in records_to_delete.items()
         }
         found = await admin_records.delete_records(
             self.cluster, before, self._timeout_s(timeout_ms)
         )
         result = {}
-        for tp in before:
-            answer = found.get(tp)
+        for core_tp in before:
+            tp = TopicPartition(core_tp.topic, core_tp.partition)
+            answer = found.get(core_tp)
             if answer is None:
                 raise KafkaError(ErrorCode.unknown_server_error, f"no answer for {tp}")
             if isinstance(answer, Exception):

@@ -13,6 +13,9 @@ from __future__ import annotations
 import enum
 from typing import Any, NamedTuple
 
+from odradek.client._core.aio_errors import IllegalArgumentError
+from odradek.client._core.aio_types import OffsetAndMetadata as OffsetAndMetadata
+
 
 class NewTopic:
     """A topic to create: partitions and replication factor, or an explicit assignment."""
@@ -26,7 +29,7 @@ class NewTopic:
         topic_configs: dict[str, str] | None = None,
     ) -> None:
         if not ((num_partitions == -1 or replication_factor == -1) ^ (replica_assignments is None)):
-            raise ValueError(
+            raise IllegalArgumentError(
                 "either num_partitions/replication_factor or replica_assignment must be specified"
             )
         self.name = name
@@ -70,11 +73,6 @@ class ConfigResource:
         self.resource_type = ConfigResourceType(resource_type)
         self.name = name
         self.configs = configs
-
-
-class OffsetAndMetadata(NamedTuple):
-    offset: int
-    metadata: str
 
 
 # -- responses -----------------------------------------------------------------------

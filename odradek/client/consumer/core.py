@@ -26,7 +26,7 @@ import datetime
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -89,6 +89,7 @@ class _PartState:
     reset_to: int | None = None  # a pending seek_to_beginning/end
     epoch: int = 0  # bumped by every seek; stale fetch data is dropped
     high_watermark: int = -1
+    last_stable: int = -1  # the LSO from the last fetch answer
     stored: int | None = None  # store_offsets (enable.auto.offset.store=false)
     committed: int | None = None  # the group's offset as last read or committed here
     reset_position: int | None = None  # where auto.offset.reset / seek_to_* put it
@@ -168,6 +169,13 @@ class ConsumerCore:
         self, partitions: Iterable[TP], offsets: Mapping[TP, int] | None = None
     ) -> None:
         """Replace the assignment; ``offsets`` sets starting positions (else resolved)."""
+        await self.start_fetching(self.set_assignment(partitions, offsets))
+
+    def set_assignment(
+        self, partitions: Iterable[TP], offsets: Mapping[TP, int] | None = None
+    ) -> set[str]:
+        """``assign``'s part that needs no I/O (a face whose ``assign`` does not wait
+        calls it first, then ``start_fetching``); returns the topics assigned."""
         wanted = list(dict.fromkeys(partitions))
         old = self._parts
         self._parts = {tp: old.get(tp) or _PartState() for tp in wanted}
@@ -179,7 +187,10 @@ class ConsumerCore:
         for tp, offset in (offsets or {}).items():
             if tp in self._parts and offset >= 0:
                 self.seek(tp, offset)
-        topics = {t for t, _ in wanted}
+        return {t for t, _ in wanted}
+
+    async def start_fetching(self, topics: set[str]) -> None:
+        """Learn the assigned ``topics``' leaders, then fetch."""
         if topics:
             self.cluster.want_topics(topics)
             await self.cluster.with_retry(lambda: self.cluster.refresh(topics))
@@ -251,6 +262,9 @@ class ConsumerCore:
 
     def highwater(self, tp: TP) -> int:
         return self._state(tp).high_watermark
+
+    def last_stable_offset(self, tp: TP) -> int:
+        return self._state(tp).last_stable
 
     def _raise_error(self) -> None:
         error, self._error = self._error, None
@@ -422,6 +436,7 @@ class ConsumerCore:
                     continue  # unassigned or sought while the fetch was in flight
                 if p.error_code == ErrorCode.none:
                     part.high_watermark = p.high_watermark
+                    part.last_stable = p.last_stable_offset
                     got = bool(p.records) or got
                     self._add_records(tp, part, p)
                 elif p.error_code == ErrorCode.offset_out_of_range:
@@ -463,12 +478,20 @@ class ConsumerCore:
                 state.consumed = (state.epoch, records.next_offset)
             state.position = records.next_offset
 
-    def _drain(self, max_records: int, marks: list[Any] | None = None) -> list[Any]:
+    def _drain(
+        self,
+        max_records: int,
+        marks: list[Any] | None = None,
+        only: Collection[TP] | None = None,
+    ) -> list[Any]:
         """Hand out up to ``max_records`` buffered records, round robin between
-        partitions, each partition's a contiguous run; ``marks`` gets (tp, state,
-        count) per run. In prefetch mode a partition's committable position stays put."""
+        partitions, each partition's a contiguous run (of ``only``'s partitions when
+        given); ``marks`` gets (tp, state, count) per run. In prefetch mode a
+        partition's committable position stays put."""
         out: list[Any] = []
         for tp in list(self._buffer):
+            if only is not None and tp not in only:
+                continue
             buffered = self._buffer[tp]
             state = self._parts.get(tp)
             if state is None or buffered.epoch != state.epoch:
@@ -497,14 +520,18 @@ class ConsumerCore:
         return out
 
     async def getmany(
-        self, max_records: int, timeout_s: float, marks: list[Any] | None = None
+        self,
+        max_records: int,
+        timeout_s: float,
+        marks: list[Any] | None = None,
+        only: Collection[TP] | None = None,
     ) -> list[Any]:
         """Up to ``max_records`` buffered records, waiting up to ``timeout_s`` for some
-        (``marks``: see ``_drain``)."""
+        (``marks``, ``only``: see ``_drain``)."""
         self._raise_error()
         deadline = time.monotonic() + timeout_s
         while True:
-            records = self._drain(max_records, marks)
+            records = self._drain(max_records, marks, only)
             if records:
                 return records
             remaining = deadline - time.monotonic()

@@ -30,6 +30,7 @@ record, when nobody waits for single records.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -65,12 +66,14 @@ class ProducerBatch:
         "base_sequence",
         "base_timestamp",
         "body",
+        "closed",
         "completed",
         "count",
         "created",
         "deadline",
         "error",
         "log_append_time",
+        "log_start_offset",
         "max_timestamp",
         "partition",
         "producer_epoch",
@@ -99,10 +102,12 @@ class ProducerBatch:
         self.base_sequence = -1
         self._payload: bytes | None = None
         self.completed = False
+        self.closed = False  # takes no more records (a batch the application built)
         # the outcome, set once: offset of the first record (-1 with acks=0), the
         # broker's LogAppendTime (None for CreateTime), or the error
         self.base_offset = -1
         self.log_append_time: int | None = None
+        self.log_start_offset = -1  # the partition's, from the produce response
         self.error: BaseException | None = None
 
     @property
@@ -240,9 +245,15 @@ class RecordAccumulator:
         if (
             batch is None
             or batch.attempts
+            or batch.closed
             or (batch.count and batch.size + reserved > self.batch_size)
         ):
-            if batch is not None and not batch.attempts and self.on_batch_closed is not None:
+            if (
+                batch is not None
+                and not batch.attempts
+                and not batch.closed
+                and self.on_batch_closed is not None
+            ):
                 self.on_batch_closed(topic, partition)
             batch = ProducerBatch(topic, partition, time.monotonic() + self.delivery_timeout_s)
             queue.append(batch)
@@ -285,6 +296,37 @@ class RecordAccumulator:
                 continue  # looks once more, then fails
         if wake:
             self.wakeup.set()
+
+    async def append_batch(self, batch: ProducerBatch) -> None:
+        """On the loop: queue a batch built whole by the application (``closed``, so
+        no record joins it), waiting up to max.block.ms for its buffer space."""
+        deadline = time.monotonic() + self.max_block_s
+        reserved = batch.size - BATCH_OVERHEAD  # what complete() gives back
+        while True:
+            with self.lock:
+                if self.try_reserve(reserved):
+                    tp = batch.tp
+                    queue = self.queues.get(tp)
+                    if queue is None:
+                        queue = self.queues[tp] = deque()
+                    last = queue[-1] if queue else None
+                    open_batch = last is not None and not last.attempts and not last.closed
+                    if open_batch and self.on_batch_closed is not None:
+                        self.on_batch_closed(batch.topic, batch.partition)
+                    queue.append(batch)
+                    self.records_pending += batch.count
+                    break
+                if self._space_waiter is None:
+                    self._space_waiter = asyncio.Event()
+                event = self._space_waiter
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise BufferFullError(
+                    f"buffer.memory ({self.buffer_memory} bytes) full for max.block.ms"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(event.wait(), remaining)
+        self.wakeup.set()
 
     # -- completing (on the loop) ----------------------------------------------------
     def complete(
@@ -342,7 +384,8 @@ class RecordAccumulator:
                     next_check = min(next_check, head.retry_at)
                     continue
                 due = head.created + self.linger_s
-                if force or len(queue) > 1 or head.size >= self.batch_size or due <= now:
+                full = head.closed or head.size >= self.batch_size
+                if force or len(queue) > 1 or full or due <= now:
                     if sendable(tp):
                         ready.append(tp)
                 else:

@@ -53,7 +53,7 @@ from odradek.client._core.types import (
 from odradek.client.admin.topics import blocking_list_topics
 from odradek.client.admin.types import ClusterMetadata
 from odradek.client.producer.accumulator import BufferFullError, ProducerBatch, record_size
-from odradek.client.producer.aio import AsyncProducer, HeadersLike, encode_headers
+from odradek.client.producer.core import AsyncProducer, HeadersLike, encode_headers
 from odradek.client.producer.sender import MSG_TIMED_OUT
 from odradek.client.producer.transactions import ConsumerGroupMetadata, OffsetsLike
 

@@ -344,6 +344,7 @@ class Sender:
                     )
                 elif result.error_code == ErrorCode.none:
                     append_time = result.log_append_time
+                    batch.log_start_offset = result.log_start_offset
                     self._complete(
                         batch,
                         result.base_offset,

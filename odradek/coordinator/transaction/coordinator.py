@@ -36,7 +36,6 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, Protocol
 
-from odradek.aio import cancel_and_wait
 from odradek.coordinator.group.records import partition_for_group
 from odradek.coordinator.internal_topic import InternalTopic, InternalTopicCreator
 from odradek.coordinator.partition_writer import PartitionWriter, TopicCreator
@@ -64,6 +63,7 @@ from odradek.coordinator.transaction.state import (
     epoch_exhausted,
 )
 from odradek.metadata.controller_channel import ControllerError
+from odradek.tasks import cancel_and_wait
 
 if TYPE_CHECKING:
     from odradek.metadata.view import MetadataView

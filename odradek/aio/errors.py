@@ -1,0 +1,76 @@
+"""``aiokafka.errors``' names: what the ``odradek.aio`` clients raise.
+
+``KafkaError`` is the base of them all; ``KafkaConnectionError``,
+``KafkaTimeoutError``, ``CommitFailedError``, ``IllegalStateError``, ... as in
+aiokafka, and one class per broker error code (``TopicAlreadyExistsError``,
+``UnknownTopicOrPartitionError``, ...; ``for_code(errno)`` finds it), built in
+``odradek/client/_core/aio_errors.py``.
+"""
+
+from odradek.client._core.aio_errors import (
+    BROKER_ERRORS,
+    AuthenticationFailedError,
+    AuthenticationMethodNotSupported,
+    BrokerResponseError,
+    Cancelled,
+    CommitFailedError,
+    ConsumerStoppedError,
+    CorrelationIdError,
+    IllegalArgumentError,
+    IllegalOperation,
+    IllegalStateError,
+    IncompatibleBrokerVersion,
+    KafkaConfigurationError,
+    KafkaConnectionError,
+    KafkaError,
+    KafkaProtocolError,
+    KafkaTimeoutError,
+    KafkaUnavailableError,
+    NoBrokersAvailable,
+    NodeNotReadyError,
+    NoOffsetForPartitionError,
+    ProducerClosed,
+    ProducerFenced,
+    QuotaViolationError,
+    RecordTooLargeError,
+    StaleMetadata,
+    TooManyInFlightRequests,
+    UnrecognizedBrokerVersion,
+    UnsupportedCodecError,
+    for_code,
+)
+
+# The per-code classes, under their names (made at import, so listed here by loop).
+globals().update({cls.__name__: cls for cls in BROKER_ERRORS.values()})
+__all__ = [
+    "BrokerResponseError",
+    "NodeNotReadyError",
+    "KafkaProtocolError",
+    "CorrelationIdError",
+    "Cancelled",
+    "TooManyInFlightRequests",
+    "StaleMetadata",
+    "UnrecognizedBrokerVersion",
+    "IncompatibleBrokerVersion",
+    "AuthenticationMethodNotSupported",
+    "AuthenticationFailedError",
+    "KafkaUnavailableError",
+    "QuotaViolationError",
+    "CommitFailedError",
+    "ConsumerStoppedError",
+    "IllegalArgumentError",
+    "IllegalOperation",
+    "IllegalStateError",
+    "KafkaConfigurationError",
+    "KafkaConnectionError",
+    "KafkaError",
+    "KafkaTimeoutError",
+    "NoBrokersAvailable",
+    "NoOffsetForPartitionError",
+    "ProducerClosed",
+    "ProducerFenced",
+    "RecordTooLargeError",
+    "UnsupportedCodecError",
+    "for_code",
+    *(cls.__name__ for cls in BROKER_ERRORS.values()),
+]
