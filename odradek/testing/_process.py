@@ -52,21 +52,8 @@ class ServeProcess:
 
     def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> list[str]:
         """The listener URLs of the ready line; the child is killed if none comes."""
-        assert self.process is not None and self.process.stdout is not None
-        fd = self.process.stdout.fileno()
-        poller = select.poll()  # not select(): fine with descriptors above 1024
-        poller.register(fd, select.POLLIN | select.POLLHUP)
-        deadline = time.monotonic() + timeout_s
-        buffer = b""
-        while time.monotonic() < deadline and b"\n" not in buffer:
-            if poller.poll(100):
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buffer += chunk
-            elif self.process.poll() is not None:
-                break
-        line = buffer.split(b"\n", 1)[0].decode(errors="replace")
+        assert self.process is not None
+        line = first_line(self.process, timeout_s)
         if not line.startswith("odradek ready "):
             self.kill()
             raise RuntimeError(f"odradek serve did not get ready: {self.log_tail()}")
@@ -112,6 +99,27 @@ class ServeProcess:
             process.stdout.close()
         if self._finalizer is not None:
             self._finalizer.detach()
+
+
+def first_line(process: subprocess.Popen[bytes], timeout_s: float) -> str:
+    """The first line ``process`` writes to its stdout pipe (without the newline), or
+    what came before it ended, closed stdout or ``timeout_s`` passed ("" if nothing):
+    how a parent reads the ready line of a child that binds port 0."""
+    assert process.stdout is not None
+    fd = process.stdout.fileno()
+    poller = select.poll()  # not select(): fine with descriptors above 1024
+    poller.register(fd, select.POLLIN | select.POLLHUP)
+    deadline = time.monotonic() + timeout_s
+    buffer = b""
+    while time.monotonic() < deadline and b"\n" not in buffer:
+        if poller.poll(100):
+            chunk = os.read(fd, 4096)
+            if not chunk:
+                break
+            buffer += chunk
+        elif process.poll() is not None:
+            break
+    return buffer.split(b"\n", 1)[0].decode(errors="replace")
 
 
 def _kill(process: subprocess.Popen[bytes]) -> None:

@@ -7,11 +7,9 @@ from __future__ import annotations
 import gc
 import json
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -20,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from odradek.testing._process import first_line
 from tests.support.broker import READY_TIMEOUT_S, STOP_TIMEOUT_S, BrokerProcess
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -115,17 +114,9 @@ class ConsoleProcess:
         self.url = self._ready_url()
 
     def _ready_url(self) -> str:
-        assert self.process.stdout is not None
-        poller = select.poll()
-        poller.register(self.process.stdout.fileno(), select.POLLIN | select.POLLHUP)
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        while time.monotonic() < deadline and poller.poll(200) == []:
-            if self.process.poll() is not None:
-                break
-        if self.process.poll() is None and poller.poll(0):
-            line = self.process.stdout.readline().decode()
-            if line.startswith("odradek console ready http://"):
-                return line.split()[3]
+        line = first_line(self.process, READY_TIMEOUT_S)
+        if line.startswith("odradek console ready http://"):
+            return line.split()[3]
         self.stop()
         raise RuntimeError(f"console did not start; log:\n{self.log_path.read_text()}")
 

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 import gc
 import os
-import select
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
+
+from odradek.testing._process import first_line
 
 READY_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20.0
@@ -84,26 +84,13 @@ class BrokerProcess:
         return self
 
     def _read_ready_line(self) -> str:
-        assert self.process is not None and self.process.stdout is not None
-        deadline = time.monotonic() + READY_TIMEOUT_S
-        buffer = b""
-        fd = self.process.stdout.fileno()
-        poller = select.poll()  # not select(): fine with descriptors above 1024
-        poller.register(fd, select.POLLIN | select.POLLHUP)
-        while time.monotonic() < deadline:
-            if poller.poll(200):
-                chunk = os.read(fd, 4096)
-                if not chunk:
-                    break
-                buffer += chunk
-                if b"\n" in buffer:
-                    line = buffer.split(b"\n", 1)[0].decode()
-                    if line.startswith("odradek ready "):
-                        return line
-                    raise RuntimeError(f"unexpected output: {line!r}")
-            if self.process.poll() is not None:
-                break
-        self.kill()
+        assert self.process is not None
+        line = first_line(self.process, READY_TIMEOUT_S)
+        if line.startswith("odradek ready "):
+            return line
+        self.kill()  # not ready: never left running, whatever it printed
+        if line:
+            raise RuntimeError(f"unexpected output: {line!r}")
         raise RuntimeError(f"broker did not become ready; log:\n{self.log()}")
 
     def log(self) -> str:
