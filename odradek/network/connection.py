@@ -36,6 +36,7 @@ from typing import Final
 from odradek.network.limits import RequestMemoryPool
 from odradek.network.warn_limit import PeerWarnings
 from odradek.protocol.frames import SIZE_PREFIX_BYTES, FrameError
+from odradek.protocol.session import Session
 from odradek.records.file_range import FileRange
 
 logger = logging.getLogger(__name__)
@@ -69,6 +70,13 @@ class ConnectionContext:
     listener: str
     connection_id: int
     attributes: dict[str, object] = field(default_factory=dict)
+    security_protocol: str = "PLAINTEXT"
+    # Who the peer is (protocol/session.py): every request on this connection carries
+    # this one object, which TLS and SASL fill in as they authenticate the peer.
+    session: Session = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.session = Session.for_listener(self.listener, self.security_protocol, self.peer)
 
 
 Handler = Callable[[bytes, ConnectionContext], Awaitable[Response | None]]

@@ -52,6 +52,7 @@ class BoundListener:
     port: int
     sock: socket.socket
     handler: Handler  # what answers this listener's requests (its plane's dispatcher)
+    security_protocol: str = "PLAINTEXT"  # listener.security.protocol.map's for it
 
     def url(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
@@ -79,10 +80,16 @@ class SocketServer:
         self._ids = itertools.count(1)
 
     def bind(
-        self, name: str, host: str, port: int, handler: Handler | None = None
+        self,
+        name: str,
+        host: str,
+        port: int,
+        handler: Handler | None = None,
+        *,
+        security_protocol: str = "PLAINTEXT",
     ) -> BoundListener:
         """Listen on ``host:port``; ``handler`` answers its requests (default: the
-        server's)."""
+        server's); its connections' sessions carry ``security_protocol``."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -102,6 +109,7 @@ class SocketServer:
             sock.getsockname()[1],
             sock,
             handler if handler is not None else self.handler,
+            security_protocol,
         )
         self.bound.append(listener)
         return listener
@@ -144,7 +152,12 @@ class SocketServer:
                 self.quotas.closed(ip)
                 continue
             connection_id = next(self._ids)
-            context = ConnectionContext(f"{address[0]}:{address[1]}", listener.name, connection_id)
+            context = ConnectionContext(
+                f"{address[0]}:{address[1]}",
+                listener.name,
+                connection_id,
+                security_protocol=listener.security_protocol,
+            )
             connection = Connection(
                 client,
                 context,

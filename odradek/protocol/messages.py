@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import io
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cache
 from typing import Any, Final
 
@@ -24,6 +24,7 @@ from kio.index import load_request_schema, load_response_schema
 from kio.serial import entity_reader, entity_writer
 
 from odradek.protocol.bounds import Checker, LengthError, UnknownTags, checker, without_unknown_tags
+from odradek.protocol.session import Session
 
 API_VERSIONS_KEY: Final = 18
 _FIXED_HEADER = struct.Struct(">hhi")
@@ -59,6 +60,9 @@ class Request:
     size: int
     listener: str = ""  # name of the listener the request arrived on
     peer: str = ""  # "host:port" of the client
+    # The connection's security session (principal, protocol); a fresh anonymous
+    # PLAINTEXT one where a request is decoded outside a connection (tests, tools).
+    session: Session = field(default_factory=Session)
 
 
 @cache
@@ -89,7 +93,12 @@ def peek_header(frame: bytes) -> tuple[int, int, int]:
 
 
 def decode_request(
-    frame: bytes, supported: dict[int, tuple[int, int]], *, listener: str = "", peer: str = ""
+    frame: bytes,
+    supported: dict[int, tuple[int, int]],
+    *,
+    listener: str = "",
+    peer: str = "",
+    session: Session | None = None,
 ) -> Request:
     """Decode header and body; UnsupportedRequest / MalformedRequest on bad input."""
     api_key, api_version, correlation_id = peek_header(frame)
@@ -131,6 +140,7 @@ def decode_request(
         size,
         listener,
         peer,
+        session if session is not None else Session(listener, peer=peer),
     )
 
 

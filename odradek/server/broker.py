@@ -377,8 +377,15 @@ class Broker:
             # snapshots; nothing of a broker (no client listener, partitions, groups or
             # registration).
             return [b.url() for b in controller_bound]
+        protocols = self.config.protocol_map
         bound = [
-            self.server.bind(li.name, li.host, li.port, self.dispatchers[self.plane_of(li.name)])
+            self.server.bind(
+                li.name,
+                li.host,
+                li.port,
+                self.dispatchers[self.plane_of(li.name)],
+                security_protocol=protocols[li.name],
+            )
             for li in self.config.listeners
         ]
         ports = {b.name: b.port for b in bound}

@@ -236,8 +236,11 @@ async def start_quorum(broker: Broker) -> list[Any]:
             max_frame_bytes=broker.config["socket.request.max.bytes"],
             idle_timeout_ms=broker.config["connections.max.idle.ms"],
         )
+        protocols = broker.config.protocol_map
         bound = [
-            broker.controller_server.bind(li.name, li.host, li.port)
+            broker.controller_server.bind(
+                li.name, li.host, li.port, security_protocol=protocols[li.name]
+            )
             for li in broker.config.controller_listeners
         ]
         broker.controller_server.start()

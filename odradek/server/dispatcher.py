@@ -68,7 +68,11 @@ class Dispatcher:
         start = time.perf_counter()
         try:
             request = decode_request(
-                frame, self.supported, listener=context.listener, peer=context.peer
+                frame,
+                self.supported,
+                listener=context.listener,
+                peer=context.peer,
+                session=context.session,
             )
         except UnsupportedRequest as error:
             if error.api_key == API_VERSIONS_KEY:
