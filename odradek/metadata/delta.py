@@ -73,6 +73,8 @@ class MetadataDelta:
     brokers: Mapping[int, BrokerChange] = field(default_factory=lambda: _EMPTY)
     configs: Mapping[tuple[str, str], ConfigChange] = field(default_factory=lambda: _EMPTY)
     producer_ids: tuple[int, int] | None = None  # (old, new) next producer id
+    # SCRAM credentials, ACLs or client quotas differ (their owners read the image)
+    security: bool = False
 
     @property
     def topics_changed(self) -> bool:
@@ -86,7 +88,13 @@ class MetadataDelta:
         return {name for kind, name in self.configs if kind == TOPIC_RESOURCE}
 
     def is_empty(self) -> bool:
-        return not (self.topics_changed or self.brokers or self.configs or self.producer_ids)
+        return not (
+            self.topics_changed
+            or self.brokers
+            or self.configs
+            or self.producer_ids
+            or self.security
+        )
 
 
 def between(
@@ -138,6 +146,9 @@ def between(
         _frozen(brokers),
         _frozen(configs),
         producer_ids,
+        old.scram_credentials != new.scram_credentials
+        or old.acls != new.acls
+        or old.client_quotas != new.client_quotas,
     )
 
 

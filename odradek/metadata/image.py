@@ -33,6 +33,15 @@ must name the current one, so a stale proposal fails); a change that carries
 Kafka does, so followers and clients can tell the new leader's era from the old
 one's. A change of a partition
 the image does not hold (its topic deleted in the same batch) changes nothing.
+
+Security (issue 16; Kafka's UserScramCredentialRecord, AccessControlEntryRecord,
+RemoveAccessControlEntryRecord, ClientQuotaRecord): ``UserScramCredential`` sets one
+user's credential for one mechanism (salt, stored and server keys as hex, iterations;
+never the password) and ``RemoveUserScramCredential`` drops it; ``AccessControlEntry``
+adds one ACL under its id (a UUID string) and ``RemoveAccessControlEntry`` removes the
+ACL of that id; ``ClientQuota`` sets (value) or removes (``remove``) one quota key of
+one entity, the entity being its ``(entity type, name or None)`` pairs (``user``,
+``client-id``, ``ip``; None is the entity type's default).
 """
 
 from __future__ import annotations
@@ -103,6 +112,31 @@ class TopicImage:
 
 
 @dataclass(frozen=True, slots=True)
+class ScramEntry:
+    salt: bytes
+    stored_key: bytes
+    server_key: bytes
+    iterations: int
+
+
+@dataclass(frozen=True, slots=True)
+class AclEntry:
+    """One ACL binding, in Kafka's wire codes (resource type, pattern type, operation,
+    permission type: authorized_operations.py's enums and Kafka's PatternType)."""
+
+    resource_type: int
+    resource_name: str
+    pattern_type: int
+    principal: str  # "User:alice", "User:*"
+    host: str  # "*" or an address
+    operation: int
+    permission_type: int
+
+
+QuotaEntity = tuple[tuple[str, str | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
 class MetadataImage:
     offset: int = -1  # offset of the last record applied
     brokers: Mapping[int, BrokerImage] = field(default_factory=lambda: _EMPTY)
@@ -110,6 +144,11 @@ class MetadataImage:
     topic_names_by_id: Mapping[uuid.UUID, str] = field(default_factory=lambda: _EMPTY)
     configs: Mapping[tuple[str, str], Mapping[str, str]] = field(default_factory=lambda: _EMPTY)
     next_producer_id: int = 0
+    # (user, mechanism) -> its SCRAM credential
+    scram_credentials: Mapping[tuple[str, str], ScramEntry] = field(default_factory=lambda: _EMPTY)
+    acls: Mapping[str, AclEntry] = field(default_factory=lambda: _EMPTY)  # by ACL id
+    # entity ((type, name or None), ...) sorted by type -> quota key -> value
+    client_quotas: Mapping[QuotaEntity, Mapping[str, float]] = field(default_factory=lambda: _EMPTY)
 
     def topic_by_id(self, topic_id: uuid.UUID) -> TopicImage | None:
         name = self.topic_names_by_id.get(topic_id)
@@ -185,6 +224,13 @@ class MetadataImage:
             records.append(
                 MetadataRecord("ProducerIds", {"next_producer_id": self.next_producer_id})
             )
+        for (user, mechanism), entry in sorted(self.scram_credentials.items()):
+            records.append(scram_record(user, mechanism, entry))
+        for acl_id, acl in sorted(self.acls.items()):
+            records.append(acl_record(acl_id, acl))
+        for entity, values in sorted(self.client_quotas.items(), key=lambda i: repr(i[0])):
+            for key, value in sorted(values.items()):
+                records.append(quota_record(entity, key, value))
         return records
 
 
@@ -228,6 +274,7 @@ class ChangedKeys:
     topic_ids: set[uuid.UUID] = field(default_factory=set)  # created or removed
     partitions: set[tuple[str, int]] = field(default_factory=set)  # (topic name, index)
     resources: set[tuple[str, str]] = field(default_factory=set)  # config resources
+    security: bool = False  # SCRAM credentials, ACLs or quotas changed
 
 
 def _config_records(resource: tuple[str, str], values: Mapping[str, str]) -> list[MetadataRecord]:
@@ -256,6 +303,9 @@ class _Builder:
         self.partitions: dict[str, dict[int, PartitionImage]] = {}  # changed topics
         self.resource_configs: dict[tuple[str, str], dict[str, str]] = {}  # changed resources
         self.next_producer_id = image.next_producer_id
+        self.scram: dict[tuple[str, str], ScramEntry] | None = None
+        self.acls: dict[str, AclEntry] | None = None
+        self.quotas: dict[QuotaEntity, Mapping[str, float]] | None = None
         self.changed = ChangedKeys()
         self.record_offset = -1  # offset of the record being applied
         # Topic ids as written -> parsed: a topic's Partition records name it again.
@@ -315,7 +365,28 @@ class _Builder:
             image.topic_names_by_id if self.names_by_id is None else _frozen(self.names_by_id),
             image.configs if configs is None else _frozen(configs),
             self.next_producer_id,
+            image.scram_credentials if self.scram is None else _frozen(self.scram),
+            image.acls if self.acls is None else _frozen(self.acls),
+            image.client_quotas if self.quotas is None else _frozen(self.quotas),
         )
+
+    def scram_map(self) -> dict[tuple[str, str], ScramEntry]:
+        if self.scram is None:
+            self.scram = dict(self.image.scram_credentials)
+        self.changed.security = True
+        return self.scram
+
+    def acl_map(self) -> dict[str, AclEntry]:
+        if self.acls is None:
+            self.acls = dict(self.image.acls)
+        self.changed.security = True
+        return self.acls
+
+    def quota_map(self) -> dict[QuotaEntity, Mapping[str, float]]:
+        if self.quotas is None:
+            self.quotas = dict(self.image.client_quotas)
+        self.changed.security = True
+        return self.quotas
 
 
 def _register_broker(state: _Builder, f: Mapping[str, Any]) -> None:
@@ -505,6 +576,89 @@ def _producer_ids(state: _Builder, f: Mapping[str, Any]) -> None:
     state.next_producer_id = f["next_producer_id"]
 
 
+def scram_record(user: str, mechanism: str, entry: ScramEntry) -> MetadataRecord:
+    return MetadataRecord(
+        "UserScramCredential",
+        {
+            "name": user,
+            "mechanism": mechanism,
+            "salt": entry.salt.hex(),
+            "stored_key": entry.stored_key.hex(),
+            "server_key": entry.server_key.hex(),
+            "iterations": entry.iterations,
+        },
+    )
+
+
+def acl_record(acl_id: str, acl: AclEntry) -> MetadataRecord:
+    return MetadataRecord(
+        "AccessControlEntry",
+        {
+            "id": acl_id,
+            "resource_type": acl.resource_type,
+            "resource_name": acl.resource_name,
+            "pattern_type": acl.pattern_type,
+            "principal": acl.principal,
+            "host": acl.host,
+            "operation": acl.operation,
+            "permission_type": acl.permission_type,
+        },
+    )
+
+
+def quota_record(entity: QuotaEntity, key: str, value: float | None) -> MetadataRecord:
+    """One quota key of one entity set (value) or removed (None)."""
+    fields: dict[str, Any] = {"entity": [list(e) for e in entity], "key": key}
+    if value is None:
+        fields["remove"] = True
+    else:
+        fields["value"] = value
+    return MetadataRecord("ClientQuota", fields)
+
+
+def _scram(state: _Builder, f: Mapping[str, Any]) -> None:
+    state.scram_map()[(f["name"], f["mechanism"])] = ScramEntry(
+        bytes.fromhex(f["salt"]),
+        bytes.fromhex(f["stored_key"]),
+        bytes.fromhex(f["server_key"]),
+        int(f["iterations"]),
+    )
+
+
+def _remove_scram(state: _Builder, f: Mapping[str, Any]) -> None:
+    state.scram_map().pop((f["name"], f["mechanism"]), None)
+
+
+def _acl(state: _Builder, f: Mapping[str, Any]) -> None:
+    state.acl_map()[f["id"]] = AclEntry(
+        int(f["resource_type"]),
+        f["resource_name"],
+        int(f["pattern_type"]),
+        f["principal"],
+        f["host"],
+        int(f["operation"]),
+        int(f["permission_type"]),
+    )
+
+
+def _remove_acl(state: _Builder, f: Mapping[str, Any]) -> None:
+    state.acl_map().pop(f["id"], None)
+
+
+def _quota(state: _Builder, f: Mapping[str, Any]) -> None:
+    entity: QuotaEntity = tuple(sorted((e[0], e[1]) for e in f["entity"]))
+    quotas = state.quota_map()
+    values = dict(quotas.get(entity, _EMPTY))
+    if f.get("remove"):
+        values.pop(f["key"], None)
+    else:
+        values[f["key"]] = float(f["value"])
+    if values:
+        quotas[entity] = MappingProxyType(values)
+    else:
+        quotas.pop(entity, None)
+
+
 _APPLY = {
     "RegisterBroker": _register_broker,
     "FenceBroker": _fence_broker,
@@ -516,4 +670,9 @@ _APPLY = {
     "RemoveTopic": _remove_topic,
     "Config": _config,
     "ProducerIds": _producer_ids,
+    "UserScramCredential": _scram,
+    "RemoveUserScramCredential": _remove_scram,
+    "AccessControlEntry": _acl,
+    "RemoveAccessControlEntry": _remove_acl,
+    "ClientQuota": _quota,
 }

@@ -515,6 +515,18 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     _topic("compression.type", "compression.type", "producer", _text),
     _topic("min.insync.replicas", "min.insync.replicas", "1", _int(1, INT_MAX)),
     _topic("log.preallocate", "preallocate", "false", _bool),
+    # -- security (issue 16): TLS listeners (network/tls.py) ------------------------
+    # -- end of TLS --
+    #
+    # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
+    # -- end of SASL --
+    #
+    # -- security: the authorizer and ACLs (server/authorizer.py) -------------------
+    # -- end of authorizer --
+    #
+    # -- security: client quotas (server/quotas.py) --------------------------------
+    # -- end of quotas --
+    #
     # odradek's own: the Prometheus /metrics endpoint (console/metrics.py); unset, none.
     BrokerConfigDef("metrics.listener", parse_metrics_listener, None),
 )
