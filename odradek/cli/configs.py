@@ -221,7 +221,22 @@ def every_entity(admin: AdminClient, resource: str) -> list[str]:
     return sorted(g.group_id for g in listing.valid)
 
 
-@click.group(cls=KafkaActionGroup)
+class ConfigsGroup(KafkaActionGroup):
+    """Hands a describe/alter of users, clients or ips to configs_quotas.py, whose
+    entities pair several ``--entity-type``s with their names in order."""
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        if args and args[0] in ("describe", "alter"):
+            from odradek.cli import configs_quotas
+
+            if configs_quotas.wants(args[1:]):
+                return args[0], configs_quotas.QuotaCommand(args[0]), args[1:]
+        return super().resolve_command(ctx, args)
+
+
+@click.group(cls=ConfigsGroup)
 def configs() -> None:
     """Describe and alter topic, broker and group configs."""
 

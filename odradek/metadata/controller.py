@@ -71,6 +71,7 @@ from odradek.metadata.image import (
     MetadataRecord,
 )
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.quota_changes import QuotaAlteration, quota_change_records
 from odradek.metadata.topic_changes import (
     MAX_PARTITIONS_PER_REQUEST,
     NewTopic,
@@ -416,6 +417,25 @@ class Controller:
             if validate_only:
                 return
             await self._commit(records)
+
+    # -- client quotas (quota_changes.py) --------------------------------------------
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ControllerError | None]:
+        """AlterClientQuotas: per entry None or its error; the valid entries' records
+        are committed together."""
+        async with self._lock:
+            outcomes: list[ControllerError | None] = []
+            records: list[MetadataRecord] = []
+            for entry in entries:
+                try:
+                    records.extend(quota_change_records(self.image, entry))
+                    outcomes.append(None)
+                except ControllerError as failure:
+                    outcomes.append(failure)
+            if records and not validate_only:
+                await self._commit(records)
+            return outcomes
 
     # -- producer ids ------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:

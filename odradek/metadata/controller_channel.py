@@ -2,7 +2,8 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), auto-create, producer-id blocks, leader elections
+IncrementalAlterConfigs), client quotas (AlterClientQuotas), auto-create, producer-id
+blocks, leader elections
 (ElectLeaders), partition reassignments (AlterPartitionReassignments) — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
@@ -50,6 +51,7 @@ from typing import Final, Protocol
 
 from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.elections import ElectionResult
+from odradek.metadata.quota_changes import QuotaAlteration
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
@@ -136,6 +138,13 @@ class ControllerChannel(Protocol):
         ...
 
 
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ControllerError | None]:
+        """AlterClientQuotas (quota_changes.py): per entry None or its error."""
+        ...
+
+
 class ConfigRules(Protocol):
     """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
 
@@ -215,6 +224,11 @@ class LocalControllerChannel:
         self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
     ) -> list[ReassignmentResult]:
         return await self._controller().alter_partition_reassignments(requests, allow_rf_change)
+
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ControllerError | None]:
+        return await self._controller().alter_client_quotas(entries, validate_only)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
@@ -315,6 +329,14 @@ class GatedControllerChannel:
     ) -> list[ReassignmentResult]:
         self._check()
         return await self._channel.alter_partition_reassignments(requests, allow_rf_change)
+
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ControllerError | None]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in entries]
+        return await self._channel.alter_client_quotas(entries, validate_only)
 
 
 __all__ = [

@@ -76,6 +76,7 @@ from odradek.metadata.image import (
     TOPIC_RESOURCE,
     MetadataImage,
 )
+from odradek.metadata.quota_changes import QuotaAlteration
 from odradek.metadata.partition_rpc import (
     ALTER_PARTITION_KEY,
     ALTER_PARTITION_VERSIONS,
@@ -96,6 +97,7 @@ ALTER_CONFIGS_KEY: Final = 33
 CREATE_PARTITIONS_KEY: Final = 37
 INCREMENTAL_ALTER_CONFIGS_KEY: Final = 44
 ALLOCATE_PRODUCER_IDS_KEY: Final = 67
+ALTER_CLIENT_QUOTAS_KEY: Final = 49
 DESCRIBE_QUORUM_KEY: Final = 55
 # DescribeQuorum as a broker listener serves and forwards it (the controller plane's range).
 DESCRIBE_QUORUM_VERSIONS: Final = (0, 2)
@@ -108,6 +110,7 @@ FORWARDED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     CREATE_PARTITIONS_KEY: (0, 3),
     INCREMENTAL_ALTER_CONFIGS_KEY: (0, 1),
     ALLOCATE_PRODUCER_IDS_KEY: (0, 0),
+    ALTER_CLIENT_QUOTAS_KEY: (0, 1),
     ELECT_LEADERS_KEY: ELECT_LEADERS_VERSIONS,
     ALTER_REASSIGNMENTS_KEY: ALTER_REASSIGNMENTS_VERSIONS,
     ALTER_PARTITION_KEY: ALTER_PARTITION_VERSIONS,  # a broker's own request, not forwarded
@@ -342,6 +345,55 @@ class RemoteControllerChannel:
             )
 
     # -- producer ids, brokers -----------------------------------------------------------
+    # -- client quotas ---------------------------------------------------------------
+    async def alter_client_quotas(
+        self, entries: Sequence[QuotaAlteration], validate_only: bool
+    ) -> list[ControllerError | None]:
+        key = ALTER_CLIENT_QUOTAS_KEY
+
+        def build(version: int) -> Any:
+            return request_entity(
+                key,
+                version,
+                entries=tuple(
+                    request_entity(
+                        key,
+                        version,
+                        "EntryData",
+                        entity=tuple(
+                            request_entity(
+                                key, version, "EntityData", entity_type=t, entity_name=n
+                            )
+                            for t, n in e.entity
+                        ),
+                        ops=tuple(
+                            request_entity(
+                                key,
+                                version,
+                                "OpData",
+                                key=k,
+                                value=0.0 if v is None else v,
+                                remove=v is None,
+                            )
+                            for k, v in e.ops
+                        ),
+                    )
+                    for e in entries
+                ),
+                validate_only=validate_only,
+            )
+
+        try:
+            response = await self._send(key, build)
+            results = _in_order(response.entries, len(entries), "AlterClientQuotas")
+        except ControllerError as failure:
+            return [failure for _ in entries]
+        errors = [_error(r.error_code, r.error_message) for r in results]
+        for entry, error in zip(entries, errors, strict=True):
+            if error is None and not validate_only:
+                await self._wait_for("client quotas changed", _quotas_show(entry))
+        return errors
+
     async def allocate_producer_ids(self, broker_id: int) -> ProducerIdBlock:
         def build(version: int) -> Any:
             return request_entity(
@@ -511,9 +563,18 @@ def _configs_show(resource: tuple[str, str], ops: Sequence[ConfigOp], replace: b
     return shown
 
 
+def _quotas_show(entry: QuotaAlteration) -> Predicate:
+    def shown(image: MetadataImage) -> bool:
+        current = image.client_quotas.get(entry.entity, {})
+        return all(current.get(k) == (None if v is None else float(v)) for k, v in entry.ops)
+
+    return shown
+
+
 __all__ = [
     "DESCRIBE_QUORUM_VERSIONS",
     "FORWARDED_VERSIONS",
     "WIRE_RESOURCE_TYPES",
     "RemoteControllerChannel",
 ]
+

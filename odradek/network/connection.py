@@ -54,6 +54,9 @@ class Response:
 
     parts: list[bytes | FileRange]
     close_after: bool = False
+    # KIP-219: a throttled client's connection is muted (nothing read or handled) for
+    # this long after its response is sent. With no parts, nothing is sent (acks=0).
+    throttle_ms: int = 0
 
     @property
     def size(self) -> int:
@@ -108,6 +111,8 @@ class Connection:
         self._frames: asyncio.Queue[bytes | None] = asyncio.Queue(MAX_QUEUED_REQUESTS)
         self.closing = False
         self.busy = False
+        self._unmuted = asyncio.Event()
+        self._unmuted.set()
 
     async def run(self) -> None:
         reader = asyncio.create_task(self._read_loop())
@@ -133,6 +138,7 @@ class Connection:
         loop = asyncio.get_running_loop()
         try:
             while not self.closing:
+                await self._unmuted.wait()
                 prefix = await self._read_exactly(loop, SIZE_PREFIX_BYTES)
                 if prefix is None:
                     break
@@ -217,12 +223,26 @@ class Connection:
             if response is None:
                 continue
             try:
-                await self._send(response)
+                if response.parts:
+                    await self._send(response)
             except (OSError, ConnectionError) as error:
                 logger.debug("send to %s failed: %s", self.context.peer, error)
                 return
             if response.close_after or self.closing:
                 return
+            if response.throttle_ms > 0:
+                await self._mute(response.throttle_ms)
+
+    async def _mute(self, throttle_ms: int) -> None:
+        """KIP-219: neither read nor handle this client's requests for the throttle."""
+        self._unmuted.clear()
+        self.busy = True  # a muted connection is not idle
+        try:
+            await asyncio.sleep(throttle_ms / 1000)
+        finally:
+            self.busy = False
+            self.last_active = time.monotonic()
+            self._unmuted.set()
 
     async def _send(self, response: Response) -> None:
         loop = asyncio.get_running_loop()

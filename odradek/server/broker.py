@@ -124,6 +124,7 @@ from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
 from odradek.server.remote_metadata_transport import ClientMetadataTransport
 from odradek.server.request_metrics import RequestTimes
+from odradek.server.quotas import ClientQuotaManager
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.server.txn_verify import TxnVerifier
@@ -288,6 +289,13 @@ class Broker:
             log_dir_moves=self.log_dir_mover,
             txn_markers=self.txn_markers,
             txn_verifier=self.txn_verifier,
+            # Client quotas read the loader's image on each request: changes apply at once.
+            client_quotas=ClientQuotaManager(
+                lambda: self.metadata_loader.image.client_quotas,
+                monotonic_ms,
+                samples=config["quota.window.num"],
+                window_ms=config["quota.window.size.seconds"] * 1000,
+            ),
         )
         # TotalTimeMs per request name, both planes' dispatchers together (/metrics).
         self.request_times = RequestTimes()

@@ -525,6 +525,10 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     # -- end of authorizer --
     #
     # -- security: client quotas (server/quotas.py) --------------------------------
+    # The windows client byte rates and request time are measured over (Kafka's
+    # ClientQuotaManager): quotas are set per user/client-id with AlterClientQuotas.
+    BrokerConfigDef("quota.window.num", _int(1, INT_MAX), "11"),
+    BrokerConfigDef("quota.window.size.seconds", _int(1, INT_MAX), "1"),
     # -- end of quotas --
     #
     # odradek's own: the Prometheus /metrics endpoint (console/metrics.py); unset, none.

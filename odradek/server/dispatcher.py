@@ -25,9 +25,11 @@ more suppressed" count), so a client sending garbage in a loop cannot fill the l
 
 from __future__ import annotations
 
+import dataclasses
+import datetime
 import logging
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from odradek.network.connection import CloseConnection, ConnectionContext, Response
 from odradek.network.warn_limit import PeerWarnings
@@ -39,12 +41,17 @@ from odradek.protocol.messages import (
     encode_response,
 )
 from odradek.server.handlers import Plane, plane_handlers
+from odradek.server.quotas import ClientQuotaManager, TimedCall
 from odradek.server.request_metrics import RequestTimes
+from odradek.security.quotas import REQUEST_PERCENTAGE
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices, ControllerServices
 
 logger = logging.getLogger(__name__)
+
+PRODUCE_KEY = 0
+FETCH_KEY = 1
 
 
 class Dispatcher:
@@ -59,6 +66,8 @@ class Dispatcher:
         # Shared by the planes' dispatchers: one histogram per request name per process.
         self.request_times = request_times if request_times is not None else RequestTimes()
         self.handlers = dict(plane_handlers(plane))
+        # Client quotas (server/quotas.py): the broker plane's services carry them.
+        self.client_quotas: ClientQuotaManager | None = getattr(services, "client_quotas", None)
         self.supported = {k: (s.min_version, s.max_version) for k, s in self.handlers.items()}
         # Two kinds, limited apart: a flood of one does not hide the first of the other.
         self.malformed = PeerWarnings(logger, "malformed-request lines")
@@ -95,8 +104,14 @@ class Dispatcher:
             raise CloseConnection() from None
         header = request.header
         spec = self.handlers[header.api_key]
+        quotas = self.client_quotas
+        timed = None
         try:
-            result = await spec.function(self.services, request)
+            if quotas is not None and quotas.enabled(REQUEST_PERCENTAGE):
+                timed = TimedCall(spec.function(self.services, request))
+                result = await timed
+            else:
+                result = await spec.function(self.services, request)
         except CloseConnection:
             raise
         except Exception:
@@ -113,8 +128,44 @@ class Dispatcher:
             response = Response(
                 [encode_response(header.api_key, header.api_version, header.correlation_id, result)]
             )
+        if quotas is not None:
+            response = throttle(quotas, request, len(frame), timed, result, response)
         times = self.request_times
         times.observe(
             times.request_name(header.api_key, request.body), (time.perf_counter() - start) * 1e3
         )
         return response
+
+
+def throttle(
+    quotas: ClientQuotaManager,
+    request: Any,
+    frame_bytes: int,
+    timed: TimedCall | None,
+    result: Any,
+    response: Response | None,
+) -> Response | None:
+    """Charge the request to its client's produce and request-time quotas; past one,
+    the response carries the throttle (``throttle_time_ms`` where its schema has it)
+    and the connection mutes for it (KIP-219). Fetch charges its bytes itself
+    (handlers/fetch.py); a follower's fetch is charged nothing."""
+    header = request.header
+    user, client_id = request.session.user, header.client_id or ""
+    throttle_ms = 0
+    if header.api_key == PRODUCE_KEY:
+        throttle_ms = quotas.record_produce(user, client_id, frame_bytes)
+    if timed is not None and not (
+        header.api_key == FETCH_KEY and getattr(request.body, "replica_id", -1) >= 0
+    ):
+        throttle_ms = max(throttle_ms, quotas.record_request_time(user, client_id, timed.seconds))
+    if throttle_ms <= 0:
+        return response
+    if response is None:  # acks=0: nothing to send, but the mute still holds
+        return Response([], throttle_ms=throttle_ms)
+    if result is response or not hasattr(result, "throttle_time"):
+        response.throttle_ms = max(response.throttle_ms, throttle_ms)
+        return response
+    carried = max(throttle_ms, int(result.throttle_time.total_seconds() * 1000))
+    result = dataclasses.replace(result, throttle_time=datetime.timedelta(milliseconds=carried))
+    encoded = encode_response(header.api_key, header.api_version, header.correlation_id, result)
+    return Response([encoded], throttle_ms=carried)

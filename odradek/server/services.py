@@ -40,6 +40,7 @@ if TYPE_CHECKING:
     from odradek.replica.interfaces import IsrOutcome, IsrProposal
     from odradek.replica.replica_manager import ReplicaManager
     from odradek.server.config import BrokerConfig
+    from odradek.server.quotas import ClientQuotaManager
     from odradek.server.txn_markers import TxnMarkerWriter
     from odradek.server.txn_verify import TxnVerifier
     from odradek.storage.log import Log
@@ -227,6 +228,8 @@ class Services:
     log_dir_moves: LogDirMoves | None = None
     txn_markers: TxnMarkerWriter = None  # type: ignore[assignment]  # tests without txns
     txn_verifier: TxnVerifier | None = None
+    # Client quotas (server/quotas.py); None: nothing is measured or throttled.
+    client_quotas: ClientQuotaManager | None = None
 
 
 __all__ = [

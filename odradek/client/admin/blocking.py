@@ -26,6 +26,12 @@ from odradek.client._core.errors import KafkaError
 from odradek.client._core.loop_thread import LoopThread
 from odradek.client._core.types import TopicPartition
 from odradek.client.admin import configs as admin_configs
+from odradek.client.admin import quotas as admin_quotas
+from odradek.client.admin.quotas import (
+    ClientQuotaAlteration,
+    ClientQuotaEntity,
+    ClientQuotaFilter,
+)
 from odradek.client.admin import groups as admin_groups
 from odradek.client.admin import records as admin_records
 from odradek.client.admin import topics as admin_topics
@@ -298,6 +304,26 @@ class AdminClient:
     ) -> dict[ConfigResource, Future[None]]:
         work = admin_configs.incremental_alter_configs(self._cluster, resources, validate_only)
         return self._split(resources, work, request_timeout, str)
+
+    # -- client quotas (quotas.py) ---------------------------------------------------
+    def describe_client_quotas(
+        self, quota_filter: ClientQuotaFilter | None = None, request_timeout: float | None = None
+    ) -> Future[dict[ClientQuotaEntity, dict[str, float]]]:
+        """The quotas of the entities ``quota_filter`` matches (default: all)."""
+        work = admin_quotas.describe_client_quotas(
+            self._cluster, quota_filter or ClientQuotaFilter.all()
+        )
+        return self._one(work, request_timeout)
+
+    def alter_client_quotas(
+        self,
+        alterations: list[ClientQuotaAlteration],
+        validate_only: bool = False,
+        request_timeout: float | None = None,
+    ) -> dict[ClientQuotaEntity, Future[None]]:
+        """Set or remove quota keys; one future per entity."""
+        work = admin_quotas.alter_client_quotas(self._cluster, alterations, validate_only)
+        return self._split([a.entity for a in alterations], work, request_timeout)
 
     # -- groups ----------------------------------------------------------------------
     def list_consumer_groups(

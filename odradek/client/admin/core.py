@@ -66,6 +66,8 @@ ADMIN_VERSIONS: Final = {
     INCREMENTAL_ALTER_CONFIGS: (1, 1),
     OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
+    48: (0, 1),  # DescribeClientQuotas (quotas.py)
+    49: (0, 1),  # AlterClientQuotas
 }
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

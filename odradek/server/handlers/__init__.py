@@ -103,6 +103,7 @@ def load_all() -> None:
         produce,
         producer_ids,
         quorum,
+        quotas,
         reassignments,
         records_admin,
         replica_log_dirs,

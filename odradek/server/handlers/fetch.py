@@ -54,6 +54,7 @@ from odradek.protocol.fetch_codec import (
 )
 from odradek.protocol.messages import Request
 from odradek.replica.reads import FetchParams, FetchPosition, PartitionRead
+from odradek.security.quotas import CONSUMER_BYTE_RATE
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -88,6 +89,10 @@ async def fetch(services: BrokerServices, request: Request) -> Response:
     if version >= FIRST_TOPIC_ID:
         names = resolve_topic_ids(services.metadata.image, requested)
     params = fetch_params(body, names)
+    quotas = getattr(services, "client_quotas", None)
+    if quotas is not None and params.replica_id < 0:
+        capped = quotas.fetch_max_bytes(request.session.user, header.client_id or "", params.max_bytes)
+        params = dataclasses.replace(params, max_bytes=capped)
     if None in names:  # an error answers at once, as any partition's error does
         params = dataclasses.replace(params, max_wait_ms=0)
     read = iter(await services.replicas.fetch(params))
@@ -104,9 +109,40 @@ async def fetch(services: BrokerServices, request: Request) -> Response:
     endpoints: list[NodeEndpoint] = []
     if version >= FIRST_NODE_ENDPOINTS:
         endpoints = current_leaders(services, request, topics)
+    throttle_ms = 0
+    if params.replica_id < 0:
+        throttle_ms = consumer_throttle(services, request, topics)
     return Response(
-        encode_fetch_response(version, header.correlation_id, topics, node_endpoints=endpoints)
+        encode_fetch_response(
+            version,
+            header.correlation_id,
+            topics,
+            throttle_ms=throttle_ms,
+            node_endpoints=endpoints,
+        ),
+        throttle_ms=throttle_ms,
     )
+
+
+def consumer_throttle(
+    services: BrokerServices, request: Request, topics: Sequence[TopicResult]
+) -> int:
+    """Charge a consumer's fetch to its ``consumer_byte_rate`` (server/quotas.py); past
+    the quota the bytes are taken back and every partition is answered without
+    records (Kafka's throttled fetch response), the throttle time returned."""
+    quotas = getattr(services, "client_quotas", None)
+    if quotas is None or not quotas.enabled(CONSUMER_BYTE_RATE):
+        return 0
+    user, client_id = request.session.user, request.header.client_id or ""
+    size = sum(p.records_size for t in topics for p in t.partitions)
+    throttle_ms: int = quotas.record_fetch(user, client_id, size)
+    if throttle_ms > 0:
+        quotas.unrecord(CONSUMER_BYTE_RATE, user, client_id, size)
+        for topic in topics:
+            for partition in topic.partitions:
+                partition.ranges = []
+                partition.aborted = None if partition.aborted is None else []
+    return throttle_ms
 
 
 def resolve_topic_ids(image: MetadataImage, topics: Sequence[Any]) -> list[str | None]:
