@@ -144,7 +144,9 @@ class _Words:
                         f"{key}={text}: a quota is a number", param_hint="--add-config"
                     ) from None
                 if not math.isfinite(value):
-                    raise click.BadParameter(f"{key}={text}: not a number", param_hint="--add-config")
+                    raise click.BadParameter(
+                        f"{key}={text}: not a number", param_hint="--add-config"
+                    )
                 found[key] = value
         return found
 

@@ -137,7 +137,6 @@ class ControllerChannel(Protocol):
         result per partition; raises ControllerError for the request as a whole."""
         ...
 
-
     async def alter_client_quotas(
         self, entries: Sequence[QuotaAlteration], validate_only: bool
     ) -> list[ControllerError | None]:

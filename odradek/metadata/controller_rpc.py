@@ -76,7 +76,6 @@ from odradek.metadata.image import (
     TOPIC_RESOURCE,
     MetadataImage,
 )
-from odradek.metadata.quota_changes import QuotaAlteration
 from odradek.metadata.partition_rpc import (
     ALTER_PARTITION_KEY,
     ALTER_PARTITION_VERSIONS,
@@ -85,6 +84,7 @@ from odradek.metadata.partition_rpc import (
     ELECT_LEADERS_KEY,
     ELECT_LEADERS_VERSIONS,
 )
+from odradek.metadata.quota_changes import QuotaAlteration
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
@@ -361,9 +361,7 @@ class RemoteControllerChannel:
                         version,
                         "EntryData",
                         entity=tuple(
-                            request_entity(
-                                key, version, "EntityData", entity_type=t, entity_name=n
-                            )
+                            request_entity(key, version, "EntityData", entity_type=t, entity_name=n)
                             for t, n in e.entity
                         ),
                         ops=tuple(
@@ -577,4 +575,3 @@ __all__ = [
     "WIRE_RESOURCE_TYPES",
     "RemoteControllerChannel",
 ]
-

@@ -66,9 +66,7 @@ def check_entity(parts: Sequence[tuple[str, str | None]]) -> QuotaEntity:
     types = [t for t, _ in parts]
     for entity_type in types:
         if entity_type not in ENTITY_TYPES:
-            raise ControllerError(
-                "INVALID_REQUEST", f"unknown quota entity type {entity_type!r}"
-            )
+            raise ControllerError("INVALID_REQUEST", f"unknown quota entity type {entity_type!r}")
     if len(set(types)) != len(types):
         raise ControllerError("INVALID_REQUEST", "a quota entity names a type twice")
     if IP in types and len(types) > 1:
@@ -109,9 +107,7 @@ def check_ops(entity: QuotaEntity, ops: Sequence[tuple[str, float | None]]) -> N
             )
 
 
-def quota_change_records(
-    image: MetadataImage, alteration: QuotaAlteration
-) -> list[MetadataRecord]:
+def quota_change_records(image: MetadataImage, alteration: QuotaAlteration) -> list[MetadataRecord]:
     """The records of one checked entry: only keys whose value changes."""
     check_ops(alteration.entity, alteration.ops)
     current = image.client_quotas.get(alteration.entity, {})

@@ -108,7 +108,7 @@ def resolve(
 class WindowedRate:
     """Kafka's sampled rate (module doc): per second, over ``samples`` windows."""
 
-    __slots__ = ("samples", "window_ms", "_starts", "_values")
+    __slots__ = ("_starts", "_values", "samples", "window_ms")
 
     def __init__(self, samples: int, window_ms: int) -> None:
         if samples < 1 or window_ms < 1:

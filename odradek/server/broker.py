@@ -122,9 +122,9 @@ from odradek.server.dispatcher import Dispatcher
 from odradek.server.handlers import Plane
 from odradek.server.metadata_log import METADATA_LOG_DIR
 from odradek.server.quorum_describer import LocalQuorumDescriber
+from odradek.server.quotas import ClientQuotaManager
 from odradek.server.remote_metadata_transport import ClientMetadataTransport
 from odradek.server.request_metrics import RequestTimes
-from odradek.server.quotas import ClientQuotaManager
 from odradek.server.services import Services
 from odradek.server.txn_markers import TxnMarkerWriter
 from odradek.server.txn_verify import TxnVerifier

@@ -73,6 +73,8 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "broker's log dirs (AlterReplicaLogDirs)",
     "replication.quota.window.num": "windows the replication rates are measured over",
     "replication.quota.window.size.seconds": "length of each replication quota window",
+    "quota.window.num": "windows client quotas (byte rates, request time) are measured over",
+    "quota.window.size.seconds": "length of each client quota window",
     "num.partitions": "partition count of topics created without one",
     "default.replication.factor": "replication factor of topics created without one",
     "auto.create.topics.enable": "create a topic when a client asks for metadata of it",

@@ -40,10 +40,10 @@ from odradek.protocol.messages import (
     decode_request,
     encode_response,
 )
+from odradek.security.quotas import REQUEST_PERCENTAGE
 from odradek.server.handlers import Plane, plane_handlers
 from odradek.server.quotas import ClientQuotaManager, TimedCall
 from odradek.server.request_metrics import RequestTimes
-from odradek.security.quotas import REQUEST_PERCENTAGE
 
 if TYPE_CHECKING:
     from odradek.server.services import BrokerServices, ControllerServices

@@ -29,7 +29,7 @@ come and go do not grow the table for ever.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Coroutine, Generator, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import Any, Final
 
 from odradek.security.quotas import (
@@ -146,8 +146,6 @@ class ClientQuotaManager:
             del self._sensors[name]
 
 
-
-
 class TimedCall:
     """Awaits a coroutine and adds up the time spent *running* it (its steps), not
     the time it spends suspended: ``request_percentage`` charges a client for the
@@ -155,7 +153,8 @@ class TimedCall:
 
     __slots__ = ("_coro", "seconds")
 
-    def __init__(self, coro: Coroutine[Any, Any, Any]) -> None:
+    def __init__(self, coro: Awaitable[Any]) -> None:
+        assert isinstance(coro, Coroutine), "a handler is an async function"
         self._coro = coro
         self.seconds = 0.0
 

@@ -82,7 +82,7 @@ def test_client_apis_are_on_the_broker_plane_quorum_apis_on_the_controller_one()
     # plane's versions), ListPartitionReassignments (a read of the node's image, on
     # both), AllocateProducerIds, AlterPartition, and BrokerRegistration and
     # BrokerHeartbeat (KIP-631).
-    forwarded = {key: broker[key] for key in (19, 20, 33, 37, 43, 44, 45)}
+    forwarded = {key: broker[key] for key in (19, 20, 33, 37, 43, 44, 45, 49)}
     assert controller == {
         API_VERSIONS_KEY: broker[API_VERSIONS_KEY],
         **wire.VERSIONS,

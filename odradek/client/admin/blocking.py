@@ -26,17 +26,17 @@ from odradek.client._core.errors import KafkaError
 from odradek.client._core.loop_thread import LoopThread
 from odradek.client._core.types import TopicPartition
 from odradek.client.admin import configs as admin_configs
+from odradek.client.admin import groups as admin_groups
 from odradek.client.admin import quotas as admin_quotas
+from odradek.client.admin import records as admin_records
+from odradek.client.admin import topics as admin_topics
+from odradek.client.admin.core import Outcome, as_exception, open_cluster, within
+from odradek.client.admin.groups import GroupView, partition_errors
 from odradek.client.admin.quotas import (
     ClientQuotaAlteration,
     ClientQuotaEntity,
     ClientQuotaFilter,
 )
-from odradek.client.admin import groups as admin_groups
-from odradek.client.admin import records as admin_records
-from odradek.client.admin import topics as admin_topics
-from odradek.client.admin.core import Outcome, as_exception, open_cluster, within
-from odradek.client.admin.groups import GroupView, partition_errors
 from odradek.client.admin.topics import MetadataView
 from odradek.client.admin.types import (
     AclOperation,

@@ -86,9 +86,7 @@ class ClientQuotaFilter:
         return cls(tuple(components), False)
 
     @classmethod
-    def contains_only(
-        cls, components: Sequence[ClientQuotaFilterComponent]
-    ) -> ClientQuotaFilter:
+    def contains_only(cls, components: Sequence[ClientQuotaFilterComponent]) -> ClientQuotaFilter:
         return cls(tuple(components), True)
 
     @classmethod
@@ -121,9 +119,7 @@ async def describe_client_quotas(
         for c in quota_filter.components
     )
     response = await connection.send(
-        request_entity(
-            DESCRIBE_CLIENT_QUOTAS, v, components=components, strict=quota_filter.strict
-        )
+        request_entity(DESCRIBE_CLIENT_QUOTAS, v, components=components, strict=quota_filter.strict)
     )
     check(response.error_code, "describe client quotas", response.error_message)
     return {

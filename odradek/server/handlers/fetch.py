@@ -91,7 +91,9 @@ async def fetch(services: BrokerServices, request: Request) -> Response:
     params = fetch_params(body, names)
     quotas = getattr(services, "client_quotas", None)
     if quotas is not None and params.replica_id < 0:
-        capped = quotas.fetch_max_bytes(request.session.user, header.client_id or "", params.max_bytes)
+        capped = quotas.fetch_max_bytes(
+            request.session.user, header.client_id or "", params.max_bytes
+        )
         params = dataclasses.replace(params, max_bytes=capped)
     if None in names:  # an error answers at once, as any partition's error does
         params = dataclasses.replace(params, max_wait_ms=0)

@@ -49,12 +49,8 @@ async def describe_client_quotas(services: BrokerServices, request: Request) -> 
     entries = tuple(
         make(
             module.EntryData,
-            entity=tuple(
-                make(module.EntityData, entity_type=t, entity_name=n) for t, n in entity
-            ),
-            values=tuple(
-                make(module.ValueData, key=k, value=v) for k, v in sorted(values.items())
-            ),
+            entity=tuple(make(module.EntityData, entity_type=t, entity_name=n) for t, n in entity),
+            values=tuple(make(module.ValueData, key=k, value=v) for k, v in sorted(values.items())),
         )
         for entity, values in found
     )
@@ -93,7 +89,7 @@ async def _alter(services: AdminServices, request: Request) -> Any:
         except ControllerError as failure:
             alterations.append(None)
             outcomes.append(failure)
-    entities = [a.entity if a is not None else None for a in alterations]
+    entities: list[Any] = [a.entity if a is not None else None for a in alterations]
     for index, entity in enumerate(entities):
         if entity is not None and entities.count(entity) > 1:
             outcomes[index] = ControllerError("INVALID_REQUEST", "entity listed more than once")
