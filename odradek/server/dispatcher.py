@@ -41,6 +41,7 @@ from odradek.protocol.messages import (
     encode_response,
 )
 from odradek.security.quotas import REQUEST_PERCENTAGE
+from odradek.server import mutation_quota
 from odradek.server.handlers import Plane, plane_handlers
 from odradek.server.quotas import ClientQuotaManager, TimedCall
 from odradek.server.request_metrics import RequestTimes
@@ -106,6 +107,20 @@ class Dispatcher:
         spec = self.handlers[header.api_key]
         quotas = self.client_quotas
         timed = None
+        mutations: list[int] | None = None
+        if quotas is not None and mutation_quota.applies(quotas, header.api_key):
+            refused = mutation_quota.refusal(quotas, request)
+            if refused is not None:  # KIP-599: already past the bound
+                body, throttle_ms = refused
+                encoded = encode_response(
+                    header.api_key, header.api_version, header.correlation_id, body
+                )
+                return Response([encoded], throttle_ms=throttle_ms)
+            mutations = mutation_quota.mutations(
+                request,
+                self.services.metadata.image,
+                self.services.config.static["num.partitions"],
+            )
         try:
             if quotas is not None and quotas.enabled(REQUEST_PERCENTAGE):
                 timed = TimedCall(spec.function(self.services, request))
@@ -129,7 +144,12 @@ class Dispatcher:
                 [encode_response(header.api_key, header.api_version, header.correlation_id, result)]
             )
         if quotas is not None:
-            response = throttle(quotas, request, len(frame), timed, result, response)
+            extra = (
+                0
+                if mutations is None
+                else mutation_quota.record(quotas, request, mutations, result)
+            )
+            response = throttle(quotas, request, len(frame), timed, result, response, extra)
         times = self.request_times
         times.observe(
             times.request_name(header.api_key, request.body), (time.perf_counter() - start) * 1e3
@@ -144,14 +164,16 @@ def throttle(
     timed: TimedCall | None,
     result: Any,
     response: Response | None,
+    extra_ms: int = 0,
 ) -> Response | None:
-    """Charge the request to its client's produce and request-time quotas; past one,
+    """Charge the request to its client's produce and request-time quotas (``extra_ms``:
+    a throttle already decided, as the mutation quota's); past one,
     the response carries the throttle (``throttle_time_ms`` where its schema has it)
     and the connection mutes for it (KIP-219). Fetch charges its bytes itself
     (handlers/fetch.py); a follower's fetch is charged nothing."""
     header = request.header
     user, client_id = request.session.user, header.client_id or ""
-    throttle_ms = 0
+    throttle_ms = extra_ms  # e.g. controller mutations (mutation_quota.py)
     if header.api_key == PRODUCE_KEY:
         throttle_ms = quotas.record_produce(user, client_id, frame_bytes)
     if timed is not None and not (

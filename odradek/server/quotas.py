@@ -122,6 +122,14 @@ class ClientQuotaManager:
         rate.record(value, now)
         return rate.throttle_ms(bound, now)
 
+    def throttle_now(self, key: str, user: str, client_id: str) -> int:
+        """The throttle (user, client_id) is under for ``key`` now, recording nothing."""
+        sensor = self._sensor(key, user, client_id)
+        if sensor is None:
+            return 0
+        rate, bound = sensor
+        return rate.throttle_ms(bound, self._clock())
+
     def unrecord(self, key: str, user: str, client_id: str, value: float) -> None:
         """Take back a ``record`` whose work was not done (a fetch answered empty)."""
         sensor = self._sensor(key, user, client_id)

@@ -9,6 +9,7 @@ seconds could not see past. The windowed arithmetic is the same at any window co
 
 from __future__ import annotations
 
+import datetime
 import statistics
 import threading
 import time
@@ -19,10 +20,13 @@ from typing import Any
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
+from kio.schema.errors import ErrorCode
 
+from odradek.client._core.connection import request_entity
 from odradek.client.admin.blocking import AdminClient as OdradekAdmin
 from odradek.client.admin.quotas import ClientQuotaAlteration, ClientQuotaEntity
 from tests.support.broker import BrokerProcess, running_broker
+from tests.support.wire import WireClient
 
 KIB = 1024
 TIMEOUT_S = 30
@@ -214,3 +218,70 @@ def test_consumer_throttled_by_consumer_byte_rate(broker: BrokerProcess) -> None
     assert slow > 3 * free, f"throttled {slow:.1f} s vs free {free:.1f} s"
     assert throttles and max(throttles) > 0
     assert not any(free_throttles)
+
+
+def test_request_percentage_throttles_by_handler_time_and_mutes(broker: BrokerProcess) -> None:
+    """1% of one second per second (10 ms of handler time a second) for client-id
+    "busy": Metadata requests in a row soon carry a throttle, and the broker reads
+    nothing more from that connection until it is over (KIP-219)."""
+    set_quota(broker.bootstrap, {"client-id": "busy"}, request_percentage=1)
+    metadata = request_entity(
+        3,
+        12,
+        topics=None,
+        allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False,
+    )
+    with WireClient(broker.bootstrap, client_id="busy") as client:
+        throttle = datetime.timedelta(0)
+        deadline = time.monotonic() + 10
+        while not throttle and time.monotonic() < deadline:
+            throttle = client.request(metadata).throttle_time
+        assert throttle > datetime.timedelta(0), "no throttle after 10 s of Metadata requests"
+        start = time.monotonic()
+        client.request(metadata)  # held until the mute ends
+        waited = time.monotonic() - start
+        assert waited >= 0.8 * throttle.total_seconds(), (waited, throttle)
+    with WireClient(broker.bootstrap, client_id="idle") as other:  # nobody else is held
+        start = time.monotonic()
+        assert other.request(metadata).throttle_time == datetime.timedelta(0)
+        assert time.monotonic() - start < 1.0
+
+
+def test_controller_mutation_rate_refuses_topics_past_the_bound(broker: BrokerProcess) -> None:
+    """KIP-599 at CreateTopics v7: 4 partitions at 2 mutations/s go through and earn a
+    throttle; the next request while the rate is past the bound is refused with
+    THROTTLING_QUOTA_EXCEEDED; once the windows age it is accepted again."""
+    set_quota(broker.bootstrap, {"client-id": "mutator"}, controller_mutation_rate=2)
+    with WireClient(broker.bootstrap, client_id="mutator") as client:
+        first = create_topic_v7(client, "mutations-1", partitions=4)
+        assert first.topics[0].error_code == ErrorCode.none
+        assert first.throttle_time > datetime.timedelta(0)
+        second = create_topic_v7(client, "mutations-2", partitions=1)
+        assert second.topics[0].error_code == ErrorCode.throttling_quota_exceeded
+        assert second.throttle_time > datetime.timedelta(0)
+        time.sleep(second.throttle_time.total_seconds() + 0.1)
+        third = create_topic_v7(client, "mutations-2", partitions=1)
+        assert third.topics[0].error_code == ErrorCode.none, third
+    with WireClient(broker.bootstrap, client_id="someone-else") as other:
+        free = create_topic_v7(other, "mutations-3", partitions=8)
+        assert free.topics[0].error_code == ErrorCode.none
+        assert free.throttle_time == datetime.timedelta(0)
+
+
+def create_topic_v7(client: WireClient, name: str, partitions: int) -> Any:
+    topic = request_entity(
+        19,
+        7,
+        "CreatableTopic",
+        name=name,
+        num_partitions=partitions,
+        replication_factor=1,
+        assignments=(),
+        configs=(),
+    )
+    return client.request(
+        request_entity(
+            19, 7, topics=(topic,), timeout=datetime.timedelta(seconds=30), validate_only=False
+        )
+    )
