@@ -8,7 +8,10 @@ bounded queue; when ``MAX_QUEUED_REQUESTS`` are waiting it stops reading, so a c
 that pipelines faster than we serve is throttled by TCP itself. The connection
 handles one request at a time, like Kafka (which mutes a channel until its response
 is sent): responses therefore leave in request order, and two produce requests of
-one producer can never be reordered. Slow work in one connection never blocks
+one producer can never be reordered. A response may carry a quota's throttle
+(KIP-219): after sending it the connection is muted for that long — its requests are
+neither read nor handled — so a client over its quota is held back by the broker
+whether or not it honours ``throttle_time_ms`` itself. Slow work in one connection never blocks
 another — each is its own task.
 
 Reads are exact: the 4-byte size, then that many bytes. Between the two the frame's
@@ -113,6 +116,7 @@ class Connection:
         self.busy = False
         self._unmuted = asyncio.Event()
         self._unmuted.set()
+        self._stopping = asyncio.Event()  # ends a mute early (shutdown)
 
     async def run(self) -> None:
         reader = asyncio.create_task(self._read_loop())
@@ -131,6 +135,7 @@ class Connection:
     def close_soon(self) -> None:
         """Stop after the request being handled (used by shutdown)."""
         self.closing = True
+        self._stopping.set()
         with contextlib.suppress(asyncio.QueueFull):
             self._frames.put_nowait(None)
 
@@ -232,13 +237,16 @@ class Connection:
                 return
             if response.throttle_ms > 0:
                 await self._mute(response.throttle_ms)
+                if self.closing:
+                    return
 
     async def _mute(self, throttle_ms: int) -> None:
         """KIP-219: neither read nor handle this client's requests for the throttle."""
         self._unmuted.clear()
         self.busy = True  # a muted connection is not idle
         try:
-            await asyncio.sleep(throttle_ms / 1000)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), throttle_ms / 1000)
         finally:
             self.busy = False
             self.last_active = time.monotonic()

@@ -5,6 +5,7 @@ change to the active controller (every node then answers it)."""
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
 import time
@@ -22,6 +23,7 @@ from kafka.protocol.admin.client_quotas import (
 
 from odradek.cli.main import main
 from odradek.client._core.types import KafkaException
+from odradek.client.admin.aio import AIOKafkaAdminClient
 from odradek.client.admin.blocking import AdminClient
 from odradek.client.admin.quotas import (
     ClientQuotaAlteration,
@@ -290,3 +292,26 @@ def test_quota_change_through_a_follower_reaches_every_node(tmp_path: Path) -> N
                     break
                 time.sleep(0.2)
             assert found == {(("user", "q-carol"),): {"producer_byte_rate": 777.0}}
+
+
+def test_asyncio_admin_client_quotas(broker: BrokerProcess) -> None:
+    async def main() -> None:
+        admin = AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap)
+        await admin.start()
+        try:
+            entity = ClientQuotaEntity({"client-id": "aio-app"})
+            done = await admin.alter_client_quotas(
+                [ClientQuotaAlteration(entity, {"producer_byte_rate": 300})]
+            )
+            assert done == {entity: None}
+            exact = ClientQuotaFilterComponent.of_entity("client-id", "aio-app")
+            found = await admin.describe_client_quotas(ClientQuotaFilter.contains_only([exact]))
+            assert found == {entity: {"producer_byte_rate": 300.0}}
+            bad = await admin.alter_client_quotas(
+                [ClientQuotaAlteration(entity, {"request_percentage": -1})]
+            )
+            assert bad[entity] is not None and "positive" in str(bad[entity])
+        finally:
+            await admin.close()
+
+    asyncio.run(main())

@@ -28,6 +28,7 @@ from odradek.client._core.errors import KafkaError
 from odradek.client._core.types import TopicPartition as CoreTopicPartition
 from odradek.client.admin import configs as admin_configs
 from odradek.client.admin import groups as admin_groups
+from odradek.client.admin import quotas as admin_quotas
 from odradek.client.admin import records as admin_records
 from odradek.client.admin import topics as admin_topics
 from odradek.client.admin.aio_types import (
@@ -54,6 +55,7 @@ from odradek.client.admin.aio_types import (
 )
 from odradek.client.admin.core import coordinator, open_cluster
 from odradek.client.admin.groups import partition_errors
+from odradek.client.admin.quotas import ClientQuotaAlteration, ClientQuotaEntity, ClientQuotaFilter
 from odradek.client.admin.types import ConfigResource as Resource
 from odradek.client.admin.types import NewPartitions as TopicGrowth
 from odradek.client.admin.types import NewTopic as TopicSpec
@@ -341,6 +343,24 @@ class AIOKafkaAdminClient:
             ]
             responses.append(AlterConfigsResponse(throttle, results))
         return responses
+
+    # -- client quotas (quotas.py; aiokafka has none: Kafka's Admin in Python) --------
+    @aio_boundary
+    async def describe_client_quotas(
+        self, quota_filter: ClientQuotaFilter | None = None
+    ) -> dict[ClientQuotaEntity, dict[str, float]]:
+        """The quotas of the entities ``quota_filter`` matches (default: all)."""
+        return await admin_quotas.describe_client_quotas(
+            self.cluster, quota_filter or ClientQuotaFilter.all()
+        )
+
+    @aio_boundary
+    async def alter_client_quotas(
+        self, alterations: Sequence[ClientQuotaAlteration], validate_only: bool = False
+    ) -> dict[ClientQuotaEntity, KafkaError | None]:
+        """Set or remove quota keys; per entity None or the broker's error."""
+        answers = await admin_quotas.alter_client_quotas(self.cluster, alterations, validate_only)
+        return {entity: outcome.error(str(entity)) for entity, outcome in answers.items()}
 
     # -- groups ----------------------------------------------------------------------
     @aio_boundary
