@@ -238,7 +238,8 @@ class ConfigsGroup(KafkaActionGroup):
 
 @click.group(cls=ConfigsGroup)
 def configs() -> None:
-    """Describe and alter topic, broker and group configs."""
+    """Describe and alter topic, broker and group configs, and client quotas
+    (--entity-type users, clients or ips, as kafka-configs.sh)."""
 
 
 @configs.command("describe")

@@ -93,6 +93,8 @@ class _Words:
                 self.names.append(None)
             elif word in ("--help", "-h"):
                 raise click.UsageError(_USAGE)
+            elif not word.startswith("-"):  # odradek's spelling: NAME -t users
+                self.names.append(word)
             else:
                 if not words:
                     raise click.UsageError(f"{word} needs a value")

@@ -315,3 +315,69 @@ def test_asyncio_admin_client_quotas(broker: BrokerProcess) -> None:
             await admin.close()
 
     asyncio.run(main())
+
+
+def test_configs_cli_odradek_spelling_and_errors(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(*args: str) -> tuple[int, str, str]:
+        status = main(["configs", *args, "--bootstrap-server", broker.bootstrap])
+        out, err = capsys.readouterr()
+        assert "Traceback" not in err
+        return status, out, err
+
+    assert run("alter", "sp-user", "-t", "users", "--add-config", "producer_byte_rate=5")[0] == 0
+    status, out, _ = run("describe", "sp-user", "-t", "users")
+    assert status == 0 and out.strip() == (
+        "Quota configs for user-principal 'sp-user' are producer_byte_rate=5.0"
+    )
+    for args, message in [
+        (
+            (
+                "--alter",
+                "--entity-type",
+                "ips",
+                "--entity-name",
+                "nope",
+                "--add-config",
+                "connection_creation_rate=3",
+            ),
+            "not a valid IP",
+        ),
+        (
+            (
+                "--alter",
+                "--entity-type",
+                "ips",
+                "--entity-name",
+                "1.2.3.4",
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "u",
+                "--add-config",
+                "x=1",
+            ),
+            "cannot be combined",
+        ),
+        (
+            (
+                "--alter",
+                "--entity-type",
+                "users",
+                "--entity-default",
+                "--add-config",
+                "producer_byte_rate=1.5",
+            ),
+            "whole number",
+        ),
+        (("--alter", "--user", "u", "--add-config", "SCRAM-SHA-256=[password=p]"), "SCRAM"),
+        (("--describe", "--user", "u", "--bogus", "1"), "no such option"),
+    ]:
+        status, _, err = run(*args)
+        assert status != 0 and message in err, (args, err)
+        assert len(err.strip().splitlines()) == 1, err
+    ok_ip = run("--alter", "--ip", "1.2.3.4", "--add-config", "connection_creation_rate=3")
+    assert ok_ip[0] == 0
+    status, out, _ = run("--describe", "--entity-type", "ips")
+    assert "Quota configs for ip '1.2.3.4' are connection_creation_rate=3.0" in out

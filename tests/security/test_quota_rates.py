@@ -5,6 +5,7 @@ and records (metadata/quota_changes.py)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import time
 
 import pytest
@@ -246,3 +247,36 @@ def test_records_change_only_what_differs_and_describe_filters() -> None:
         QuotaAlteration(entity((USER, "x")), (("producer_byte_rate", None),)),
     )
     assert removed.client_quotas == {}
+
+
+def test_dispatcher_throttle_fills_the_response_and_mutes() -> None:
+    """Produce over its quota: the encoded response carries throttle_time_ms and the
+    Response the mute; acks=0 (no response) still mutes, sending nothing."""
+    from types import SimpleNamespace
+
+    from odradek.protocol.build import make, response_module
+    from odradek.protocol.session import Session
+    from odradek.server.dispatcher import throttle
+
+    quotas_map = {entity((CLIENT_ID, "p")): {PRODUCER_BYTE_RATE: 100.0}}
+    manager = ClientQuotaManager(lambda: quotas_map, FakeClock(), samples=2, window_ms=1000)
+    header = SimpleNamespace(api_key=0, api_version=9, correlation_id=7, client_id="p")
+    request = SimpleNamespace(header=header, session=Session(), body=None)
+    module = response_module(0, 9)
+    result = make(
+        module.ProduceResponse,
+        responses=(),
+        throttle_time=datetime.timedelta(0),
+        node_endpoints=(),
+    )
+    from odradek.network.connection import Response
+
+    response = throttle(manager, request, 300, None, result, Response([b"unthrottled"]))
+    assert response is not None and response.throttle_ms == 2000  # (300 - 100) / 100 s
+    assert response.parts != [b"unthrottled"]  # re-encoded with the throttle in it
+    silent = throttle(manager, request, 300, None, None, None)
+    assert silent is not None and silent.parts == [] and silent.throttle_ms > 0
+    free = SimpleNamespace(header=SimpleNamespace(**{**vars(header), "client_id": "q"}))
+    free.session, free.body = Session(), None
+    untouched = Response([b"x"])
+    assert throttle(manager, free, 10**6, None, result, untouched) is untouched
