@@ -381,3 +381,32 @@ def test_configs_cli_odradek_spelling_and_errors(
     assert ok_ip[0] == 0
     status, out, _ = run("--describe", "--entity-type", "ips")
     assert "Quota configs for ip '1.2.3.4' are connection_creation_rate=3.0" in out
+
+
+def test_quotas_survive_a_restart(tmp_path: Path) -> None:
+    """Quotas are metadata records: a restarted broker (metadata log replayed) and
+    its enforcement see them."""
+    process = BrokerProcess(tmp_path / "data").start()
+    try:
+        entity = ClientQuotaEntity({"user": "kept", "client-id": None})
+        admin = AdminClient({"bootstrap.servers": process.bootstrap})
+        try:
+            done = admin.alter_client_quotas(
+                [ClientQuotaAlteration(entity, {"request_percentage": 7})]
+            )
+            assert done[entity].result(30) is None
+        finally:
+            admin.close()
+        assert process.stop() == 0
+        process.process = None
+        process.start()
+        admin = AdminClient({"bootstrap.servers": process.bootstrap})
+        try:
+            assert admin.describe_client_quotas().result(30) == {
+                entity: {"request_percentage": 7.0}
+            }
+        finally:
+            admin.close()
+    finally:
+        process.stop()
+        process.kill()
