@@ -248,6 +248,6 @@ def test_an_authzid_other_than_the_token_principal_fails() -> None:
 
 
 def test_deeply_nested_claims_are_a_token_error_not_a_crash() -> None:
-    nested = b64url_encode(b"[" * 50_000)
+    nested = b64url_encode(b"[" * 20_000)
     with pytest.raises(TokenError, match="not JSON"):
         decode_jws(f"{nested}.{nested}.")
