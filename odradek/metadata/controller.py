@@ -71,6 +71,12 @@ from odradek.metadata.image import (
     MetadataRecord,
 )
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.scram_changes import (
+    ScramDeletion,
+    ScramUpsertion,
+    UserResult,
+    alter_credentials,
+)
 from odradek.metadata.topic_changes import (
     MAX_PARTITIONS_PER_REQUEST,
     NewTopic,
@@ -101,8 +107,12 @@ class Controller:
         now_ms: Callable[[], int] | None = None,
         unclean_default: Callable[[], bool] | None = None,
         silent_leader: Callable[[], tuple[int, int] | None] | None = None,
+        bootstrap: Sequence[MetadataRecord] = (),
     ) -> None:
         self.writer = writer
+        # ``storage format --add-scram``'s records (metadata/bootstrap.py): committed
+        # before the first change of a cluster whose log holds nothing yet.
+        self._bootstrap = tuple(bootstrap)
         self.node_id = node_id
         self.image = loader.image
         self._defaults = defaults  # num.partitions, default.replication.factor (dynamic)
@@ -149,6 +159,8 @@ class Controller:
         """
         if not records:
             return self.image
+        if self._bootstrap and self.image.offset < 0:
+            await self.writer.append(self._bootstrap)
         offset = await self.writer.append(records)
         assert self.image.offset >= offset, "the writer returned before the loader published"
         return self.image
@@ -416,6 +428,20 @@ class Controller:
             if validate_only:
                 return
             await self._commit(records)
+
+    # -- SCRAM credentials -------------------------------------------------------------
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        """AlterUserScramCredentials (scram_changes.py): per user, None or its error;
+        the accepted changes commit as one batch (a storage failure fails them all)."""
+        async with self._lock:
+            results, records = alter_credentials(self.image, deletions, upsertions)
+            try:
+                await self._commit(records)
+            except ControllerError as failure:
+                return [(user, failure if error is None else error) for user, error in results]
+            return results
 
     # -- producer ids ------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:
