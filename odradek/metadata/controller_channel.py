@@ -336,7 +336,7 @@ class GatedControllerChannel:
     ) -> list[UserResult]:
         refusal = self._refusal()
         if refusal is not None:
-            users = dict.fromkeys(c.user for c in (*deletions, *upsertions))
+            users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
             return [(user, refusal) for user in users]
         return await self._channel.alter_user_scram_credentials(deletions, upsertions)
 

@@ -31,7 +31,8 @@ ALTER_SCRAM_VERSIONS: Final = (0, 0)
 
 
 def _users(deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]) -> list[str]:
-    return list(dict.fromkeys(c.user for c in (*deletions, *upsertions)))
+    named = [d.user for d in deletions] + [u.user for u in upsertions]
+    return list(dict.fromkeys(named))
 
 
 async def alter_user_scram_credentials(

@@ -70,7 +70,7 @@ async def alter_user_scram_credentials(services: AdminServices, request: Request
     try:
         results = await services.controller.alter_user_scram_credentials(deletions, upsertions)
     except ControllerError as failure:  # a channel failing as a whole: every user
-        users = dict.fromkeys(c.user for c in (*deletions, *upsertions))
+        users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
         results = [(user, failure) for user in users]
     return make(
         module.AlterUserScramCredentialsResponse,
