@@ -96,7 +96,8 @@ def _fields(text: str) -> tuple[str, dict[str, str]]:
     mechanism, sep, rest = text.partition("=")
     mechanism = mechanism.strip()
     if not sep or not rest.startswith("[") or not rest.endswith("]"):
-        raise ValueError(f"{text!r} is not MECHANISM=[name=...,password=...]")
+        shown = mechanism or "(empty)"  # never the rest: it holds the password
+        raise ValueError(f"{shown}: expected MECHANISM=[name=...,password=...]")
     if mechanism not in MECHANISMS:
         raise ValueError(f"unknown SCRAM mechanism {mechanism!r} ({', '.join(MECHANISMS)})")
     fields: dict[str, str] = {}
