@@ -13,11 +13,14 @@ voter's ``__cluster_metadata``). A failed append raises ControllerError
 KAFKA_STORAGE_ERROR and nothing of the change is applied or announced.
 
 The checks and records of new topics and partitions are topic_changes.py's, those of
-config changes config_changes.py's (this module holds the lock, hands them the current
-image and commits what they return). Which brokers get the replicas of new partitions
-is placement.py's decision; broker registration, heartbeats and fencing are
-broker_heartbeats.py's, whose sessions (in memory, from ``now_ms``) belong to the
-leader epoch ``writer.active_epoch`` names.
+config changes config_changes.py's, those of SCRAM credentials scram_changes.py's (this
+module holds the lock, hands them the current image and commits what they return).
+Bootstrap records (``storage format --add-scram``, bootstrap.py) are committed as a
+batch of their own before the first change of a cluster whose image is still empty
+(offset -1), so they are applied once, by whichever controller is active first.
+Which brokers get the replicas of new partitions is placement.py's decision; broker
+registration, heartbeats and fencing are broker_heartbeats.py's, whose sessions (in
+memory, from ``now_ms``) belong to the leader epoch ``writer.active_epoch`` names.
 
 Leaders and ISRs (elections.py, alter_partition.py, reassignment.py): a fence (session expiry) or a
 controlled shutdown is committed together with the PartitionChange records that move

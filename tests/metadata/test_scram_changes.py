@@ -44,7 +44,9 @@ def test_an_upsertion_becomes_stored_and_server_keys_never_the_salted_password()
     results, records = alter_credentials(MetadataImage(), [], [change])
     assert results == [("alice", None)]
     (record,) = records
-    expected = credential_from_salted(MECHANISMS["SCRAM-SHA-512"], change.salted_password, SALT, 8192)
+    expected = credential_from_salted(
+        MECHANISMS["SCRAM-SHA-512"], change.salted_password, SALT, 8192
+    )
     assert record.kind == "UserScramCredential"
     assert record.fields == {
         "name": "alice",
@@ -55,7 +57,10 @@ def test_an_upsertion_becomes_stored_and_server_keys_never_the_salted_password()
         "iterations": 8192,
     }
     encoded = b"".join(record.encode())
-    assert change.salted_password not in encoded and change.salted_password.hex().encode() not in encoded
+    assert (
+        change.salted_password not in encoded
+        and change.salted_password.hex().encode() not in encoded
+    )
     shown = repr(change)  # what a log line or a traceback would print
     assert str(change.salted_password) not in shown and change.salted_password.hex() not in shown
 
@@ -125,7 +130,9 @@ def test_a_users_first_error_wins_over_a_later_duplicate() -> None:
 
 
 def test_describe_lists_mechanism_and_iterations_per_user() -> None:
-    image = holding(("bob", "SCRAM-SHA-512"), ("alice", "SCRAM-SHA-512"), ("alice", "SCRAM-SHA-256"))
+    image = holding(
+        ("bob", "SCRAM-SHA-512"), ("alice", "SCRAM-SHA-512"), ("alice", "SCRAM-SHA-256")
+    )
     every = describe_credentials(image, None)
     assert [(a.user, a.error, a.infos) for a in every] == [
         ("alice", None, ((SHA256, 8192), (SHA512, 8192))),
@@ -138,5 +145,7 @@ def test_describe_lists_mechanism_and_iterations_per_user() -> None:
         ("nobody", "RESOURCE_NOT_FOUND"),
         ("alice", "DUPLICATE_RESOURCE"),
     ]
-    assert str(named[1].error) == "Attempt to describe a user credential that does not exist: nobody"
+    assert (
+        str(named[1].error) == "Attempt to describe a user credential that does not exist: nobody"
+    )
     assert named[2].infos == ()

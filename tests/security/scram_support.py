@@ -51,8 +51,10 @@ def deletion(name: str, mechanism: int) -> Any:
 def describe_on(address: str, users: list[str] | None = None) -> dict[str, Any]:
     """{user: (error name, ((mechanism, iterations), ...))} as the node at ``address``
     answers from its own image."""
-    names = None if users is None else tuple(
-        request_entity(DESCRIBE, 0, "UserName", name=u) for u in users
+    names = (
+        None
+        if users is None
+        else tuple(request_entity(DESCRIBE, 0, "UserName", name=u) for u in users)
     )
     response = send(address, DESCRIBE, users=names)
     return {

@@ -9,13 +9,13 @@ password — and neither the password nor the salted password, in any form.
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import hashlib
 import json
 import subprocess
 import sys
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException as ConfluentKafkaException
@@ -77,7 +77,10 @@ def test_created_credentials_are_described_and_stored_as_keys_only(
     futures = admin.alter_user_scram_credentials(
         [
             UserScramCredentialUpsertion(
-                "alice", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192), b"alice-pw-1", salt
+                "alice",
+                ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 8192),
+                b"alice-pw-1",
+                salt,
             ),
             UserScramCredentialUpsertion(
                 "bob", ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096), b"bob-pw-1"
@@ -86,7 +89,9 @@ def test_created_credentials_are_described_and_stored_as_keys_only(
     )
     assert {user: outcome(f) for user, f in futures.items()} == {"alice": None, "bob": None}
     every = admin.describe_user_scram_credentials().result(30)
-    shown = {u: [(i.mechanism, i.iterations) for i in d.scram_credential_infos] for u, d in every.items()}
+    shown = {
+        u: [(i.mechanism, i.iterations) for i in d.scram_credential_infos] for u, d in every.items()
+    }
     assert shown["alice"] == [(ScramMechanism.SCRAM_SHA_256, 8192)]
     assert shown["bob"] == [(ScramMechanism.SCRAM_SHA_512, 4096)]
     named = admin.describe_user_scram_credentials(["alice", "nobody"])
@@ -272,3 +277,62 @@ def test_configs_cli_adds_describes_and_deletes_as_kafka_configs(broker: BrokerP
         "SCRAM-SHA-256=[password=cli-secret],producer_byte_rate=1024",
     )
     assert mixed.returncode == 2 and "Cannot alter both quota and SCRAM" in mixed.stderr
+
+
+def test_kafka_python_admin_alters_and_describes(broker: BrokerProcess) -> None:
+    from kafka.admin import KafkaAdminClient
+    from kafka.admin._users import (
+        UserScramCredentialDeletion as KpDeletion,
+    )
+    from kafka.admin._users import (
+        UserScramCredentialUpsertion as KpUpsertion,
+    )
+
+    admin = KafkaAdminClient(bootstrap_servers=broker.bootstrap, request_timeout_ms=30000)
+    try:
+        salt = b"kafka-python salt"
+        answered = admin.alter_user_scram_credentials(
+            [
+                KpUpsertion("kp-user", "SCRAM-SHA-256", "kp-pw", iterations=4096, salt=salt),
+                KpDeletion("kp-none", "SCRAM-SHA-512"),
+            ]
+        )
+        assert answered == {
+            "kp-user": None,
+            "kp-none": "Attempt to delete a user credential that does not exist",
+        }
+        described = admin.describe_user_scram_credentials(["kp-user"])
+        infos = described["kp-user"]["credential_infos"]
+        assert [(int(i["mechanism"]), i["iterations"]) for i in infos] == [(SHA256, 4096)]
+        expected = make_credential("SCRAM-SHA-256", "kp-pw", salt=salt, iterations=4096)
+        assert expected.stored_key.hex().encode() in metadata_log_bytes(broker.data_dir)
+    finally:
+        admin.close()
+
+
+def test_the_asyncio_admin_alters_and_describes(broker: BrokerProcess) -> None:
+    from odradek.client.admin.aio import AIOKafkaAdminClient
+
+    async def scenario() -> None:
+        async with AIOKafkaAdminClient(bootstrap_servers=broker.bootstrap) as admin:
+            info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, 4096)
+            answered = await admin.alter_user_scram_credentials(
+                [
+                    UserScramCredentialUpsertion("aio-user", info, b"aio-pw"),
+                    UserScramCredentialDeletion("aio-none", ScramMechanism.SCRAM_SHA_256),
+                ]
+            )
+            assert answered == {
+                "aio-user": None,
+                "aio-none": "Attempt to delete a user credential that does not exist",
+            }
+            described = await admin.describe_user_scram_credentials(["aio-user", "aio-none"])
+            assert described["aio-user"] == {
+                "error": None,
+                "credential_infos": [
+                    {"mechanism": ScramMechanism.SCRAM_SHA_512, "iterations": 4096}
+                ],
+            }
+            assert "does not exist" in described["aio-none"]["error"]
+
+    asyncio.run(scenario())
