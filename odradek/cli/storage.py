@@ -49,6 +49,7 @@ from odradek.storage.meta_properties import (
     format_dirs,
     parse_uuid,
     random_uuid,
+    read_meta_properties,
 )
 
 NAME: Final = "storage"
@@ -86,6 +87,18 @@ def run_format(args: Args) -> int:
     if bootstrap is None:
         return EXIT_USAGE
     try:
+        formatted_before = bool(bootstrap) and bool(read_meta_properties(config.metadata_log_dir))
+    except (StorageError, OSError) as error:
+        _error(_one_line(error))
+        return EXIT_ERROR
+    if formatted_before:
+        # its log may hold data already: bootstrap records would never be applied
+        _error(
+            f"metadata log dir {config.metadata_log_dir} is already formatted: "
+            "--add-scram applies only to a node formatted by this run"
+        )
+        return EXIT_ERROR
+    try:
         results = format_dirs(
             config.identity_dirs,
             args.cluster_id,
@@ -97,10 +110,6 @@ def run_format(args: Args) -> int:
         return EXIT_ERROR
     metadata_dir = config.metadata_log_dir
     if bootstrap:
-        fresh = any(r.formatted and r.log_dir == metadata_dir for r in results)
-        if not fresh:
-            _error(f"{metadata_dir} was already formatted: --add-scram not written")
-            return EXIT_ERROR
         try:
             write_bootstrap(metadata_dir, bootstrap)
         except OSError as error:

@@ -36,6 +36,7 @@ timeout does not keep leaderships it no longer serves.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 import uuid
@@ -89,6 +90,8 @@ from odradek.metadata.topic_changes import (
 )
 from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+
+logger = logging.getLogger(__name__)
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 MIN_SESSION_CHECK_S: Final = 0.05  # the session timer's shortest sleep
@@ -163,7 +166,12 @@ class Controller:
         if not records:
             return self.image
         if self._bootstrap and self.image.offset < 0:
-            await self.writer.append(self._bootstrap)
+            offset = await self.writer.append(self._bootstrap)
+            logger.info(
+                "committed %d bootstrap record(s) (storage format --add-scram) at offset %d",
+                len(self._bootstrap),
+                offset,
+            )
         offset = await self.writer.append(records)
         assert self.image.offset >= offset, "the writer returned before the loader published"
         return self.image

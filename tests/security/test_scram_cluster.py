@@ -142,3 +142,18 @@ def wait_for(condition: object, timeout_s: float = 15.0) -> None:
     while not condition():  # type: ignore[operator]
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.05)
+
+
+def test_add_scram_refuses_a_node_formatted_before(tmp_path: Path) -> None:
+    config = tmp_path / "server.properties"
+    config.write_text(f"log.dirs={tmp_path / 'data'}\n")
+    cluster_id = odradek("storage", "random-uuid").stdout.strip()
+    assert odradek("storage", "format", "-t", cluster_id, "-c", str(config)).returncode == 0
+    again = odradek(
+        "storage", "format", "-t", cluster_id, "-c", str(config), "--ignore-formatted",
+        "--add-scram", "SCRAM-SHA-256=[name=admin,password=admin-secret]",
+    )  # fmt: skip
+    assert again.returncode == 1
+    assert "already formatted: --add-scram applies only" in again.stderr
+    assert "admin-secret" not in again.stderr
+    assert not (tmp_path / "data" / "bootstrap.checkpoint").exists()
