@@ -1,4 +1,4 @@
-"""``odradek configs describe|alter`` for topics, brokers and groups.
+"""``odradek configs describe|alter`` for topics, brokers, groups, users, clients, ips.
 
 How this works and why: DescribeConfigs and IncrementalAlterConfigs through the
 client's ``AdminClient``; ``alter`` sets (``--set k=v``) and resets to the default
@@ -7,7 +7,9 @@ work: odradek's (``configs alter t -t topic --set k=v``) and kafka-configs.sh's
 (``configs --alter --entity-type topics --entity-name t --add-config k=v,k2=[a,b]
 --delete-config k3``, ``--entity-default`` for the cluster-wide broker defaults, the
 ``--topic``/``--broker``/``--broker-defaults``/``--group`` shortcuts); ``describe``
-without a name describes every entity of the type, as Kafka's does.
+without a name describes every entity of the type, as Kafka's does. Users, clients
+and ips (``--entity-type users|clients|ips``) go to configs_quotas.py — their client
+quotas — which hands a user's SCRAM credentials on to configs_users.py.
 """
 
 from __future__ import annotations
@@ -146,7 +148,7 @@ def entity_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--entity-type",
             "-t",
             type=click.Choice(list(ENTITY_TYPES)),
-            help="topic(s), broker(s) or group(s)  [default: topic]",
+            help="topic(s), broker(s), group(s); users, clients, ips  [default: topic]",
         ),
         click.option("--entity-name", help="the topic, broker id or group (Kafka's spelling)"),
         click.option("--entity-default", is_flag=True, help="the cluster-wide broker defaults"),

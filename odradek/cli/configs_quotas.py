@@ -9,6 +9,8 @@ here (``wants``), and this module reads the words itself: ``--entity-type``,
 ``--entity-name``, ``--entity-default`` and the shortcuts ``--user``/``--client``/
 ``--ip`` and ``--user-defaults``/``--client-defaults``/``--ip-defaults``;
 ``--add-config k=v,...`` and ``--delete-config k,...``; ``--bootstrap-server``.
+A user's SCRAM credentials (``SCRAM-SHA-256=[...]`` keys) share the users entity:
+their changes go to configs_users.py, and a user's describe prints both kinds of line.
 
 ``--alter`` sends one AlterClientQuotas entry; ``--describe`` one DescribeClientQuotas
 (without a name: every entity of the given types, only those types, as Kafka) and
@@ -18,6 +20,8 @@ producer_byte_rate=1048576.0``.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import math
 from collections.abc import Sequence
@@ -25,6 +29,7 @@ from typing import Any, Final
 
 import click
 
+from odradek.cli import configs_users
 from odradek.cli.common import DEFAULT_BOOTSTRAP, REQUEST_TIMEOUT_S, admin_client, result
 from odradek.client.admin.quotas import (
     ClientQuotaAlteration,
@@ -50,9 +55,6 @@ _DEFAULT_SHORTCUTS: Final = {
 }
 _LABELS: Final = {"user": "user-principal", "client-id": "client-id", "ip": "ip"}
 _PLURAL: Final = {"user": "users", "client-id": "clients", "ip": "ips"}
-# SCRAM credentials share the users entity (kafka-configs.sh --add-config
-# 'SCRAM-SHA-256=[password=...]'); they are not quotas.
-SCRAM_PREFIX: Final = "SCRAM-SHA-"
 
 
 def wants(args: Sequence[str]) -> bool:
@@ -128,28 +130,26 @@ class _Words:
         else:
             raise click.UsageError(f"no such option for quota entities: {word}")
 
-    def settings(self) -> dict[str, float]:
+    def raw_settings(self) -> dict[str, str]:
         from odradek.cli.configs import kafka_config_list
 
-        found: dict[str, float] = {}
+        found: dict[str, str] = {}
         for item in self.add:
-            for key, text in kafka_config_list(item).items():
-                if key.startswith(SCRAM_PREFIX):
-                    raise click.UsageError(
-                        f"{key}: SCRAM credentials are not quota configs "
-                        "(odradek configs handles them for --entity-type users apart)"
-                    )
-                try:
-                    value = float(text)
-                except ValueError:
-                    raise click.BadParameter(
-                        f"{key}={text}: a quota is a number", param_hint="--add-config"
-                    ) from None
-                if not math.isfinite(value):
-                    raise click.BadParameter(
-                        f"{key}={text}: not a number", param_hint="--add-config"
-                    )
-                found[key] = value
+            found.update(kafka_config_list(item))
+        return found
+
+    def settings(self) -> dict[str, float]:
+        found: dict[str, float] = {}
+        for key, text in self.raw_settings().items():
+            try:
+                value = float(text)
+            except ValueError:
+                raise click.BadParameter(
+                    f"{key}={text}: a quota is a number", param_hint="--add-config"
+                ) from None
+            if not math.isfinite(value):
+                raise click.BadParameter(f"{key}={text}: not a number", param_hint="--add-config")
+            found[key] = value
         return found
 
     def deletes(self) -> list[str]:
@@ -211,8 +211,11 @@ def _entity(words: _Words) -> ClientQuotaEntity:
 
 def _alter(words: _Words) -> None:
     entity = _entity(words)
-    settings = words.settings()
     deletes = words.deletes()
+    if configs_users.scram_change(words.raw_settings(), deletes):
+        _alter_scram(words, entity, deletes)
+        return
+    settings = words.settings()
     if not settings and not deletes:
         raise click.UsageError("nothing to alter: give --add-config or --delete-config")
     both = sorted(set(settings) & set(deletes))
@@ -229,6 +232,17 @@ def _alter(words: _Words) -> None:
     else:
         named = " ".join(f"{t} {n if n is not None else '<default>'}" for t, n in entity.items())
         click.echo(f"Completed updating config for {named.replace('client-id', 'client')}.")
+
+
+def _alter_scram(words: _Words, entity: ClientQuotaEntity, deletes: list[str]) -> None:
+    """A user's SCRAM credentials: configs_users.py's (which refuses quota keys beside
+    them with Kafka's message)."""
+    user = entity.get("user")
+    if list(entity) != ["user"] or user is None:
+        raise click.UsageError("SCRAM credentials belong to one named user (--entity-name)")
+    with admin_client(words.bootstrap) as admin:
+        configs_users.alter_user(admin, user, words.raw_settings(), deletes)
+    click.echo(f"Completed updating config for user {user}.")
 
 
 def _describe(words: _Words) -> None:
@@ -249,14 +263,31 @@ def _describe(words: _Words) -> None:
             ),
             "cannot describe quotas",
         )
-    if words.output == "json":
-        rows: list[dict[str, Any]] = [
-            {"entity": dict(entity), "quotas": values} for entity, values in found.items()
-        ]
-        click.echo(json.dumps(rows))
-        return
-    for entity, values in found.items():
-        click.echo(describe_line(entity, values))
+        # A user's SCRAM credentials are described with its quotas, as kafka-configs.sh.
+        user = words.names[0] if words.names else None
+        scram = words.types == ["user"] and (not words.names or user is not None)
+        if words.output == "json":
+            rows: list[dict[str, Any]] = [
+                {"entity": dict(entity), "quotas": values} for entity, values in found.items()
+            ]
+            if scram:
+                rows += _scram_rows(admin, user)
+            click.echo(json.dumps(rows))
+            return
+        for entity, values in found.items():
+            click.echo(describe_line(entity, values))
+        if scram:
+            configs_users.describe_users(admin, user, "table")
+
+
+def _scram_rows(admin: Any, user: str | None) -> list[dict[str, Any]]:
+    """configs_users.py's JSON rows (user, mechanism, iterations), to print one list."""
+    buffer = io.StringIO()
+    with contextlib.redirect_stdout(buffer):
+        configs_users.describe_users(admin, user, "json")
+    text = buffer.getvalue().strip()
+    rows: list[dict[str, Any]] = json.loads(text) if text else []
+    return rows
 
 
 class QuotaCommand(click.Command):

@@ -2,9 +2,9 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), client quotas (AlterClientQuotas), auto-create, producer-id
-blocks, leader elections
-(ElectLeaders), partition reassignments (AlterPartitionReassignments) — goes
+IncrementalAlterConfigs), client quotas (AlterClientQuotas), auto-create,
+producer-id blocks, leader elections (ElectLeaders), partition reassignments
+(AlterPartitionReassignments), SCRAM credentials (AlterUserScramCredentials) — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
 controller of this process (the single zero-config node; and, behind
@@ -12,8 +12,9 @@ controller of this process (the single zero-config node; and, behind
 requests), ``RemoteControllerChannel`` (controller_rpc.py) sends the change to the
 active controller over the controller listener, as every broker of a quorum does
 (Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/AlterConfigs/
-IncrementalAlterConfigs and has an AllocateProducerIds RPC; broker registration is
-BrokerRegistration/BrokerHeartbeat's, server/broker_lifecycle.py), so
+IncrementalAlterConfigs/AlterUserScramCredentials and has an AllocateProducerIds RPC;
+broker registration is BrokerRegistration/BrokerHeartbeat's,
+server/broker_lifecycle.py), so
 the signatures follow what a request can carry:
 
 - plain data in (names, counts, ``NewTopic``, ``ConfigOp``), never callables or images;
@@ -53,6 +54,7 @@ from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.elections import ElectionResult
 from odradek.metadata.quota_changes import QuotaAlteration
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
+from odradek.metadata.scram_changes import ScramDeletion, ScramUpsertion, UserResult
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
@@ -143,6 +145,13 @@ class ControllerChannel(Protocol):
         """AlterClientQuotas (quota_changes.py): per entry None or its error."""
         ...
 
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        """Delete and upsert SCRAM credentials (scram_changes.py); per user named, in
+        first-seen order, None or the error."""
+        ...
+
 
 class ConfigRules(Protocol):
     """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
@@ -228,6 +237,11 @@ class LocalControllerChannel:
         self, entries: Sequence[QuotaAlteration], validate_only: bool
     ) -> list[ControllerError | None]:
         return await self._controller().alter_client_quotas(entries, validate_only)
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        return await self._controller().alter_user_scram_credentials(deletions, upsertions)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
@@ -336,6 +350,15 @@ class GatedControllerChannel:
         if refusal is not None:
             return [refusal for _ in entries]
         return await self._channel.alter_client_quotas(entries, validate_only)
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        refusal = self._refusal()
+        if refusal is not None:
+            users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
+            return [(user, refusal) for user in users]
+        return await self._channel.alter_user_scram_credentials(deletions, upsertions)
 
 
 __all__ = [

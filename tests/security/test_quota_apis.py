@@ -6,6 +6,7 @@ change to the active controller (every node then answers it)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import subprocess
 import sys
 import time
@@ -371,7 +372,17 @@ def test_configs_cli_odradek_spelling_and_errors(
             ),
             "whole number",
         ),
-        (("--alter", "--user", "u", "--add-config", "SCRAM-SHA-256=[password=p]"), "SCRAM"),
+        (("--alter", "--user-defaults", "--add-config", "SCRAM-SHA-256=[password=p]"), "SCRAM"),
+        (
+            (
+                "--alter",
+                "--user",
+                "u",
+                "--add-config",
+                "SCRAM-SHA-256=[password=p],producer_byte_rate=1",
+            ),
+            "Cannot alter both quota and SCRAM",
+        ),
         (("--describe", "--user", "u", "--bogus", "1"), "no such option"),
     ]:
         status, _, err = run(*args)
@@ -410,3 +421,26 @@ def test_quotas_survive_a_restart(tmp_path: Path) -> None:
     finally:
         process.stop()
         process.kill()
+
+
+def test_a_users_quotas_and_scram_credentials_side_by_side(
+    broker: BrokerProcess, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """kafka-configs.sh's users entity carries both: SCRAM keys go to the SCRAM path,
+    quota keys to AlterClientQuotas, and a describe prints both kinds of line."""
+    bootstrap = ["--bootstrap-server", broker.bootstrap]
+    user = ["--entity-type", "users", "--entity-name", "both-user"]
+    scram = "SCRAM-SHA-256=[iterations=4096,password=both-secret]"
+    assert main(["configs", "--alter", *user, "--add-config", scram, *bootstrap]) == 0
+    quota = "producer_byte_rate=2048"
+    assert main(["configs", "--alter", *user, "--add-config", quota, *bootstrap]) == 0
+    capsys.readouterr()
+    assert main(["configs", "--describe", *user, *bootstrap]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "Quota configs for user-principal 'both-user' are producer_byte_rate=2048.0",
+        "SCRAM credential configs for user-principal 'both-user' are SCRAM-SHA-256=iterations=4096",
+    ]
+    assert main(["configs", "--describe", *user, "-o", "json", *bootstrap]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert {"entity": {"user": "both-user"}, "quotas": {"producer_byte_rate": 2048.0}} in rows
+    assert {"user": "both-user", "mechanism": "SCRAM-SHA-256", "iterations": 4096} in rows
