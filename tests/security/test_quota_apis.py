@@ -21,8 +21,10 @@ from kafka.protocol.admin.client_quotas import (
     AlterClientQuotasRequest,
     DescribeClientQuotasRequest,
 )
+from kio.schema.errors import ErrorCode
 
 from odradek.cli.main import main
+from odradek.client._core.connection import request_entity
 from odradek.client._core.types import KafkaException
 from odradek.client.admin.aio import AIOKafkaAdminClient
 from odradek.client.admin.blocking import AdminClient
@@ -35,6 +37,7 @@ from odradek.client.admin.quotas import (
 from tests.server.test_kraft_cluster import TIMEOUTS, quorum_status
 from tests.support.broker import BrokerProcess, running_broker
 from tests.support.kraft import Quorum
+from tests.support.wire import WireClient
 
 INVALID_REQUEST = 42
 Alter = AlterClientQuotasRequest
@@ -444,3 +447,23 @@ def test_a_users_quotas_and_scram_credentials_side_by_side(
     rows = json.loads(capsys.readouterr().out)
     assert {"entity": {"user": "both-user"}, "quotas": {"producer_byte_rate": 2048.0}} in rows
     assert {"user": "both-user", "mechanism": "SCRAM-SHA-256", "iterations": 4096} in rows
+
+
+@pytest.mark.parametrize("version", [0, 1])
+def test_every_version_round_trips(broker: BrokerProcess, version: int) -> None:
+    """v0 (classic encoding) and v1 (flexible) of both APIs, raw on the wire."""
+    name = f"wire-v{version}"
+    entity = request_entity(49, version, "EntityData", entity_type="client-id", entity_name=name)
+    op = request_entity(49, version, "OpData", key="consumer_byte_rate", value=99.0, remove=False)
+    entry = request_entity(49, version, "EntryData", entity=(entity,), ops=(op,))
+    with WireClient(broker.bootstrap) as client:
+        altered = client.request(request_entity(49, version, entries=(entry,), validate_only=False))
+        assert [e.error_code for e in altered.entries] == [ErrorCode.none]
+        component = request_entity(
+            48, version, "ComponentData", entity_type="client-id", match_type=0, match=name
+        )
+        found = client.request(request_entity(48, version, components=(component,), strict=True))
+        assert found.error_code == ErrorCode.none
+        (described,) = found.entries
+        assert [(e.entity_type, e.entity_name) for e in described.entity] == [("client-id", name)]
+        assert [(v.key, v.value) for v in described.values] == [("consumer_byte_rate", 99.0)]
