@@ -385,6 +385,7 @@ class Broker:
                 li.port,
                 self.dispatchers[self.plane_of(li.name)],
                 security_protocol=protocols[li.name],
+                tls=self.config.listener_tls.get(li.name),
             )
             for li in self.config.listeners
         ]

@@ -239,7 +239,11 @@ async def start_quorum(broker: Broker) -> list[Any]:
         protocols = broker.config.protocol_map
         bound = [
             broker.controller_server.bind(
-                li.name, li.host, li.port, security_protocol=protocols[li.name]
+                li.name,
+                li.host,
+                li.port,
+                security_protocol=protocols[li.name],
+                tls=broker.config.listener_tls.get(li.name),
             )
             for li in broker.config.controller_listeners
         ]

@@ -28,10 +28,14 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from odradek.protocol.session import uses_tls
 from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LONG_MAX, LogConfig
+
+if TYPE_CHECKING:
+    from odradek.network.tls import ListenerTls
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +230,7 @@ def parse_bootstrap_servers(key: str, raw: str) -> tuple[HostPort, ...]:
 
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT"})
+IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL"})
 
 
 def parse_protocol_map(key: str, raw: str) -> dict[str, str]:
@@ -516,6 +520,20 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     _topic("min.insync.replicas", "min.insync.replicas", "1", _int(1, INT_MAX)),
     _topic("log.preallocate", "preallocate", "false", _bool),
     # -- security (issue 16): TLS listeners (network/tls.py) ------------------------
+    # Read by network/tls.py for each SSL/SASL_SSL listener, where a
+    # listener.name.<listener>.ssl.* property overrides them; checked at startup by
+    # building every TLS listener's context (BrokerConfig._build_listener_tls).
+    BrokerConfigDef("ssl.keystore.location", _text, None),
+    BrokerConfigDef("ssl.keystore.type", _text, "JKS"),
+    BrokerConfigDef("ssl.keystore.password", _text, None),
+    BrokerConfigDef("ssl.key.password", _text, None),
+    BrokerConfigDef("ssl.truststore.location", _text, None),
+    BrokerConfigDef("ssl.truststore.type", _text, "JKS"),
+    BrokerConfigDef("ssl.truststore.password", _text, None),
+    BrokerConfigDef("ssl.client.auth", _text, "none"),
+    BrokerConfigDef("ssl.enabled.protocols", _text, "TLSv1.2,TLSv1.3"),
+    BrokerConfigDef("ssl.cipher.suites", _text, ""),
+    BrokerConfigDef("ssl.principal.mapping.rules", _text, "DEFAULT"),
     # -- end of TLS --
     #
     # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
@@ -573,6 +591,8 @@ class BrokerConfig:
         self.original: dict[str, str] = dict(properties or {})
         self.values: dict[str, Any] = {}
         self.unknown: list[str] = []
+        # listener name -> its TLS (SSL and SASL_SSL listeners), built by _check
+        self.listener_tls: dict[str, ListenerTls] = {}
         for definition in BROKER_CONFIGS:
             raw = self.original.get(definition.name, definition.default)
             if raw is None or raw == "":
@@ -622,6 +642,8 @@ class BrokerConfig:
             definition = config_catalogue.definition(key)
             if definition is None:
                 unknown.append(key)
+            elif config_catalogue.listener_base(key) in CONFIGS_BY_NAME:
+                definition.parse(key, self.original[key])  # used: network/tls.py
             else:
                 definition.parse(key, self.original[key])
                 inert.append(key)
@@ -778,9 +800,24 @@ class BrokerConfig:
             if protocol not in IMPLEMENTED_PROTOCOLS:
                 raise ConfigError(
                     "listeners",
-                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): TLS "
-                    "and SASL are not implemented yet, only PLAINTEXT listeners",
+                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): "
+                    f"only {', '.join(sorted(IMPLEMENTED_PROTOCOLS))} listeners are implemented",
                 )
+        self._build_listener_tls(protocols)
+
+    def _build_listener_tls(self, protocols: Mapping[str, str]) -> None:
+        """Each TLS listener's context, built now so a bad keystore, password or
+        setting stops the broker at startup with one line."""
+        from odradek.network.tls import TlsConfigError, build_listener_tls
+
+        self.listener_tls = {}
+        for listener in self.values["listeners"]:
+            if not uses_tls(protocols.get(listener.name, "")):
+                continue
+            try:
+                self.listener_tls[listener.name] = build_listener_tls(self.original, listener.name)
+            except TlsConfigError as error:
+                raise ConfigError(error.key, f"listener {listener.name}: {error.message}") from None
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:
