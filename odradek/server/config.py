@@ -523,17 +523,19 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     # Read by network/tls.py for each SSL/SASL_SSL listener, where a
     # listener.name.<listener>.ssl.* property overrides them; checked at startup by
     # building every TLS listener's context (BrokerConfig._build_listener_tls).
-    BrokerConfigDef("ssl.keystore.location", _text, None),
-    BrokerConfigDef("ssl.keystore.type", _text, "JKS"),
-    BrokerConfigDef("ssl.keystore.password", _text, None),
-    BrokerConfigDef("ssl.key.password", _text, None),
-    BrokerConfigDef("ssl.truststore.location", _text, None),
-    BrokerConfigDef("ssl.truststore.type", _text, "JKS"),
-    BrokerConfigDef("ssl.truststore.password", _text, None),
-    BrokerConfigDef("ssl.client.auth", _text, "none"),
-    BrokerConfigDef("ssl.enabled.protocols", _text, "TLSv1.2,TLSv1.3"),
-    BrokerConfigDef("ssl.cipher.suites", _text, ""),
-    BrokerConfigDef("ssl.principal.mapping.rules", _text, "DEFAULT"),
+    # Dynamic as in Kafka (per broker; stores only with a listener prefix), but a
+    # change is stored, not applied: contexts are built at startup (no hot reload).
+    BrokerConfigDef("ssl.keystore.location", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.keystore.type", _text, "JKS", dynamic=True),
+    BrokerConfigDef("ssl.keystore.password", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.key.password", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.truststore.location", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.truststore.type", _text, "JKS", dynamic=True),
+    BrokerConfigDef("ssl.truststore.password", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.client.auth", _text, "none", dynamic=True),
+    BrokerConfigDef("ssl.enabled.protocols", _text, "TLSv1.2,TLSv1.3", dynamic=True),
+    BrokerConfigDef("ssl.cipher.suites", _text, "", dynamic=True),
+    BrokerConfigDef("ssl.principal.mapping.rules", _text, "DEFAULT", dynamic=True),
     # -- end of TLS --
     #
     # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
