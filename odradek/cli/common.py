@@ -117,11 +117,19 @@ def read_command_config(path: str) -> dict[str, str]:
 
 
 def _remember_command_config(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
-    if value is not None:
-        try:
-            ctx.meta[_COMMAND_CONFIG] = read_command_config(value)
-        except CliError as error:
-            raise click.BadParameter(str(error).removeprefix("--command-config: ")) from None
+    """Read the file and build its TLS context now: a bad file, key or password is
+    click's one-line usage error before the command starts."""
+    if value is None:
+        return
+    from odradek.client._core.config import ClientConfig
+
+    try:
+        properties = read_command_config(value)
+        context = ClientConfig({"bootstrap.servers": "-", **properties}, "admin").ssl_context
+    except (CliError, ConfigError) as error:
+        raise click.BadParameter(str(error).removeprefix("--command-config: ")) from None
+    ctx.meta[_COMMAND_CONFIG] = properties
+    ctx.meta[_COMMAND_CONFIG + ".ssl"] = context
 
 
 def command_config() -> dict[str, str]:
@@ -131,27 +139,30 @@ def command_config() -> dict[str, str]:
 
 
 def client_ssl_context() -> ssl.SSLContext | None:
-    """The TLS context ``--command-config`` asks for, for tools that open their own
+    """The TLS context ``--command-config`` asks for, for the tools that open their own
     ``BrokerConnection`` rather than a client (None: plaintext)."""
-    properties = command_config()
-    if not properties:
-        return None
-    from odradek.client._core.config import ClientConfig
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_COMMAND_CONFIG + ".ssl") if ctx is not None else None
 
-    return ClientConfig({"bootstrap.servers": "-", **properties}, "admin").ssl_context
+
+def command_config_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Kafka tools' ``--command-config FILE``: client properties (security.protocol,
+    ssl.ca.location, ...) for every connection the command makes."""
+    return click.option(
+        "--command-config",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_command_config,
+        help="client properties file (security.protocol, ssl.ca.location, ...)",
+    )(function)
 
 
 def bootstrap_option(function: Callable[..., Any]) -> Callable[..., Any]:
     """``--bootstrap-server`` and Kafka tools' ``--command-config FILE`` (client
     properties such as security.protocol and ssl.ca.location, for every client the
     command makes: ``command_config()``)."""
-    function = click.option(
-        "--command-config",
-        type=click.Path(dir_okay=False),
-        expose_value=False,
-        callback=_remember_command_config,
-        help="client properties file (security.protocol, ssl.ca.location, ...)",
-    )(function)
+    function = command_config_option(function)
     return click.option(
         "--bootstrap-server",
         "-b",

@@ -146,6 +146,12 @@ def test_wrong_ca_is_refused(broker: BrokerProcess, certs: Certs) -> None:
             admin.list_topics(timeout=3)
     finally:
         admin.close()
+    # librdkafka's escape hatch: no verification at all (then any CA will do)
+    unverified = AdminClient({**conf, "enable.ssl.certificate.verification": False})
+    try:
+        assert unverified.list_topics(timeout=10).brokers
+    finally:
+        unverified.close()
 
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed")
@@ -308,6 +314,20 @@ def test_cli_command_config(broker: BrokerProcess, certs: Certs, tmp_path: Path)
     done = odradek("consume", name, "--from-beginning", "--max-messages", "2", *common)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [b"one", b"two"]
+    # a tool with its own connections (kafka-log-dirs.sh's) over the same properties
+    done = odradek("log-dirs", "--describe", "--bootstrap-server", *common[1:])
+    assert done.returncode == 0, done.stderr
+    assert name.encode() in done.stdout
+    # a wrong key password is one line before anything connects
+    bad = tmp_path / "bad.properties"
+    bad.write_text(
+        f"security.protocol=SSL\nssl.ca.location={certs.ca}\n"
+        f"ssl.certificate.location={certs.alice.encrypted_keystore_pem}\n"
+        "ssl.key.password=wrong\n"
+    )
+    done = odradek("topics", "list", "-b", broker.urls["MTLS"], "--command-config", str(bad))
+    assert done.returncode == 2
+    assert "wrong ssl.key.password" in done.stderr.decode()
     # without the properties the MTLS listener does not answer as Kafka
     plain = odradek("topics", "list", "-b", broker.urls["MTLS"])
     assert plain.returncode != 0
