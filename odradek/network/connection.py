@@ -158,6 +158,9 @@ class Connection:
                 peer, "TLS handshake with %s timed out after %gs", peer, HANDSHAKE_TIMEOUT_S
             )
             return False
+        except EOFError:  # connected and left before a byte (a port probe): no warning
+            logger.debug("%s closed the connection before the TLS handshake", peer)
+            return False
         except NoMatchingRule as error:
             self.tls_warnings.warn(peer, "TLS client %s refused: %s", peer, error)
             return False

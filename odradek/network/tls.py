@@ -272,6 +272,7 @@ class TlsStream:
         # The reader task (TLS 1.3 tickets, alerts) and the responding task both flush
         # the outgoing BIO: one at a time, so records reach the socket in BIO order.
         self._send_lock = asyncio.Lock()
+        self.silent = True  # no byte received yet
 
     async def _flush(self) -> None:
         async with self._send_lock:
@@ -283,6 +284,7 @@ class TlsStream:
         if not data:
             self.incoming.write_eof()
             return False
+        self.silent = False
         self.incoming.write(data)
         return True
 
@@ -294,6 +296,8 @@ class TlsStream:
             except ssl.SSLWantReadError:
                 await self._flush()
                 if not await self._fill(64 * 1024):
+                    if self.silent:  # nothing came at all: a port probe
+                        raise EOFError("closed before the handshake") from None
                     raise ConnectionError(
                         "the peer closed the connection in the handshake"
                     ) from None

@@ -820,6 +820,28 @@ class BrokerConfig:
                 self.listener_tls[listener.name] = build_listener_tls(self.original, listener.name)
             except TlsConfigError as error:
                 raise ConfigError(error.key, f"listener {listener.name}: {error.message}") from None
+        if not self.quorum_configured:
+            return  # one node in one process: no broker-to-broker or controller traffic
+        # The broker's own clients (replica fetchers, transaction markers, the controller
+        # and raft clients) connect in plaintext: a TLS listener for them would fail at
+        # runtime, so it is refused here.
+        inter_broker = self.inter_broker_listener if BROKER_ROLE in self.roles else None
+        internal = [li.name for li in self.controller_listeners]
+        if inter_broker is not None:
+            internal.append(inter_broker.name)
+        for name in internal:
+            if uses_tls(protocols.get(name, "")):
+                key = (
+                    "controller.listener.names"
+                    if name in self.controller_listener_names
+                    else "inter.broker.listener.name"
+                )
+                raise ConfigError(
+                    key,
+                    f"listener {name} is {protocols[name]}: broker-to-broker and controller "
+                    "connections over TLS are not implemented yet; give them a PLAINTEXT "
+                    "listener (TLS listeners serve clients)",
+                )
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:

@@ -159,6 +159,23 @@ def test_no_client_certificate_is_refused_with_one_line(
     run(tmp_path, certs, scenario)
 
 
+def test_plaintext_client_on_tls_port_warns_and_probe_does_not(
+    tmp_path: Path, certs: Certs, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario(served: Served) -> None:
+        caplog.set_level(logging.DEBUG, "odradek.network")
+        _, writer = await asyncio.open_connection("127.0.0.1", port(served, "MTLS"))
+        writer.close()  # a port probe: connects, sends nothing
+        await asyncio.sleep(0.2)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+        with pytest.raises((ConnectionError, asyncio.IncompleteReadError)):
+            await ask(served, "MTLS", b"who", None)  # Kafka's framing, no TLS
+        warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+        assert len(warnings) == 1 and "TLS handshake with 127.0.0.1:" in warnings[0], warnings
+
+    run(tmp_path, certs, scenario)
+
+
 def test_server_certificate_from_another_ca_is_refused(tmp_path: Path, certs: Certs) -> None:
     async def scenario(served: Served) -> None:
         context = ssl.create_default_context(cafile=str(certs.other_ca))
