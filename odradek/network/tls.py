@@ -328,10 +328,6 @@ class TlsStream:
                 except ssl.SSLError:
                     return b""
 
-    def pending(self) -> bool:
-        """Decrypted or buffered bytes a recv can return without reading the socket."""
-        return self.tls.pending() > 0 or self.incoming.pending > 0
-
     async def sendall(self, data: bytes | bytearray | memoryview) -> None:
         view = memoryview(data)
         while view:
