@@ -820,11 +820,13 @@ class BrokerConfig:
                 self.listener_tls[listener.name] = build_listener_tls(self.original, listener.name)
             except TlsConfigError as error:
                 raise ConfigError(error.key, f"listener {listener.name}: {error.message}") from None
-        if not self.quorum_configured:
-            return  # one node in one process: no broker-to-broker or controller traffic
         # The broker's own clients (replica fetchers, transaction markers, the controller
-        # and raft clients) connect in plaintext: a TLS listener for them would fail at
-        # runtime, so it is refused here.
+        # and raft clients, tiered storage's metadata client) connect in plaintext: a
+        # TLS listener for them would fail at runtime, so it is refused here. One node
+        # without a quorum has none of that traffic, unless tiered storage's client
+        # reads __remote_log_metadata through its inter-broker listener.
+        if not self.quorum_configured and not self.values["remote.log.storage.system.enable"]:
+            return
         inter_broker = self.inter_broker_listener if BROKER_ROLE in self.roles else None
         internal = [li.name for li in self.controller_listeners]
         if inter_broker is not None:

@@ -93,3 +93,20 @@ def test_a_single_node_may_be_tls_only(certs: Certs, tmp_path: Path) -> None:
         }
     )
     assert set(config.listener_tls) == {"SSL"}
+
+
+def test_a_single_node_with_tiered_storage_needs_a_plaintext_inter_broker_listener(
+    certs: Certs, tmp_path: Path
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        BrokerConfig(
+            {
+                "log.dirs": str(tmp_path),
+                "listeners": "SSL://127.0.0.1:0",
+                "listener.security.protocol.map": "SSL:SSL",
+                "ssl.keystore.type": "PEM",
+                "ssl.keystore.location": str(certs.server.keystore_pem),
+                "remote.log.storage.system.enable": "true",
+            }
+        )
+    assert raised.value.key == "inter.broker.listener.name"
