@@ -18,8 +18,10 @@ certificate chain; PKCS12), ``ssl.keystore.password``, ``ssl.key.password`` (an
 encrypted PEM key), ``ssl.truststore.location``/``.type`` (PEM or PKCS12, the CAs that
 sign client certificates), ``ssl.truststore.password``, ``ssl.client.auth``
 (none/requested/required), ``ssl.enabled.protocols`` (TLSv1.2, TLSv1.3),
-``ssl.cipher.suites`` (OpenSSL or IANA names, for TLS 1.2; Python cannot restrict TLS
-1.3's suites, which are all strong, so they are left at OpenSSL's default) and
+``ssl.cipher.suites`` (Kafka's IANA names such as
+``TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256``, or OpenSSL's, for TLS 1.2; Python's ssl
+cannot restrict TLS 1.3's suites, all AEAD, so TLS 1.3 names are accepted and TLS 1.3
+keeps OpenSSL's default set) and
 ``ssl.principal.mapping.rules``. JKS keystores cannot be read from Python: convert
 them with ``keytool -importkeystore -deststoretype PKCS12``.
 """
@@ -221,17 +223,55 @@ def _versions(context: ssl.SSLContext, settings: Mapping[str, tuple[str, str]]) 
     context.minimum_version, context.maximum_version = versions[0], versions[-1]
 
 
+_KEY_EXCHANGES: Final = {"ECDHE_RSA": "ECDHE-RSA", "ECDHE_ECDSA": "ECDHE-ECDSA"}
+_KEY_EXCHANGES_MORE: Final = {"DHE_RSA": "DHE-RSA", "RSA": ""}
+_BULK: Final = {
+    "AES_128_GCM_SHA256": "AES128-GCM-SHA256",
+    "AES_256_GCM_SHA384": "AES256-GCM-SHA384",
+    "CHACHA20_POLY1305_SHA256": "CHACHA20-POLY1305",
+    "AES_128_CBC_SHA256": "AES128-SHA256",
+    "AES_256_CBC_SHA384": "AES256-SHA384",
+    "AES_128_CBC_SHA": "AES128-SHA",
+    "AES_256_CBC_SHA": "AES256-SHA",
+}
+TLS13_SUITES: Final = frozenset(
+    {"TLS_AES_128_GCM_SHA256", "TLS_AES_256_GCM_SHA384", "TLS_CHACHA20_POLY1305_SHA256"}
+)
+
+
+def openssl_cipher_name(name: str) -> str:
+    """A TLS 1.2 suite's OpenSSL name from its IANA (Java, Kafka) name; OpenSSL names
+    pass through. ``TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256`` -> ``ECDHE-RSA-AES128-GCM-SHA256``."""
+    if not name.startswith("TLS_") or "_WITH_" not in name:
+        return name
+    exchange, _, bulk = name[len("TLS_") :].partition("_WITH_")
+    prefix = {**_KEY_EXCHANGES, **_KEY_EXCHANGES_MORE}.get(exchange)
+    if prefix is None or bulk not in _BULK:
+        return name  # OpenSSL will not know it either: reported by the caller
+    return "-".join(p for p in (prefix, _BULK[bulk]) if p)
+
+
+def _ciphers(context: ssl.SSLContext, raw: str, key: str) -> None:
+    """ssl.cipher.suites: each TLS 1.2 suite must be one OpenSSL can use."""
+    names = [n.strip() for n in raw.split(",") if n.strip()]
+    tls12 = [n for n in names if n not in TLS13_SUITES]
+    if not tls12:
+        return
+    scratch = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    for name in tls12:
+        try:
+            scratch.set_ciphers(openssl_cipher_name(name))
+        except ssl.SSLError:
+            raise TlsConfigError(key, f"unknown or unusable cipher suite {name!r}") from None
+    context.set_ciphers(":".join(openssl_cipher_name(n) for n in tls12))
+
+
 def build_listener_tls(properties: Mapping[str, str], listener: str) -> ListenerTls:
     """The TLS of one listener from the broker's properties; TlsConfigError if bad."""
     settings = listener_settings(properties, listener)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     _versions(context, settings)
-    ciphers = settings["ssl.cipher.suites"]
-    if ciphers[0]:
-        try:
-            context.set_ciphers(":".join(c.strip() for c in ciphers[0].split(",") if c.strip()))
-        except ssl.SSLError:
-            raise TlsConfigError(ciphers[1], f"no usable cipher suite in {ciphers[0]!r}") from None
+    _ciphers(context, *settings["ssl.cipher.suites"])
     auth, auth_key = settings["ssl.client.auth"]
     if auth.lower() not in _CLIENT_AUTH:
         raise TlsConfigError(auth_key, f"{auth!r} is not none, requested or required")

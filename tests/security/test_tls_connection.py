@@ -17,7 +17,12 @@ import pytest
 
 from odradek.network.connection import ConnectionContext, Response
 from odradek.network.server import SocketServer
-from odradek.network.tls import ListenerTls, TlsConfigError, build_listener_tls
+from odradek.network.tls import (
+    ListenerTls,
+    TlsConfigError,
+    build_listener_tls,
+    openssl_cipher_name,
+)
 from odradek.records.file_range import FileRange
 from tests.support.certs import PASSWORD, Certs, make_certs
 
@@ -224,12 +229,23 @@ def test_keystore_kinds_and_bad_settings(certs: Certs, tmp_path: Path) -> None:
         ({**pem, "ssl.client.auth": "always"}, "none, requested or required"),
         ({**pem, "ssl.client.auth": "required"}, "needs ssl.truststore.location"),
         ({**pem, "ssl.enabled.protocols": "TLSv1.1"}, "TLSv1.2 and TLSv1.3"),
-        ({**pem, "ssl.cipher.suites": "NOT-A-CIPHER"}, "no usable cipher"),
+        ({**pem, "ssl.cipher.suites": "NOT-A-CIPHER"}, "unknown or unusable cipher suite"),
+        ({**pem, "ssl.cipher.suites": "TLS_RSA_WITH_NULL_MD5"}, "'TLS_RSA_WITH_NULL_MD5'"),
         ({**pem, "ssl.principal.mapping.rules": "RULE:x"}, "invalid rule"),
     ]
     for settings, message in cases:
         with pytest.raises(TlsConfigError, match=message):
             build_listener_tls(settings, "SSL")
+
+
+def test_cipher_suites_take_kafka_s_names(certs: Certs) -> None:
+    pem = {"ssl.keystore.type": "PEM", "ssl.keystore.location": str(certs.server.keystore_pem)}
+    suites = "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,TLS_AES_128_GCM_SHA256"
+    context = build_listener_tls({**pem, "ssl.cipher.suites": suites}, "SSL").context
+    tls12 = [c["name"] for c in context.get_ciphers() if c["protocol"] == "TLSv1.2"]
+    assert tls12 == ["ECDHE-ECDSA-AES256-GCM-SHA384"]
+    assert openssl_cipher_name("TLS_RSA_WITH_AES_128_CBC_SHA") == "AES128-SHA"
+    assert openssl_cipher_name("ECDHE-RSA-CHACHA20-POLY1305") == "ECDHE-RSA-CHACHA20-POLY1305"
 
 
 def test_enabled_protocols_bound_the_versions(certs: Certs) -> None:
