@@ -290,6 +290,29 @@ def build_listener_tls(properties: Mapping[str, str], listener: str) -> Listener
     return ListenerTls(context, mapper, auth.lower())
 
 
+def build_peer_context(properties: Mapping[str, str], listener: str) -> ssl.SSLContext:
+    """The broker's client side of ``listener`` (replica fetchers, the controller and
+    raft clients, transaction markers), as Kafka's broker does it: the truststore
+    verifies the peer (the system's CAs without one), the keystore is this broker's
+    client certificate (for peers requiring one), and
+    ``ssl.endpoint.identification.algorithm`` (default https; empty: none) checks that
+    the peer's certificate names the host connected to."""
+    settings = listener_settings(properties, listener)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    _versions(context, settings)
+    _ciphers(context, *settings["ssl.cipher.suites"])
+    _load_keystore(context, settings)
+    if settings.get("ssl.truststore.location") is None:
+        context.load_default_certs(ssl.Purpose.SERVER_AUTH)
+    else:
+        _load_truststore(context, settings)
+    prefixed = f"listener.name.{listener.lower()}.ssl.endpoint.identification.algorithm"
+    algorithm = properties.get(prefixed, properties.get("ssl.endpoint.identification.algorithm"))
+    context.check_hostname = (algorithm if algorithm is not None else "https").strip() != ""
+    context.verify_mode = ssl.CERT_REQUIRED
+    return context
+
+
 class TlsStream:
     """One connection's TLS: handshake, then decrypting reads and encrypting writes.
 

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -536,6 +537,8 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("ssl.enabled.protocols", _text, "TLSv1.2,TLSv1.3", dynamic=True),
     BrokerConfigDef("ssl.cipher.suites", _text, "", dynamic=True),
     BrokerConfigDef("ssl.principal.mapping.rules", _text, "DEFAULT", dynamic=True),
+    # The broker's own clients over TLS (network/tls.py build_peer_context); "": none.
+    BrokerConfigDef("ssl.endpoint.identification.algorithm", _text, "https", dynamic=True),
     # -- end of TLS --
     #
     # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
@@ -595,6 +598,8 @@ class BrokerConfig:
         self.unknown: list[str] = []
         # listener name -> its TLS (SSL and SASL_SSL listeners), built by _check
         self.listener_tls: dict[str, ListenerTls] = {}
+        # listener name -> the broker's own client context for it (TLS listeners only)
+        self.peer_tls: dict[str, ssl.SSLContext] = {}
         for definition in BROKER_CONFIGS:
             raw = self.original.get(definition.name, definition.default)
             if raw is None or raw == "":
@@ -810,7 +815,7 @@ class BrokerConfig:
     def _build_listener_tls(self, protocols: Mapping[str, str]) -> None:
         """Each TLS listener's context, built now so a bad keystore, password or
         setting stops the broker at startup with one line."""
-        from odradek.network.tls import TlsConfigError, build_listener_tls
+        from odradek.network.tls import TlsConfigError, build_listener_tls, build_peer_context
 
         self.listener_tls = {}
         for listener in self.values["listeners"]:
@@ -821,29 +826,37 @@ class BrokerConfig:
             except TlsConfigError as error:
                 raise ConfigError(error.key, f"listener {listener.name}: {error.message}") from None
         # The broker's own clients (replica fetchers, transaction markers, the controller
-        # and raft clients, tiered storage's metadata client) connect in plaintext: a
-        # TLS listener for them would fail at runtime, so it is refused here. One node
-        # without a quorum has none of that traffic, unless tiered storage's client
-        # reads __remote_log_metadata through its inter-broker listener.
-        if not self.quorum_configured and not self.values["remote.log.storage.system.enable"]:
-            return
+        # and raft clients, tiered storage's metadata client) over TLS listeners: their
+        # contexts too are built now, for the listeners they connect to.
+        internal = list(self.controller_listener_names)
         inter_broker = self.inter_broker_listener if BROKER_ROLE in self.roles else None
-        internal = [li.name for li in self.controller_listeners]
         if inter_broker is not None:
             internal.append(inter_broker.name)
         for name in internal:
-            if uses_tls(protocols.get(name, "")):
-                key = (
-                    "controller.listener.names"
-                    if name in self.controller_listener_names
-                    else "inter.broker.listener.name"
-                )
+            if not uses_tls(protocols.get(name, "")) or name in self.peer_tls:
+                continue
+            try:
+                self.peer_tls[name] = build_peer_context(self.original, name)
+            except TlsConfigError as error:
                 raise ConfigError(
-                    key,
-                    f"listener {name} is {protocols[name]}: broker-to-broker and controller "
-                    "connections over TLS are not implemented yet; give them a PLAINTEXT "
-                    "listener (TLS listeners serve clients)",
-                )
+                    error.key, f"listener {name} (this broker's client): {error.message}"
+                ) from None
+
+    def peer_ssl_context(self, listener: str | None) -> ssl.SSLContext | None:
+        """The context the broker's own clients use to reach ``listener`` (None:
+        PLAINTEXT)."""
+        return self.peer_tls.get(listener) if listener is not None else None
+
+    @property
+    def controller_ssl_context(self) -> ssl.SSLContext | None:
+        """For the controller and raft clients: the first controller listener's."""
+        names = self.controller_listener_names
+        return self.peer_ssl_context(names[0] if names else None)
+
+    @property
+    def inter_broker_ssl_context(self) -> ssl.SSLContext | None:
+        listener = self.inter_broker_listener
+        return self.peer_ssl_context(listener.name if listener is not None else None)
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:

@@ -57,29 +57,42 @@ def test_listener_prefixed_settings_win_and_are_not_inert(certs: Certs, tmp_path
     assert not [k for k in config.inert if k.startswith(prefix)]
 
 
-@pytest.mark.parametrize(
-    ("changes", "key"),
-    [
-        (
-            {
-                "listener.security.protocol.map": "INTERNAL:SSL,SSL:SSL,CONTROLLER:PLAINTEXT",
+def test_tls_between_nodes_gets_the_broker_s_client_contexts(certs: Certs, tmp_path: Path) -> None:
+    config = BrokerConfig(
+        quorum(
+            certs,
+            tmp_path,
+            **{
+                "listener.security.protocol.map": "INTERNAL:SSL,SSL:SSL,CONTROLLER:SSL",
+                "ssl.truststore.type": "PEM",
+                "ssl.truststore.location": str(certs.ca),
+                "listener.name.controller.ssl.endpoint.identification.algorithm": "",
             },
-            "inter.broker.listener.name",
-        ),
-        (
-            {"listener.security.protocol.map": "INTERNAL:PLAINTEXT,SSL:SSL,CONTROLLER:SSL"},
-            "controller.listener.names",
-        ),
-    ],
-)
-def test_tls_between_nodes_is_refused_in_one_line(
-    certs: Certs, tmp_path: Path, changes: dict[str, str], key: str
+        )
+    )
+    inter_broker, controller = config.inter_broker_ssl_context, config.controller_ssl_context
+    assert inter_broker is not None and controller is not None
+    assert inter_broker.check_hostname and not controller.check_hostname
+    assert BrokerConfig(quorum(certs, tmp_path)).inter_broker_ssl_context is None
+
+
+def test_a_bad_truststore_for_the_broker_s_clients_is_one_line(
+    certs: Certs, tmp_path: Path
 ) -> None:
     with pytest.raises(ConfigError) as raised:
-        BrokerConfig(quorum(certs, tmp_path, **changes))
-    assert raised.value.key == key
-    assert "over TLS are not implemented yet" in str(raised.value)
-    assert "\n" not in str(raised.value)
+        BrokerConfig(
+            quorum(
+                certs,
+                tmp_path,
+                **{
+                    "listener.security.protocol.map": "INTERNAL:PLAINTEXT,SSL:SSL,CONTROLLER:SSL",
+                    "listener.name.controller.ssl.truststore.type": "PEM",
+                    "listener.name.controller.ssl.truststore.location": "/nonexistent.pem",
+                },
+            )
+        )
+    assert raised.value.key == "listener.name.controller.ssl.truststore.location"
+    assert "cannot read /nonexistent.pem" in str(raised.value)
 
 
 def test_a_single_node_may_be_tls_only(certs: Certs, tmp_path: Path) -> None:
@@ -93,20 +106,3 @@ def test_a_single_node_may_be_tls_only(certs: Certs, tmp_path: Path) -> None:
         }
     )
     assert set(config.listener_tls) == {"SSL"}
-
-
-def test_a_single_node_with_tiered_storage_needs_a_plaintext_inter_broker_listener(
-    certs: Certs, tmp_path: Path
-) -> None:
-    with pytest.raises(ConfigError) as raised:
-        BrokerConfig(
-            {
-                "log.dirs": str(tmp_path),
-                "listeners": "SSL://127.0.0.1:0",
-                "listener.security.protocol.map": "SSL:SSL",
-                "ssl.keystore.type": "PEM",
-                "ssl.keystore.location": str(certs.server.keystore_pem),
-                "remote.log.storage.system.enable": "true",
-            }
-        )
-    assert raised.value.key == "inter.broker.listener.name"

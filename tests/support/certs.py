@@ -87,8 +87,12 @@ def _identity(
         .not_valid_before(now - datetime.timedelta(minutes=5))
         .not_valid_after(now + datetime.timedelta(days=1))
         .add_extension(
+            # A broker's certificate is also its client certificate towards the other
+            # brokers and the controllers (mTLS between nodes).
             x509.ExtendedKeyUsage(
-                [ExtendedKeyUsageOID.SERVER_AUTH if server else ExtendedKeyUsageOID.CLIENT_AUTH]
+                [ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.CLIENT_AUTH]
+                if server
+                else [ExtendedKeyUsageOID.CLIENT_AUTH]
             ),
             critical=False,
         )
