@@ -133,7 +133,7 @@ def _load_pkcs12(data: bytes, password: bytes | None, key: str) -> tuple[Any, An
         private_key, certificate, extra = pkcs12.load_key_and_certificates(data, password)
     except ValueError:
         raise TlsConfigError(
-            key, "cannot open the PKCS12 store: wrong password or not a PKCS12 file"
+            key, "cannot open the PKCS12 keystore: wrong password or not a PKCS12 file"
         ) from None
     return private_key, certificate, list(extra)
 
@@ -162,8 +162,9 @@ def _load_keystore(context: ssl.SSLContext, settings: Mapping[str, tuple[str, st
         return
     from cryptography.hazmat.primitives import serialization
 
+    password_key = settings.get("ssl.keystore.password", ("", "ssl.keystore.password"))[1]
     private_key, certificate, extra = _load_pkcs12(
-        data, _password(settings, "ssl.keystore.password"), location[1]
+        data, _password(settings, "ssl.keystore.password"), password_key
     )
     if private_key is None or certificate is None:
         raise TlsConfigError(location[1], f"{location[0]} holds no private key and certificate")
@@ -202,7 +203,8 @@ def _load_truststore(context: ssl.SSLContext, settings: Mapping[str, tuple[str, 
         loaded = pkcs12.load_pkcs12(data, _password(settings, "ssl.truststore.password"))
     except ValueError:
         raise TlsConfigError(
-            location[1], "cannot open the PKCS12 store: wrong password or not a PKCS12 file"
+            settings.get("ssl.truststore.password", ("", "ssl.truststore.password"))[1],
+            f"cannot open the PKCS12 store {location[0]}: wrong password or not a PKCS12 file",
         ) from None
     certificates = [c.certificate for c in loaded.additional_certs]
     if loaded.cert is not None:
