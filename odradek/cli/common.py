@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
+import ssl
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -73,7 +74,95 @@ def tool_failure(error: Exception) -> click.ClickException | None:
     return None
 
 
+_COMMAND_CONFIG = "odradek.command_config"
+# Kafka's Java client names in a --command-config file -> the client's (librdkafka's)
+# names, for the PEM stores odradek's client can read.
+_PEM_STORES = {
+    "ssl.truststore.location": ("ssl.truststore.type", ("ssl.ca.location",)),
+    "ssl.keystore.location": (
+        "ssl.keystore.type",
+        ("ssl.certificate.location", "ssl.key.location"),
+    ),
+}
+
+
+def read_command_config(path: str) -> dict[str, str]:
+    """Client properties from a ``--command-config`` file (Java .properties), with
+    the Java client's PEM store names taken as librdkafka's; CliError if unreadable."""
+    from pathlib import Path
+
+    from odradek.server.config import ConfigError as PropertiesError
+    from odradek.server.config import read_properties_file
+
+    try:
+        properties = read_properties_file(Path(path))
+    except PropertiesError as error:
+        message = str(error).removeprefix("invalid value for --config: ")
+        raise CliError(f"--command-config: {message}") from None
+    for java_name, (type_name, names) in _PEM_STORES.items():
+        location = properties.pop(java_name, None)
+        kind = properties.pop(type_name, "PEM")
+        if location is None:
+            continue
+        if kind.upper() != "PEM":
+            raise CliError(
+                f"--command-config {path}: {java_name} of type {kind} cannot be read; "
+                f"give PEM files ({', '.join(names)})"
+            )
+        for name in names:
+            properties.setdefault(name, location)
+    if properties.get("ssl.endpoint.identification.algorithm") == "":  # Java's "off"
+        properties["ssl.endpoint.identification.algorithm"] = "none"
+    return properties
+
+
+def _remember_command_config(ctx: click.Context, _: click.Parameter, value: str | None) -> None:
+    """Read the file and build its TLS context now: a bad file, key or password is
+    click's one-line usage error before the command starts."""
+    if value is None:
+        return
+    from odradek.client._core.config import ClientConfig
+
+    try:
+        properties = read_command_config(value)
+        context = ClientConfig({"bootstrap.servers": "-", **properties}, "admin").ssl_context
+    except (CliError, ConfigError) as error:
+        raise click.BadParameter(str(error).removeprefix("--command-config: ")) from None
+    ctx.meta[_COMMAND_CONFIG] = properties
+    ctx.meta[_COMMAND_CONFIG + ".ssl"] = context
+
+
+def command_config() -> dict[str, str]:
+    """The running command's ``--command-config`` properties ({} if none)."""
+    ctx = click.get_current_context(silent=True)
+    return dict(ctx.meta.get(_COMMAND_CONFIG, {})) if ctx is not None else {}
+
+
+def client_ssl_context() -> ssl.SSLContext | None:
+    """The TLS context ``--command-config`` asks for, for the tools that open their own
+    ``BrokerConnection`` rather than a client (None: plaintext)."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_COMMAND_CONFIG + ".ssl") if ctx is not None else None
+
+
+def command_config_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Kafka tools' ``--command-config FILE``: client properties (security.protocol,
+    ssl.ca.location, ...) for every connection the command makes."""
+    return click.option(
+        "--command-config",
+        type=click.Path(dir_okay=False),
+        expose_value=False,
+        is_eager=True,
+        callback=_remember_command_config,
+        help="client properties file (security.protocol, ssl.ca.location, ...)",
+    )(function)
+
+
 def bootstrap_option(function: Callable[..., Any]) -> Callable[..., Any]:
+    """``--bootstrap-server`` and Kafka tools' ``--command-config FILE`` (client
+    properties such as security.protocol and ssl.ca.location, for every client the
+    command makes: ``command_config()``)."""
+    function = command_config_option(function)
     return click.option(
         "--bootstrap-server",
         "-b",
@@ -146,7 +235,9 @@ def error_code(error: BaseException) -> ErrorCode | None:
 
 @contextmanager
 def admin_client(bootstrap: str) -> Iterator[AdminClient]:
-    client = AdminClient({"bootstrap.servers": bootstrap, "client.id": "odradek-cli"})
+    client = AdminClient(
+        {"bootstrap.servers": bootstrap, "client.id": "odradek-cli", **command_config()}
+    )
     try:
         yield client
     finally:

@@ -22,6 +22,7 @@ from odradek.cli.common import (
     CliError,
     admin_client,
     bootstrap_option,
+    command_config,
     one_topic,
     parse_pairs,
     topic_argument,
@@ -144,6 +145,7 @@ def consume(
     }
     if group is not None:
         config["group.id"] = group
+    config.update(command_config())
     config.update(parse_pairs(properties, "--property"))
     options = {
         "format": format_,

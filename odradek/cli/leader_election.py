@@ -32,6 +32,7 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
+from odradek.cli.common import client_ssl_context, command_config_option
 from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
@@ -139,6 +140,7 @@ async def elect(
             client_id="odradek-leader-election",
             request_timeout_s=REQUEST_TIMEOUT_S + 5,
             client_versions=CLIENT_VERSIONS,
+            ssl_context=client_ssl_context(),
         )
         try:
             await connection.connect()
@@ -200,6 +202,7 @@ async def _send(
     "kafka-leader-election.sh.",
 )
 @click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@command_config_option
 @click.option(
     "--election-type",
     required=True,

@@ -36,6 +36,7 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
+from odradek.cli.common import client_ssl_context, command_config_option
 from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
@@ -87,6 +88,7 @@ async def _connect(address: BrokerAddress) -> BrokerConnection:
         client_id="odradek-log-dirs",
         request_timeout_s=REQUEST_TIMEOUT_S + 5,
         client_versions=CLIENT_VERSIONS,
+        ssl_context=client_ssl_context(),
     )
     try:
         await connection.connect()
@@ -376,6 +378,7 @@ def parse_broker_list(text: str) -> list[int]:
     "them, as kafka-log-dirs.sh --describe.",
 )
 @click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@command_config_option
 @click.option("--describe", is_flag=True, help="describe (required)")
 @click.option("--broker-list", metavar="ID[,ID]", help="brokers to ask (default: all)")
 @click.option("--topic-list", metavar="TOPIC[,TOPIC]", help="topics (default: all)")

@@ -31,6 +31,7 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
+from odradek.cli.common import client_ssl_context, command_config_option
 from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
@@ -106,6 +107,7 @@ async def _connect(host: str, port: int) -> BrokerConnection:
         client_id="odradek-metadata-quorum",
         request_timeout_s=REQUEST_TIMEOUT_S,
         client_versions=CLIENT_VERSIONS,
+        ssl_context=client_ssl_context(),
     )
     try:
         await connection.connect()
@@ -333,6 +335,7 @@ def replication_lines(quorum: Quorum) -> list[str]:
     metavar="HOST:PORT[,HOST:PORT]",
     help="broker listener(s) to ask (they forward to the active controller)",
 )
+@command_config_option
 def command(**params: Any) -> None:
     one_of(params, ["--bootstrap-controller", "--bootstrap-server"])
 

@@ -22,6 +22,7 @@ from odradek.cli.common import (
     CliError,
     admin_client,
     bootstrap_option,
+    command_config,
     output_option,
     topic_partitions,
 )
@@ -99,6 +100,7 @@ def produce(
         {
             "bootstrap.servers": bootstrap,
             "client.id": "odradek-perf-producer",
+            **command_config(),
             "acks": acks,
             "compression.type": compression,
             "linger.ms": linger_ms,
@@ -193,6 +195,7 @@ def consume(
         {
             "bootstrap.servers": bootstrap,
             "client.id": "odradek-perf-consumer",
+            **command_config(),
             "enable.auto.commit": False,
         }
     )

@@ -13,7 +13,14 @@ from typing import Any
 
 import click
 
-from odradek.cli.common import CliError, bootstrap_option, one_topic, parse_pairs, topic_argument
+from odradek.cli.common import (
+    CliError,
+    bootstrap_option,
+    command_config,
+    one_topic,
+    parse_pairs,
+    topic_argument,
+)
 from odradek.client.producer.blocking import Producer
 
 CHECK_TIMEOUT_S = 30.0
@@ -70,6 +77,7 @@ def produce(
         # where the Producer's confluent-kafka default would; --property overrides
         "partitioner": "murmur2_random",
     }
+    config.update(command_config())
     config.update(parse_pairs(properties, "--property"))
     failures: list[str] = []
 

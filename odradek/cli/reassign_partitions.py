@@ -53,6 +53,7 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
+from odradek.cli.common import client_ssl_context, command_config_option
 from odradek.cli.log_dirs import (
     DEFAULT_TIMEOUT_MS,
     LogDirToolError,
@@ -376,6 +377,7 @@ class _connected:
                 client_id="odradek-reassign-partitions",
                 request_timeout_s=REQUEST_TIMEOUT_S + 5,
                 client_versions=CLIENT_VERSIONS,
+                ssl_context=client_ssl_context(),
             )
             try:
                 await connection.connect()
@@ -545,6 +547,7 @@ def _broker_list(text: str) -> list[int]:
     "Kafka's JSON plan, like kafka-reassign-partitions.sh.",
 )
 @click.option("--bootstrap-server", required=True, metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@command_config_option
 @click.option(
     "--generate", is_flag=True, help="propose an assignment of --topics-to-move-json-file's topics"
 )

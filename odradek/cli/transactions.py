@@ -48,6 +48,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli import txn_describe_codec
 from odradek.cli.addresses import parse_addresses
+from odradek.cli.common import client_ssl_context, command_config_option
 from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke
 from odradek.cli.transactions_output import (
     ActiveProducer,
@@ -140,6 +141,7 @@ class Cluster:
             client_id="odradek-transactions",
             request_timeout_s=REQUEST_TIMEOUT_S,
             client_versions=CLIENT_VERSIONS,
+            ssl_context=client_ssl_context(),
         )
         try:
             await connection.connect()
@@ -541,6 +543,7 @@ async def _act(cluster: Cluster, action: str, params: tuple[Any, ...]) -> list[s
     "with exit status 1.",
 )
 @click.option("--bootstrap-server", metavar="HOST:PORT[,HOST:PORT]", help="brokers")
+@command_config_option
 def command(**params: Any) -> int | None:
     if click.get_current_context().invoked_subcommand is None:
         return invoke(run, params, action=None)  # run says which actions there are

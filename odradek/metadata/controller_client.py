@@ -46,6 +46,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
 from typing import Any, Final, Protocol
@@ -104,9 +105,15 @@ Connect = Callable[[VoterAddress, float], Awaitable[Connection]]
 LeaderSource = Callable[[], "int | None"]
 
 
-def connector(*, client_id: str, versions: Mapping[int, tuple[int, int]]) -> Connect:
+def connector(
+    *,
+    client_id: str,
+    versions: Mapping[int, tuple[int, int]],
+    ssl_context: ssl.SSLContext | None = None,
+) -> Connect:
     """The default ``connect``: a ``BrokerConnection`` that knows ``versions`` (plus
-    ApiVersions) and has negotiated with the controller listener."""
+    ApiVersions) and has negotiated with the controller listener (over TLS with
+    ``ssl_context``: a TLS controller listener)."""
     client_versions = dict(versions)
     client_versions.setdefault(API_VERSIONS_KEY, (0, 3))
 
@@ -116,6 +123,7 @@ def connector(*, client_id: str, versions: Mapping[int, tuple[int, int]]) -> Con
             client_id=client_id,
             request_timeout_s=timeout_s,
             client_versions=client_versions,
+            ssl_context=ssl_context,
         )
         await connection.connect()
         return connection

@@ -30,6 +30,7 @@ import contextlib
 import logging
 import os
 import socket
+import ssl
 import struct
 import time
 from collections.abc import Awaitable, Callable
@@ -37,10 +38,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from odradek.network.limits import RequestMemoryPool
+from odradek.network.tls import HANDSHAKE_TIMEOUT_S, ListenerTls, TlsStream
 from odradek.network.warn_limit import PeerWarnings
 from odradek.protocol.frames import SIZE_PREFIX_BYTES, FrameError
 from odradek.protocol.session import Session
 from odradek.records.file_range import FileRange
+from odradek.security.principal import NoMatchingRule, subject_dn
 
 logger = logging.getLogger(__name__)
 
@@ -99,6 +102,8 @@ class Connection:
         idle_timeout_ms: int,
         pool: RequestMemoryPool | None = None,
         frame_warnings: PeerWarnings | None = None,
+        tls: ListenerTls | None = None,
+        tls_warnings: PeerWarnings | None = None,
     ) -> None:
         self.sock = sock
         self.context = context
@@ -117,8 +122,15 @@ class Connection:
         self._unmuted = asyncio.Event()
         self._unmuted.set()
         self._stopping = asyncio.Event()  # ends a mute early (shutdown)
+        self.tls = tls
+        self.tls_warnings = tls_warnings or PeerWarnings(logger, "TLS handshake failures")
+        self.stream: TlsStream | None = None
 
     async def run(self) -> None:
+        if self.tls is not None and not await self._start_tls(self.tls):
+            with contextlib.suppress(OSError):
+                self.sock.close()
+            return
         reader = asyncio.create_task(self._read_loop())
         try:
             await self._process_loop()
@@ -126,11 +138,48 @@ class Connection:
             reader.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await reader
+            if self.stream is not None:  # best effort: a full socket drops it
+                with contextlib.suppress(OSError):
+                    self.sock.send(self.stream.close_notify())
             with contextlib.suppress(OSError):
                 self.sock.close()
             if self.held:
                 self.pool.release(self.held)
                 self.held = 0
+
+    async def _start_tls(self, tls: ListenerTls) -> bool:
+        """Handshake and principal; False (after one rate-limited line) on failure."""
+        loop = asyncio.get_running_loop()
+
+        async def raw_send(data: bytes) -> None:
+            await loop.sock_sendall(self.sock, data)
+
+        stream = TlsStream(tls.context, lambda count: self._sock_recv(loop, count), raw_send)
+        peer = self.context.peer
+        try:
+            await asyncio.wait_for(stream.handshake(), HANDSHAKE_TIMEOUT_S)
+            certificate = stream.peer_certificate()
+            if certificate is not None:
+                name = tls.mapper.name(subject_dn(certificate))
+                self.context.session.principal = f"User:{name}"
+        except TimeoutError:
+            self.tls_warnings.warn(
+                peer, "TLS handshake with %s timed out after %gs", peer, HANDSHAKE_TIMEOUT_S
+            )
+            return False
+        except EOFError:  # connected and left before a byte (a port probe): no warning
+            logger.debug("%s closed the connection before the TLS handshake", peer)
+            return False
+        except NoMatchingRule as error:
+            self.tls_warnings.warn(peer, "TLS client %s refused: %s", peer, error)
+            return False
+        except (ssl.SSLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", None) or error
+            self.tls_warnings.warn(peer, "TLS handshake with %s failed: %s", peer, reason)
+            return False
+        self.stream = stream
+        self.last_active = time.monotonic()
+        return True
 
     def close_soon(self) -> None:
         """Stop after the request being handled (used by shutdown)."""
@@ -192,6 +241,11 @@ class Connection:
         return b"".join(chunks)
 
     async def _recv(self, loop: asyncio.AbstractEventLoop, count: int) -> bytes:
+        if self.stream is not None:
+            return await self.stream.recv(count)
+        return await self._sock_recv(loop, count)
+
+    async def _sock_recv(self, loop: asyncio.AbstractEventLoop, count: int) -> bytes:
         try:
             return self.sock.recv(count)  # already there: no event-loop round trip
         except (BlockingIOError, InterruptedError):
@@ -253,6 +307,9 @@ class Connection:
             self._unmuted.set()
 
     async def _send(self, response: Response) -> None:
+        if self.stream is not None:
+            await self._send_tls(self.stream, response)
+            return
         loop = asyncio.get_running_loop()
         pending = bytearray(_SIZE.pack(response.size))
         for part in response.parts:
@@ -265,6 +322,19 @@ class Connection:
                 pending += part
         if pending:
             await loop.sock_sendall(self.sock, pending)
+
+    async def _send_tls(self, stream: TlsStream, response: Response) -> None:
+        pending = bytearray(_SIZE.pack(response.size))
+        for part in response.parts:
+            if isinstance(part, FileRange):
+                if pending:
+                    await stream.sendall(pending)
+                    pending = bytearray()
+                await stream.send_file(part.fd, part.position, part.length)
+            else:
+                pending += part
+        if pending:
+            await stream.sendall(pending)
 
     async def _sendfile(self, loop: asyncio.AbstractEventLoop, part: FileRange) -> None:
         """Zero-copy: page cache → socket, waiting for writability as needed."""

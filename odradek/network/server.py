@@ -38,6 +38,7 @@ from odradek.network.limits import (
     normalize_ip,
     open_descriptor_count,
 )
+from odradek.network.tls import ListenerTls
 from odradek.network.warn_limit import PeerWarnings
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ class BoundListener:
     sock: socket.socket
     handler: Handler  # what answers this listener's requests (its plane's dispatcher)
     security_protocol: str = "PLAINTEXT"  # listener.security.protocol.map's for it
+    tls: ListenerTls | None = None  # SSL and SASL_SSL listeners (network/tls.py)
 
     def url(self) -> str:
         return f"{self.name}://{self.host}:{self.port}"
@@ -74,6 +76,7 @@ class SocketServer:
         self.quotas = ConnectionQuotas(limits or ConnectionLimits())
         self.pool = RequestMemoryPool(queued_max_request_bytes)
         self.frame_warnings = PeerWarnings(logger, "bad-frame lines")
+        self.tls_warnings = PeerWarnings(logger, "TLS handshake failures")
         self.bound: list[BoundListener] = []
         self._accept_tasks: list[asyncio.Task[None]] = []
         self._connections: dict[int, tuple[Connection, asyncio.Task[None]]] = {}
@@ -87,9 +90,11 @@ class SocketServer:
         handler: Handler | None = None,
         *,
         security_protocol: str = "PLAINTEXT",
+        tls: ListenerTls | None = None,
     ) -> BoundListener:
         """Listen on ``host:port``; ``handler`` answers its requests (default: the
-        server's); its connections' sessions carry ``security_protocol``."""
+        server's); its connections' sessions carry ``security_protocol``; with ``tls``
+        every connection is TLS (the listener's context, principal mapping)."""
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -110,6 +115,7 @@ class SocketServer:
             sock,
             handler if handler is not None else self.handler,
             security_protocol,
+            tls,
         )
         self.bound.append(listener)
         return listener
@@ -166,6 +172,8 @@ class SocketServer:
                 idle_timeout_ms=self.idle_timeout_ms,
                 pool=self.pool,
                 frame_warnings=self.frame_warnings,
+                tls=listener.tls,
+                tls_warnings=self.tls_warnings,
             )
             task = asyncio.create_task(connection.run())
             self._connections[connection_id] = (connection, task)
@@ -203,3 +211,4 @@ class SocketServer:
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await task
         self.frame_warnings.close()  # report what the last interval suppressed
+        self.tls_warnings.close()

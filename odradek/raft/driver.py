@@ -49,6 +49,7 @@ import asyncio
 import contextlib
 import logging
 import random as random_module
+import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -186,9 +187,12 @@ class RaftDriver:
         clock_ms: Callable[[], int] = _monotonic_ms,
         random: random_module.Random | None = None,
         node_options: Mapping[str, Any] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         """``voters`` is controller.quorum.voters (this node among them); ``node_options``
-        go to ``RaftNode`` as they are (e.g. the LeaderChange ``control_entry`` builder)."""
+        go to ``RaftNode`` as they are (e.g. the LeaderChange ``control_entry`` builder);
+        ``ssl_context``: the voters' controller listeners are TLS."""
+        self.ssl_context = ssl_context
         addresses = list(voters)
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -586,6 +590,7 @@ class RaftDriver:
             client_id=f"raft-{self.node_id}",
             request_timeout_s=self.config.request_timeout_ms / 1000,
             client_versions=versions,
+            ssl_context=self.ssl_context,
         )
         try:
             await connection.connect()

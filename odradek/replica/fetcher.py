@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -106,8 +107,10 @@ class ReplicaFetcher:
         clock: Callable[[], int] = monotonic_ms,
         quota: ReplicationQuota | None = None,
         tier_state: TierStateBuilder | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.source_id = source_id
+        self.ssl_context = ssl_context  # a TLS inter-broker listener
         self._tier_state = tier_state
         self.index = index
         self.core = FetcherCore(source_id, settings, partition, clock, quota)
@@ -247,6 +250,7 @@ class ReplicaFetcher:
             client_id=self.name,
             request_timeout_s=self._socket_timeout_s,
             client_versions=CLIENT_VERSIONS,
+            ssl_context=self.ssl_context,
         )
         try:
             await connection.connect()
@@ -278,8 +282,10 @@ class ReplicaFetcherManager:
         clock: Callable[[], int] = monotonic_ms,
         quota: ReplicationQuota | None = None,
         tier_state: TierStateBuilder | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.settings = settings
+        self.ssl_context = ssl_context  # for each fetcher: a TLS inter-broker listener
         self.tier_state = tier_state  # KIP-405, set by the broker once it has the RLM
         self.quota = quota  # follower.replication.throttled.rate, shared by the fetchers
         self.num_fetchers = max(num_fetchers, 1)
@@ -328,6 +334,7 @@ class ReplicaFetcherManager:
                     clock=self._clock,
                     quota=self.quota,
                     tier_state=self.tier_state,
+                    ssl_context=self.ssl_context,
                 )
             fetcher.assign(tp, start)
         for key, tps in moved.items():

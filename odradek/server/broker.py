@@ -194,6 +194,7 @@ class Broker:
             partition=lambda tp: self.replica_manager.follower_log(tp),
             broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
             quota=self.replication_quotas.follower,
+            ssl_context=config.inter_broker_ssl_context,
         )
         self.replica_manager = ReplicaManager(
             self.node_id,
@@ -248,6 +249,7 @@ class Broker:
             self.replica_manager,
             lambda: self.group_coordinator,
             self._inter_broker_endpoint,
+            ssl_context=config.inter_broker_ssl_context,
         )
         producer_ids = ProducerIdManager(self.node_id, self.controller_channel)
         self.txn_coordinator = TransactionCoordinator(
@@ -270,7 +272,12 @@ class Broker:
         self._remote_log_task: asyncio.Task[None] | None = None
         # KIP-890 part 1: transactional produce verified with the coordinator.
         self.txn_verifier = (
-            TxnVerifier(metadata, lambda: self.txn_coordinator, self._inter_broker_endpoint)
+            TxnVerifier(
+                metadata,
+                lambda: self.txn_coordinator,
+                self._inter_broker_endpoint,
+                ssl_context=config.inter_broker_ssl_context,
+            )
             if config["transaction.partition.verification.enable"]
             else None
         )
@@ -325,7 +332,12 @@ class Broker:
         creator = InternalTopicCreator(
             self.metadata_view, ChannelTopicCreator(self.controller_channel), topic
         )
-        return ClientMetadataTransport(bootstrap, creator, f"broker-{self.node_id}-rlmm")
+        return ClientMetadataTransport(
+            bootstrap,
+            creator,
+            f"broker-{self.node_id}-rlmm",
+            ssl_context=self.config.inter_broker_ssl_context,
+        )
 
     def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:
         """(host, port) of ``broker_id``'s inter-broker listener, as it registered it."""
@@ -393,6 +405,7 @@ class Broker:
                 li.port,
                 self.dispatchers[self.plane_of(li.name)],
                 security_protocol=protocols[li.name],
+                tls=self.config.listener_tls.get(li.name),
             )
             for li in self.config.listeners
         ]

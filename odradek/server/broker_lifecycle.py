@@ -465,7 +465,11 @@ def lifecycle_manager(
         client = ControllerClient(
             voters,
             leader_id,
-            connector(client_id=f"broker-{config.node_id}", versions=VERSIONS),
+            connector(
+                client_id=f"broker-{config.node_id}",
+                versions=VERSIONS,
+                ssl_context=config.controller_ssl_context,
+            ),
             retry_backoff_s=config["controller.quorum.retry.backoff.ms"] / 1000,
         )
         transport = RemoteLifecycleTransport(

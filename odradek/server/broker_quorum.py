@@ -88,6 +88,7 @@ def forwarding_channel(broker: Broker) -> RemoteControllerChannel:
         connector(
             client_id=f"broker-{broker.node_id}-forwarding",
             versions={**FORWARDED_VERSIONS, DESCRIBE_QUORUM_KEY: DESCRIBE_QUORUM_VERSIONS},
+            ssl_context=broker.config.controller_ssl_context,
         ),
         retry_backoff_s=raft_config.retry_backoff_ms / 1000,
         connect_timeout_s=raft_config.request_timeout_ms / 1000,
@@ -230,6 +231,7 @@ async def start_quorum(broker: Broker) -> list[Any]:
         raft_config,
         cluster_id=broker.cluster_id,
         node_options={"control_entry": leader_change_entry},
+        ssl_context=broker.config.controller_ssl_context,
     )
     writer.attach(driver)
     bound = []
@@ -252,7 +254,11 @@ async def start_quorum(broker: Broker) -> list[Any]:
         protocols = broker.config.protocol_map
         bound = [
             broker.controller_server.bind(
-                li.name, li.host, li.port, security_protocol=protocols[li.name]
+                li.name,
+                li.host,
+                li.port,
+                security_protocol=protocols[li.name],
+                tls=broker.config.listener_tls.get(li.name),
             )
             for li in broker.config.controller_listeners
         ]

@@ -25,13 +25,18 @@ from __future__ import annotations
 import logging
 import os
 import re
+import ssl
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
+from odradek.protocol.session import uses_tls
 from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LONG_MAX, LogConfig
+
+if TYPE_CHECKING:
+    from odradek.network.tls import ListenerTls
 
 logger = logging.getLogger(__name__)
 
@@ -226,7 +231,7 @@ def parse_bootstrap_servers(key: str, raw: str) -> tuple[HostPort, ...]:
 
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT"})
+IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL"})
 
 
 def parse_protocol_map(key: str, raw: str) -> dict[str, str]:
@@ -516,6 +521,24 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     _topic("min.insync.replicas", "min.insync.replicas", "1", _int(1, INT_MAX)),
     _topic("log.preallocate", "preallocate", "false", _bool),
     # -- security (issue 16): TLS listeners (network/tls.py) ------------------------
+    # Read by network/tls.py for each SSL/SASL_SSL listener, where a
+    # listener.name.<listener>.ssl.* property overrides them; checked at startup by
+    # building every TLS listener's context (BrokerConfig._build_listener_tls).
+    # Dynamic as in Kafka (per broker; stores only with a listener prefix), but a
+    # change is stored, not applied: contexts are built at startup (no hot reload).
+    BrokerConfigDef("ssl.keystore.location", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.keystore.type", _text, "JKS", dynamic=True),
+    BrokerConfigDef("ssl.keystore.password", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.key.password", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.truststore.location", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.truststore.type", _text, "JKS", dynamic=True),
+    BrokerConfigDef("ssl.truststore.password", _text, None, dynamic=True),
+    BrokerConfigDef("ssl.client.auth", _text, "none", dynamic=True),
+    BrokerConfigDef("ssl.enabled.protocols", _text, "TLSv1.2,TLSv1.3", dynamic=True),
+    BrokerConfigDef("ssl.cipher.suites", _text, "", dynamic=True),
+    BrokerConfigDef("ssl.principal.mapping.rules", _text, "DEFAULT", dynamic=True),
+    # The broker's own clients over TLS (network/tls.py build_peer_context); "": none.
+    BrokerConfigDef("ssl.endpoint.identification.algorithm", _text, "https", dynamic=True),
     # -- end of TLS --
     #
     # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
@@ -577,6 +600,10 @@ class BrokerConfig:
         self.original: dict[str, str] = dict(properties or {})
         self.values: dict[str, Any] = {}
         self.unknown: list[str] = []
+        # listener name -> its TLS (SSL and SASL_SSL listeners), built by _check
+        self.listener_tls: dict[str, ListenerTls] = {}
+        # listener name -> the broker's own client context for it (TLS listeners only)
+        self.peer_tls: dict[str, ssl.SSLContext] = {}
         for definition in BROKER_CONFIGS:
             raw = self.original.get(definition.name, definition.default)
             if raw is None or raw == "":
@@ -626,6 +653,8 @@ class BrokerConfig:
             definition = config_catalogue.definition(key)
             if definition is None:
                 unknown.append(key)
+            elif config_catalogue.listener_base(key) in CONFIGS_BY_NAME:
+                definition.parse(key, self.original[key])  # used: network/tls.py
             else:
                 definition.parse(key, self.original[key])
                 inert.append(key)
@@ -782,9 +811,56 @@ class BrokerConfig:
             if protocol not in IMPLEMENTED_PROTOCOLS:
                 raise ConfigError(
                     "listeners",
-                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): TLS "
-                    "and SASL are not implemented yet, only PLAINTEXT listeners",
+                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): "
+                    f"only {', '.join(sorted(IMPLEMENTED_PROTOCOLS))} listeners are implemented",
                 )
+        self._build_listener_tls(protocols)
+
+    def _build_listener_tls(self, protocols: Mapping[str, str]) -> None:
+        """Each TLS listener's context, built now so a bad keystore, password or
+        setting stops the broker at startup with one line."""
+        from odradek.network.tls import TlsConfigError, build_listener_tls, build_peer_context
+
+        self.listener_tls = {}
+        for listener in self.values["listeners"]:
+            if not uses_tls(protocols.get(listener.name, "")):
+                continue
+            try:
+                self.listener_tls[listener.name] = build_listener_tls(self.original, listener.name)
+            except TlsConfigError as error:
+                raise ConfigError(error.key, f"listener {listener.name}: {error.message}") from None
+        # The broker's own clients (replica fetchers, transaction markers, the controller
+        # and raft clients, tiered storage's metadata client) over TLS listeners: their
+        # contexts too are built now, for the listeners they connect to.
+        internal = list(self.controller_listener_names)
+        inter_broker = self.inter_broker_listener if BROKER_ROLE in self.roles else None
+        if inter_broker is not None:
+            internal.append(inter_broker.name)
+        for name in internal:
+            if not uses_tls(protocols.get(name, "")) or name in self.peer_tls:
+                continue
+            try:
+                self.peer_tls[name] = build_peer_context(self.original, name)
+            except TlsConfigError as error:
+                raise ConfigError(
+                    error.key, f"listener {name} (this broker's client): {error.message}"
+                ) from None
+
+    def peer_ssl_context(self, listener: str | None) -> ssl.SSLContext | None:
+        """The context the broker's own clients use to reach ``listener`` (None:
+        PLAINTEXT)."""
+        return self.peer_tls.get(listener) if listener is not None else None
+
+    @property
+    def controller_ssl_context(self) -> ssl.SSLContext | None:
+        """For the controller and raft clients: the first controller listener's."""
+        names = self.controller_listener_names
+        return self.peer_ssl_context(names[0] if names else None)
+
+    @property
+    def inter_broker_ssl_context(self) -> ssl.SSLContext | None:
+        listener = self.inter_broker_listener
+        return self.peer_ssl_context(listener.name if listener is not None else None)
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:

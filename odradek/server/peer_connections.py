@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -29,8 +30,10 @@ class PeerConnections:
         endpoint: Endpoint,
         client_versions: Mapping[int, tuple[int, int]],
         request_timeout_s: float,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.client_id = client_id
+        self.ssl_context = ssl_context  # a TLS inter-broker listener
         self._endpoint = endpoint
         self._versions = dict(client_versions)
         self._timeout_s = request_timeout_s
@@ -61,6 +64,7 @@ class PeerConnections:
                 client_id=self.client_id,
                 request_timeout_s=self._timeout_s,
                 client_versions=self._versions,
+                ssl_context=self.ssl_context,
             )
             await connection.connect()
             self._connections[broker_id] = connection

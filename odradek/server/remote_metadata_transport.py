@@ -26,8 +26,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Collection, Mapping
-from typing import Final
+from typing import Any, Final
 
 from odradek.client.consumer.aio import AIOKafkaConsumer
 from odradek.client.producer.aio import AIOKafkaProducer
@@ -47,8 +48,13 @@ class ClientMetadataTransport:
         creator: InternalTopicCreator,
         client_id: str,
         topic_configs: Mapping[str, str] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.bootstrap = bootstrap
+        # a TLS inter-broker listener: the clients speak SSL with this context
+        self.security: dict[str, Any] = (
+            {"security_protocol": "SSL", "ssl_context": ssl_context} if ssl_context else {}
+        )
         self.creator = creator
         self.client_id = client_id
         self.topic_configs = dict(topic_configs or {})
@@ -77,12 +83,14 @@ class ClientMetadataTransport:
                     client_id=f"{self.client_id}-producer",
                     acks="all",
                     linger_ms=0,
+                    **self.security,
                 )
                 consumer = AIOKafkaConsumer(
                     bootstrap_servers=servers,
                     client_id=f"{self.client_id}-consumer",
                     auto_offset_reset="earliest",
                     enable_auto_commit=False,
+                    **self.security,
                 )
                 await producer.start()
                 try:

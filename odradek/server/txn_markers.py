@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Final
 
@@ -63,12 +64,17 @@ class TxnMarkerWriter:
         replicas: ReplicaManager,
         groups: Callable[[], GroupCoordinator | None],
         endpoint: Endpoint,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.metadata = metadata
         self.replicas = replicas
         self._groups = groups
         self.peers = PeerConnections(
-            f"txn-markers-{metadata.node_id}", endpoint, CLIENT_VERSIONS, REQUEST_TIMEOUT_S
+            f"txn-markers-{metadata.node_id}",
+            endpoint,
+            CLIENT_VERSIONS,
+            REQUEST_TIMEOUT_S,
+            ssl_context=ssl_context,
         )
 
     # -- the coordinator's channel -------------------------------------------------------

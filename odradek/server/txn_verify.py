@@ -34,6 +34,7 @@ busy ending the transaction, unreachable).
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Final
 
@@ -81,11 +82,16 @@ class TxnVerifier:
         metadata: MetadataView,
         coordinator: Callable[[], TransactionCoordinator | None],
         endpoint: Endpoint,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.metadata = metadata
         self._coordinator = coordinator
         self.peers = PeerConnections(
-            f"txn-verify-{metadata.node_id}", endpoint, CLIENT_VERSIONS, REQUEST_TIMEOUT_S
+            f"txn-verify-{metadata.node_id}",
+            endpoint,
+            CLIENT_VERSIONS,
+            REQUEST_TIMEOUT_S,
+            ssl_context=ssl_context,
         )
 
     async def verify(

@@ -393,14 +393,14 @@ def test_protocol_map_parses_into_a_dict() -> None:
             "listener.security.protocol.map",
             "no security protocol for listener INTERNAL",
         ),
-        # Only PLAINTEXT is implemented.
+        # An SSL listener starts only with a keystore (network/tls.py).
         (
             {
                 "listeners": "PLAINTEXT://:9092,SSL://:9094,CONTROLLER://:9093",
                 "advertised__listeners": None,
             },
-            "listeners",
-            "SSL://:9094 uses SSL",
+            "ssl.keystore.location",
+            "listener SSL: a TLS listener needs a keystore",
         ),
         (
             {
@@ -409,7 +409,7 @@ def test_protocol_map_parses_into_a_dict() -> None:
                 )
             },
             "listeners",
-            "TLS and SASL are not implemented yet",
+            "uses SASL_PLAINTEXT (listener.security.protocol.map): only",
         ),
     ],
 )
@@ -419,9 +419,9 @@ def test_protocol_map_errors(changes: dict[str, str | None], key: str, needle: s
     assert needle in str(error)
 
 
-def test_non_plaintext_listener_is_refused_without_a_quorum_too() -> None:
+def test_tls_listener_is_checked_without_a_quorum_too() -> None:
     error = error_of({"listeners": "SSL://127.0.0.1:9093"})
-    assert error.key == "listeners" and "not implemented yet" in str(error)
+    assert error.key == "ssl.keystore.location" and "needs a keystore" in str(error)
 
 
 # -- replica.selector.class (KIP-392) -----------------------------------------------------

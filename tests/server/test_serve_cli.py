@@ -255,7 +255,8 @@ def test_controller_only_node_is_served_once_formatted(tmp_path: Path) -> None:
     [
         ("controller.quorum.voters=1@localhost", "controller.quorum.voters"),
         ("process.roles=broker", "controller.quorum.voters"),  # node 1 is a voter
-        ("listeners=PLAINTEXT://127.0.0.1:0,SSL://:0,CONTROLLER://:0", "listeners"),
+        # an SSL listener without a keystore (network/tls.py)
+        ("listeners=PLAINTEXT://127.0.0.1:0,SSL://:0,CONTROLLER://:0", "ssl.keystore.location"),
         ("listener.security.protocol.map=PLAINTEXT:PLAINTEXT", "listener.security.protocol.map"),
         ("controller.listener.names=", "controller.listener.names"),
     ],

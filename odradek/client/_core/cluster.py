@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import ssl
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -103,8 +104,10 @@ class Cluster:
         retry_backoff_ms: int = 100,
         metadata_max_age_ms: int = 300_000,
         client_versions: Mapping[int, tuple[int, int]] | None = None,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
+        self.ssl_context = ssl_context  # every broker connection is TLS when set
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -129,6 +132,7 @@ class Cluster:
             client_id=self.client_id,
             request_timeout_s=self.request_timeout_s,
             client_versions=self.client_versions,
+            ssl_context=self.ssl_context,
         )
         await connection.connect()
         return connection

@@ -41,6 +41,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+from odradek.client._core.tls import TlsSettingsError, client_ssl_context
+
 logger = logging.getLogger(__name__)
 _warned_stats = False
 
@@ -101,6 +103,21 @@ def _acks(key: str, raw: Any) -> int:
     return mapping[text]
 
 
+# Protocols this client speaks; SASL_* arrive with the SASL client (issue 16).
+CLIENT_PROTOCOLS: Final = ("PLAINTEXT", "SSL")
+_ALL_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+
+
+def _protocol(key: str, raw: Any) -> str:
+    """security.protocol, in any case (librdkafka's are lower case, Kafka's upper)."""
+    text = str(raw).strip().upper()
+    if text not in _ALL_PROTOCOLS:
+        raise ConfigError(key, f"{raw!r} is not one of {', '.join(_ALL_PROTOCOLS)}")
+    if text not in CLIENT_PROTOCOLS:
+        raise ConfigError(key, f"{text} is not supported by odradek's client yet")
+    return text
+
+
 def _any(key: str, raw: Any) -> Any:
     return raw
 
@@ -126,7 +143,15 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("retry.backoff.max.ms", _int(0), 1_000, _ALL),
     Prop("metadata.max.age.ms", _int(0), 300_000, _ALL),
     Prop("socket.timeout.ms", _int(1), 60_000, _ALL),
-    Prop("security.protocol", _choice("PLAINTEXT", "plaintext"), "PLAINTEXT", _ALL),
+    Prop("security.protocol", _protocol, "PLAINTEXT", _ALL),
+    # TLS (client/_core/tls.py): librdkafka's names; ssl.context is aiokafka's ssl_context
+    Prop("ssl.ca.location", _text, None, _ALL),
+    Prop("ssl.certificate.location", _text, None, _ALL),
+    Prop("ssl.key.location", _text, None, _ALL),
+    Prop("ssl.key.password", _text, None, _ALL),
+    Prop("enable.ssl.certificate.verification", _bool, True, _ALL),
+    Prop("ssl.endpoint.identification.algorithm", _choice("https", "none"), "https", _ALL),
+    Prop("ssl.context", _any, None, _ALL),
     Prop("error_cb", _any, None, _ALL),
     Prop("logger", _any, None, _ALL),
     # producer
@@ -249,6 +274,10 @@ class ClientConfig:
                 message = f"{poll_ms} must be >= session.timeout.ms ({session_ms})"
                 raise ConfigError("max.poll.interval.ms", message)
         self.explicit = frozenset(explicit)
+        try:
+            self.ssl_context = client_ssl_context(self.values)
+        except TlsSettingsError as error:
+            raise ConfigError(error.key, str(error)) from None
         if self.values.get("stats_cb") is not None and self.values["statistics.interval.ms"] > 0:
             global _warned_stats
             if not _warned_stats:

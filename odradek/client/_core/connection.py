@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import io
 import itertools
+import ssl
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -94,8 +95,10 @@ class BrokerConnection:
         client_id: str,
         request_timeout_s: float,
         client_versions: Mapping[int, tuple[int, int]],
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.address = address
+        self.ssl_context = ssl_context  # security.protocol SSL (client/_core/tls.py)
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.client_versions = client_versions
@@ -116,9 +119,15 @@ class BrokerConnection:
                     lambda: _ResponseReader(self._on_frame, self._on_lost),
                     self.address.host,
                     self.address.port,
+                    ssl=self.ssl_context,
                 ),
                 self.request_timeout_s,
             )
+        except ssl.SSLCertVerificationError as error:
+            raise KafkaConnectionError(
+                f"TLS to {self.address.host}:{self.address.port} refused the broker's "
+                f"certificate: {error.verify_message or error.reason}"
+            ) from None
         except (OSError, TimeoutError) as error:
             raise KafkaConnectionError(
                 f"cannot connect to {self.address.host}:{self.address.port}: {error}"

@@ -79,6 +79,7 @@ _KEYWORDS = {
     "retry_backoff_ms": "retry.backoff.ms",
     "metadata_max_age_ms": "metadata.max.age.ms",
     "security_protocol": "security.protocol",
+    "ssl_context": "ssl.context",
 }
 # Accepted for aiokafka compatibility and without effect here: aiokafka itself ignores
 # ``loop`` and ``api_version``; connections stay open until close().

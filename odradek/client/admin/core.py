@@ -138,6 +138,7 @@ def open_cluster(config: ClientConfig) -> Cluster:
         retry_backoff_ms=config["retry.backoff.ms"],
         metadata_max_age_ms=config["metadata.max.age.ms"],
         client_versions=ADMIN_VERSIONS,
+        ssl_context=config.ssl_context,
     )
 
 

@@ -73,6 +73,7 @@ _KEYWORDS = {
     "metadata_max_age_ms": "metadata.max.age.ms",
     "check_crcs": "check.crcs",
     "security_protocol": "security.protocol",
+    "ssl_context": "ssl.context",
 }
 # aiokafka arguments without effect here: ``loop`` and ``api_version`` (aiokafka
 # ignores them too), the iterator's ``consumer_timeout_ms``, idle connections (kept
@@ -84,7 +85,6 @@ _IGNORED = frozenset(
         "consumer_timeout_ms",
         "connections_max_idle_ms",
         "exclude_internal_topics",
-        "ssl_context",
     }
 )
 Deserializer = Callable[[bytes | None], Any]

@@ -128,6 +128,7 @@ class ConsumerCore:
             request_timeout_ms=config["request.timeout.ms"],
             retry_backoff_ms=config["retry.backoff.ms"],
             metadata_max_age_ms=config["metadata.max.age.ms"],
+            ssl_context=config.ssl_context,
             client_versions=CONSUMER_VERSIONS,
         )
         self.group_id: str | None = config["group.id"]

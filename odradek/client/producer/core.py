@@ -168,6 +168,7 @@ class AsyncProducer:
             request_timeout_ms=config["request.timeout.ms"],
             retry_backoff_ms=config["retry.backoff.ms"],
             metadata_max_age_ms=config["metadata.max.age.ms"],
+            ssl_context=config.ssl_context,
             client_versions=PRODUCER_VERSIONS,
         )
         self.accumulator = RecordAccumulator(
