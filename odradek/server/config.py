@@ -226,7 +226,7 @@ def parse_bootstrap_servers(key: str, raw: str) -> tuple[HostPort, ...]:
 
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT"})
+IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SASL_PLAINTEXT"})
 
 
 def parse_protocol_map(key: str, raw: str) -> dict[str, str]:
@@ -518,7 +518,16 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     # -- security (issue 16): TLS listeners (network/tls.py) ------------------------
     # -- end of TLS --
     #
-    # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
+    # -- security: SASL authentication (server/sasl_settings.py, handlers/sasl.py) ---
+    # Each may also be given per listener (listener.name.<listener>.[<mechanism>.]<name>);
+    # server/sasl_settings.py resolves them per listener and mechanism.
+    BrokerConfigDef("sasl.enabled.mechanisms", _list, "GSSAPI"),
+    BrokerConfigDef("sasl.jaas.config", _text, None),
+    BrokerConfigDef("sasl.mechanism.inter.broker.protocol", _text, "GSSAPI"),
+    BrokerConfigDef("sasl.mechanism.controller.protocol", _text, "GSSAPI"),
+    BrokerConfigDef("sasl.server.max.receive.size", _int(1, INT_MAX), "524288"),
+    BrokerConfigDef("connections.max.reauth.ms", _int(0, LONG_MAX), "0"),
+    BrokerConfigDef("connection.failed.authentication.delay.ms", _int(0, INT_MAX), "100"),
     # -- end of SASL --
     #
     # -- security: the authorizer and ACLs (server/authorizer.py) -------------------
@@ -624,7 +633,8 @@ class BrokerConfig:
                 unknown.append(key)
             else:
                 definition.parse(key, self.original[key])
-                inert.append(key)
+                if config_catalogue.listener_base(key) not in CONFIGS_BY_NAME:
+                    inert.append(key)  # a per-listener form of an implemented one is used
         return unknown, inert
 
     def __getitem__(self, name: str) -> Any:
@@ -778,9 +788,13 @@ class BrokerConfig:
             if protocol not in IMPLEMENTED_PROTOCOLS:
                 raise ConfigError(
                     "listeners",
-                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): TLS "
-                    "and SASL are not implemented yet, only PLAINTEXT listeners",
+                    f"{listener.url()} uses {protocol} (listener.security.protocol.map), "
+                    f"which is not implemented; implemented: {', '.join(sorted(IMPLEMENTED_PROTOCOLS))}",
                 )
+            if protocol.startswith("SASL_"):
+                from odradek.server.sasl_settings import listener_sasl
+
+                listener_sasl(self, listener.name)  # a bad SASL setup fails at startup
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:

@@ -37,6 +37,7 @@ from odradek.protocol.messages import (
     UnsupportedRequest,
     decode_request,
     encode_response,
+    peek_header,
 )
 from odradek.server.handlers import Plane, plane_handlers
 from odradek.server.request_metrics import RequestTimes
@@ -66,6 +67,9 @@ class Dispatcher:
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
         start = time.perf_counter()
+        session = context.session
+        if not session.authenticated or session.state:
+            self._gate(frame, context)
         try:
             request = decode_request(
                 frame,
@@ -118,3 +122,17 @@ class Dispatcher:
             times.request_name(header.api_key, request.body), (time.perf_counter() - start) * 1e3
         )
         return response
+
+    def _gate(self, frame: bytes, context: ConnectionContext) -> None:
+        """SASL's gate (handlers/sasl.py): before authentication, or past the session's
+        lifetime, only ApiVersions, SaslHandshake and SaslAuthenticate are served."""
+        from odradek.server.handlers.sasl import admit, warn_refused
+
+        try:
+            api_key, api_version, _ = peek_header(frame)
+        except MalformedRequest:
+            return  # decode_request says so
+        refusal = admit(context.session, api_key, api_version)
+        if refusal is not None:
+            warn_refused(context.session, refusal)
+            raise CloseConnection()

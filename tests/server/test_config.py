@@ -402,14 +402,15 @@ def test_protocol_map_parses_into_a_dict() -> None:
             "listeners",
             "SSL://:9094 uses SSL",
         ),
+        # A SASL listener with Kafka's default mechanism (GSSAPI, not implemented).
         (
             {
                 "listener__security__protocol__map": (
                     "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT"
                 )
             },
-            "listeners",
-            "TLS and SASL are not implemented yet",
+            "sasl.enabled.mechanisms",
+            "GSSAPI (Kerberos) is not implemented",
         ),
     ],
 )

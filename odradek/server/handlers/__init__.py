@@ -106,6 +106,7 @@ def load_all() -> None:
         reassignments,
         records_admin,
         replica_log_dirs,
+        sasl,
         topics,
         topics_admin,
         transactions,
