@@ -105,6 +105,18 @@ def _any(key: str, raw: Any) -> Any:
     return raw
 
 
+SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT"})
+
+
+def _security_protocol(key: str, raw: Any) -> str:
+    """PLAINTEXT or a SASL protocol (any case, as librdkafka takes it)."""
+    text = str(raw).strip().upper()
+    if text != "PLAINTEXT" and text not in SASL_PROTOCOLS:
+        choices = ", ".join(["PLAINTEXT", *sorted(SASL_PROTOCOLS)])
+        raise ConfigError(key, f"{raw!r} is not one of {choices}")
+    return text
+
+
 @dataclass(frozen=True, slots=True)
 class Prop:
     name: str
@@ -126,7 +138,11 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("retry.backoff.max.ms", _int(0), 1_000, _ALL),
     Prop("metadata.max.age.ms", _int(0), 300_000, _ALL),
     Prop("socket.timeout.ms", _int(1), 60_000, _ALL),
-    Prop("security.protocol", _choice("PLAINTEXT", "plaintext"), "PLAINTEXT", _ALL),
+    Prop("security.protocol", _security_protocol, "PLAINTEXT", _ALL),
+    # SASL (client/_core/sasl.py)
+    Prop("sasl.mechanism", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), "PLAIN", _ALL),
+    Prop("sasl.username", _text, None, _ALL),
+    Prop("sasl.password", _text, None, _ALL),
     Prop("error_cb", _any, None, _ALL),
     Prop("logger", _any, None, _ALL),
     # producer
@@ -213,9 +229,19 @@ ALIASES: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "compression.codec": ("compression.type", _P),
     "queue.buffering.max.kbytes": ("buffer.memory", _P),  # KiB: scaled by _SCALE
     "topic.metadata.refresh.interval.ms": ("metadata.max.age.ms", _ALL),
+    "sasl.mechanisms": ("sasl.mechanism", _ALL),  # librdkafka's name
 }
 _SCALE: Final = {"queue.buffering.max.kbytes": 1024}
 NO_OPS: Final = {p.name: p.note for p in PROPERTIES if p.note}
+def _check_sasl(values: dict[str, Any]) -> None:
+    """A SASL protocol needs sasl.username and sasl.password (PLAIN and SCRAM)."""
+    if values.get("security.protocol") not in SASL_PROTOCOLS:
+        return
+    for key in ("sasl.username", "sasl.password"):
+        if not values.get(key):
+            raise ConfigError(
+                key, f"required with security.protocol={values['security.protocol']}"
+            )
 
 
 class ClientConfig:
@@ -249,6 +275,7 @@ class ClientConfig:
                 message = f"{poll_ms} must be >= session.timeout.ms ({session_ms})"
                 raise ConfigError("max.poll.interval.ms", message)
         self.explicit = frozenset(explicit)
+        _check_sasl(self.values)
         if self.values.get("stats_cb") is not None and self.values["statistics.interval.ms"] > 0:
             global _warned_stats
             if not _warned_stats:

@@ -25,7 +25,7 @@ import itertools
 import struct
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -34,6 +34,9 @@ from kio.static.constants import EntityType
 
 from odradek.protocol.bounds import checked
 from odradek.protocol.build import make
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 API_VERSIONS_KEY: Final = 18
 MAX_RESPONSE_BYTES: Final = 1 << 30  # a response larger than this is a broken peer
@@ -94,8 +97,11 @@ class BrokerConnection:
         client_id: str,
         request_timeout_s: float,
         client_versions: Mapping[int, tuple[int, int]],
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.address = address
+        self.sasl = sasl  # authenticate after ApiVersions (client/_core/sasl.py)
+        self.session_lifetime_ms = 0
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.client_versions = client_versions
@@ -126,8 +132,12 @@ class BrokerConnection:
         self._transport, self._protocol = transport, protocol
         try:
             await self._negotiate()
+            if self.sasl is not None:
+                from odradek.client._core.sasl import authenticate
+
+                self.session_lifetime_ms = await authenticate(self, self.sasl)
         except BaseException:  # failed or cancelled mid-handshake: do not leak the socket
-            self._fail(ConnectionLost("closed during the ApiVersions handshake"))
+            self._fail(ConnectionLost("closed during the ApiVersions or SASL handshake"))
             raise
 
     async def _negotiate(self) -> None:

@@ -23,6 +23,7 @@ from typing import Any, Final, TypeVar
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.cluster import Cluster
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, request_entity
 from odradek.client._core.errors import KafkaError
@@ -132,6 +133,7 @@ def open_cluster(config: ClientConfig) -> Cluster:
         retry_backoff_ms=config["retry.backoff.ms"],
         metadata_max_age_ms=config["metadata.max.age.ms"],
         client_versions=ADMIN_VERSIONS,
+        sasl=sasl_credentials(config),
     )
 
 

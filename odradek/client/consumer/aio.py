@@ -73,6 +73,10 @@ _KEYWORDS = {
     "metadata_max_age_ms": "metadata.max.age.ms",
     "check_crcs": "check.crcs",
     "security_protocol": "security.protocol",
+    # SASL (client/_core/sasl.py): aiokafka's names for PLAIN's and SCRAM's user
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
 }
 # aiokafka arguments without effect here: ``loop`` and ``api_version`` (aiokafka
 # ignores them too), the iterator's ``consumer_timeout_ms``, idle connections (kept

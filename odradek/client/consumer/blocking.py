@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client._core.sasl import is_authentication
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
@@ -133,7 +134,8 @@ class Consumer:
         error_cb = self._error_cb
         assert error_cb is not None
         servers = self.config["bootstrap.servers"]
-        kafka_error = KafkaError(LocalError.transport, f"{servers}: {error}")
+        code = LocalError.authentication if is_authentication(error) else LocalError.transport
+        kafka_error = KafkaError(code, f"{servers}: {error}")
 
         def call() -> bool:
             error_cb(kafka_error)

@@ -33,6 +33,7 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.cluster import Cluster
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, KafkaConnectionError, request_entity
 from odradek.client._core.errors import KafkaError
@@ -129,6 +130,7 @@ class ConsumerCore:
             retry_backoff_ms=config["retry.backoff.ms"],
             metadata_max_age_ms=config["metadata.max.age.ms"],
             client_versions=CONSUMER_VERSIONS,
+            sasl=sasl_credentials(config),
         )
         self.group_id: str | None = config["group.id"]
         self.isolation = 1 if config["isolation.level"] == "read_committed" else 0

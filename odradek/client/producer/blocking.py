@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
+from odradek.client._core.sasl import is_authentication
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
@@ -209,9 +210,8 @@ class Producer:
     def _unreachable(self, error: BaseException) -> None:
         """On the loop: no broker answered at start; error_cb hears it from poll()."""
         servers = self._config["bootstrap.servers"]
-        self._reports.put(
-            _ErrorEvent(KafkaError(LocalError.transport, f"{servers}: {error or 'timed out'}"))
-        )
+        code = LocalError.authentication if is_authentication(error) else LocalError.transport
+        self._reports.put(_ErrorEvent(KafkaError(code, f"{servers}: {error or 'timed out'}")))
 
     def _wake_sender(self) -> None:
         self._wake_scheduled = False

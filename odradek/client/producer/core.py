@@ -32,6 +32,7 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.cluster import Cluster
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.config import ClientConfig, ConfigError
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
@@ -169,6 +170,7 @@ class AsyncProducer:
             retry_backoff_ms=config["retry.backoff.ms"],
             metadata_max_age_ms=config["metadata.max.age.ms"],
             client_versions=PRODUCER_VERSIONS,
+            sasl=sasl_credentials(config),
         )
         self.accumulator = RecordAccumulator(
             batch_size=config["batch.size"],
