@@ -179,6 +179,7 @@ class ScramServer:
         self._server_first = ""
         self._credential: ScramCredential | None = None
         self._known = False
+        self._server_nonce_length = 0
 
     def respond(self, token: bytes) -> bytes:
         try:
@@ -226,7 +227,9 @@ class ScramServer:
         self._user = user
         self._gs2_header = text[: len(flag) + 1 + len(authzid_part) + 1]
         self._client_first_bare = bare
-        self._nonce = client_nonce + self.server_nonce()
+        server_nonce = self.server_nonce()
+        self._server_nonce_length = len(server_nonce)
+        self._nonce = client_nonce + server_nonce
         credential = self.lookup(user)
         self._known = credential is not None
         self._credential = credential if credential is not None else self._fake(user)
@@ -242,6 +245,19 @@ class ScramServer:
             self.name, salt, os.urandom(digest), os.urandom(digest), DEFAULT_ITERATIONS
         )
 
+    def _nonce_matches(self, nonce: str) -> bool:
+        """RFC 5802: the combined nonce, echoed exactly. Also accepted: the client's
+        nonce followed by the combined nonce, which librdkafka before 2.x (kcat 1.7's
+        bundled 2.0.2) sends; Kafka's broker accepted it then (it checked only the
+        end). Both forms are fixed by this exchange, and the proof signs the message
+        as sent, so neither weakens the check."""
+        client_nonce = self._nonce[: len(self._nonce) - self._server_nonce_length]
+        combined = self._nonce.encode()
+        candidate = nonce.encode()
+        exact = hmac.compare_digest(candidate, combined)
+        legacy = hmac.compare_digest(candidate, client_nonce.encode() + combined)
+        return exact or legacy
+
     def _client_final(self, text: str) -> str:
         without_proof, sep, proof_b64 = text.rpartition(",p=")
         if not sep:
@@ -252,7 +268,7 @@ class ScramServer:
         binding = _b64decode(attributes[0][1], "the channel binding")
         if binding != self._gs2_header.encode("utf-8"):
             raise AuthenticationFailed("SCRAM: the channel binding does not match the gs2 header")
-        if not hmac.compare_digest(attributes[1][1].encode(), self._nonce.encode()):
+        if not self._nonce_matches(attributes[1][1]):
             raise AuthenticationFailed("SCRAM: the nonce does not match")
         proof = _b64decode(proof_b64, "the proof")
         credential = self._credential

@@ -149,3 +149,34 @@ def test_plain_server() -> None:
     ]:
         with pytest.raises(AuthenticationFailed, match=needle):
             PlainServer(users).respond(token)
+
+
+def test_legacy_librdkafka_nonce_form_and_nothing_else() -> None:
+    """librdkafka 2.0 (kcat 1.7) echoes its own nonce before the combined one; that
+    form is accepted (its proof still has to match), any other prefix is not."""
+    credential = make_credential("SCRAM-SHA-256", "pw")
+
+    def final_with(prefix: str) -> bytes:
+        client = ScramClient("SCRAM-SHA-256", "u", "pw", nonce="cn")
+        server = ScramServer("SCRAM-SHA-256", {"u": credential}.get, server_nonce=lambda: "sn")
+        server_first = server.respond(client.next_token(None) or b"")
+        final = (client.next_token(server_first) or b"").decode()
+        without, _, _ = final.rpartition(",p=")
+        legacy = without.replace("r=cnsn", f"r={prefix}cnsn")
+        # Recompute the proof over the message as it will be sent.
+        import hashlib
+        import hmac as hmac_module
+
+        from odradek.security.scram import MECHANISMS, salted_password
+
+        mechanism = MECHANISMS["SCRAM-SHA-256"]
+        salted = salted_password(mechanism, b"pw", credential.salt, credential.iterations)
+        client_key = hmac_module.new(salted, b"Client Key", "sha256").digest()
+        auth = f"n=u,r=cn,{server_first.decode()},{legacy}".encode()
+        signature = hmac_module.new(hashlib.sha256(client_key).digest(), auth, "sha256").digest()
+        proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+        return server.respond(f"{legacy},p={base64.b64encode(proof).decode()}".encode())
+
+    assert final_with("cn").startswith(b"v=")
+    with pytest.raises(AuthenticationFailed, match="nonce does not match"):
+        final_with("xx")
