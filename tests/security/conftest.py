@@ -21,6 +21,7 @@ from odradek.server.sasl_settings import TEST_CREDENTIALS_ENV
 from tests.support.broker import BrokerProcess
 
 REAUTH_MS = 1500
+FAILED_DELAY_MS = 600
 USERS = {"alice": "alice-secret", "admin": "admin-secret"}
 PLAIN_JAAS = (
     "org.apache.kafka.common.security.plain.PlainLoginModule required "
@@ -34,6 +35,7 @@ BROKER_ARGS = [
     "--override=sasl.enabled.mechanisms=PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
     f"--override=sasl.jaas.config={PLAIN_JAAS}",
     f"--override=listener.name.reauth.connections.max.reauth.ms={REAUTH_MS}",
+    f"--override=connection.failed.authentication.delay.ms={FAILED_DELAY_MS}",
 ]
 
 

@@ -169,7 +169,7 @@ async def authenticate(connection: BrokerConnection, credentials: SaslCredential
         offered = ", ".join(handshake.mechanisms) or "none"
         raise SaslAuthenticationError(
             f"the broker does not enable SASL mechanism {credentials.mechanism} "
-            f"({handshake.error_code.name}; enabled: {offered})"
+            f"({handshake.error_code.name.upper()}; enabled: {offered})"
         )
     mechanism = client_mechanism(credentials)
     auth_version = connection.version_for(SASL_AUTHENTICATE_KEY)
@@ -185,7 +185,7 @@ async def authenticate(connection: BrokerConnection, credentials: SaslCredential
         if response.error_code != ErrorCode.none:
             raise SaslAuthenticationError(
                 f"SASL {credentials.mechanism} authentication failed: "
-                f"{response.error_message or response.error_code.name}"
+                f"{response.error_message or response.error_code.name.upper()}"
             )
         server = bytes(response.auth_bytes)
         lifetime = getattr(response, "session_lifetime", None)

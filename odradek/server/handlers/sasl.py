@@ -68,6 +68,7 @@ STATE_KEY: Final = "sasl"
 _unexpected = PeerWarnings(logger, "unexpected-request-during-SASL lines")
 _failures = PeerWarnings(logger, "failed-authentication lines")
 _v0 = PeerWarnings(logger, "SaslHandshake v0 lines")
+_mechanisms = PeerWarnings(logger, "refused-SASL-mechanism lines")
 
 
 @dataclass(slots=True)
@@ -153,7 +154,7 @@ async def sasl_handshake(services: AdminServices, request: Request) -> Any:
     if state.authenticated_once and name != state.mechanism_name:
         # KIP-368: re-authentication keeps the mechanism.
         assert state.mechanism_name is not None
-        _failures.warn(
+        _mechanisms.warn(
             session.peer,
             "closing connection from %s: re-authentication with %s, not %s",
             session.peer,
@@ -163,7 +164,7 @@ async def sasl_handshake(services: AdminServices, request: Request) -> Any:
         body = _handshake_body(version, "UNSUPPORTED_SASL_MECHANISM", (state.mechanism_name,))
         return _respond(request, body, close=True)
     if name not in settings.mechanisms or requested != name:
-        _failures.warn(
+        _mechanisms.warn(
             session.peer,
             "closing connection from %s: SASL mechanism %r is not enabled on listener %s "
             "(enabled: %s)",
