@@ -788,13 +788,32 @@ class BrokerConfig:
             if protocol not in IMPLEMENTED_PROTOCOLS:
                 raise ConfigError(
                     "listeners",
-                    f"{listener.url()} uses {protocol} (listener.security.protocol.map), "
-                    f"which is not implemented; implemented: {', '.join(sorted(IMPLEMENTED_PROTOCOLS))}",
+                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): not "
+                    f"implemented yet; implemented: {', '.join(sorted(IMPLEMENTED_PROTOCOLS))}",
                 )
             if protocol.startswith("SASL_"):
                 from odradek.server.sasl_settings import listener_sasl
 
                 listener_sasl(self, listener.name)  # a bad SASL setup fails at startup
+        self._check_internal_sasl(protocols)
+
+    def _check_internal_sasl(self, protocols: dict[str, str]) -> None:
+        """Nodes do not authenticate to each other yet: in a cluster, a SASL listener
+        may serve clients but not be the inter-broker or a controller listener."""
+        if not self.quorum_configured:
+            return  # the zero-config node never connects to its own listeners
+        internal = [(name, "controller.listener.names") for name in self.controller_listener_names]
+        inter = self.inter_broker_listener
+        if inter is not None:
+            internal.append((inter.name, "inter.broker.listener.name"))
+        for name, key in internal:
+            if protocols.get(name, "").startswith("SASL_"):
+                raise ConfigError(
+                    key,
+                    f"{name} uses {protocols[name]}: brokers and controllers do not "
+                    "authenticate to each other with SASL yet; give nodes a PLAINTEXT "
+                    "listener of their own and SASL listeners to clients",
+                )
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:

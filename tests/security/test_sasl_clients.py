@@ -80,9 +80,7 @@ def test_kcat_scram(sasl_bootstrap: str, topic_name: str) -> None:
     assert out.stdout.split() == [b"one", b"two"]
     # A wrong password: kcat fails with librdkafka's authentication error.
     bad = [a.replace(USERS["alice"], "wrong") for a in common]
-    failed = subprocess.run(
-        [*bad, "-L", "-m", "5"], capture_output=True, timeout=30, check=False
-    )
+    failed = subprocess.run([*bad, "-L", "-m", "5"], capture_output=True, timeout=30, check=False)
     assert failed.returncode != 0
     assert b"Authentication failed: Invalid username or password" in failed.stderr
 

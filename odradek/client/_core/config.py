@@ -233,15 +233,15 @@ ALIASES: Final[dict[str, tuple[str, frozenset[str]]]] = {
 }
 _SCALE: Final = {"queue.buffering.max.kbytes": 1024}
 NO_OPS: Final = {p.name: p.note for p in PROPERTIES if p.note}
+
+
 def _check_sasl(values: dict[str, Any]) -> None:
     """A SASL protocol needs sasl.username and sasl.password (PLAIN and SCRAM)."""
     if values.get("security.protocol") not in SASL_PROTOCOLS:
         return
     for key in ("sasl.username", "sasl.password"):
         if not values.get(key):
-            raise ConfigError(
-                key, f"required with security.protocol={values['security.protocol']}"
-            )
+            raise ConfigError(key, f"required with security.protocol={values['security.protocol']}")
 
 
 class ClientConfig:

@@ -197,4 +197,6 @@ def sasl_credentials(config: Any) -> SaslCredentials | None:
     """The SASL credentials a ``ClientConfig`` asks for (None without SASL)."""
     if not str(config["security.protocol"]).upper().startswith("SASL_"):
         return None
-    return SaslCredentials(config["sasl.mechanism"], config["sasl.username"], config["sasl.password"])
+    return SaslCredentials(
+        config["sasl.mechanism"], config["sasl.username"], config["sasl.password"]
+    )

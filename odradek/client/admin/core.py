@@ -23,10 +23,10 @@ from typing import Any, Final, TypeVar
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.cluster import Cluster
-from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, request_entity
 from odradek.client._core.errors import KafkaError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.types import KafkaException, TopicPartition
 from odradek.client.admin.types import Node
 

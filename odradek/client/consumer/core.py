@@ -33,10 +33,10 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.cluster import Cluster
-from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, KafkaConnectionError, request_entity
 from odradek.client._core.errors import KafkaError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client.consumer.fetch_decode import ConsumerRecord, FetchedRecords, decode_fetch
 from odradek.client.consumer.list_offsets import LIST_OFFSETS, list_offsets
 from odradek.client.consumer.offsets import (

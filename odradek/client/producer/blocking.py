@@ -39,11 +39,11 @@ from typing import Any, TypeVar
 
 from kio.schema.errors import ErrorCode
 
-from odradek.client._core.sasl import is_authentication
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
 from odradek.client._core.loop_thread import LoopThread, weak_callback
+from odradek.client._core.sasl import is_authentication
 from odradek.client._core.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,

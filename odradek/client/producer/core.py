@@ -32,10 +32,10 @@ from typing import Any
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.cluster import Cluster
-from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.config import ClientConfig, ConfigError
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.types import RecordMetadata, as_bytes
 from odradek.client.producer.accumulator import (
     Header,

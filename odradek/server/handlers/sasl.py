@@ -98,12 +98,12 @@ def admit(session: Session, api_key: int, api_version: int) -> str | None:
             f"handshake on listener {session.listener}"
         )
     state = session.state.get(STATE_KEY)
-    if isinstance(state, SaslState) and state.expires_at is not None:
-        if time.monotonic() > state.expires_at:
-            return (
-                f"SASL session of {session.principal} expired "
-                "(connections.max.reauth.ms) and was not re-authenticated"
-            )
+    expires_at = state.expires_at if isinstance(state, SaslState) else None
+    if expires_at is not None and time.monotonic() > expires_at:
+        return (
+            f"SASL session of {session.principal} expired "
+            "(connections.max.reauth.ms) and was not re-authenticated"
+        )
     return None
 
 
