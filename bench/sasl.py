@@ -39,7 +39,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench._support import (  # noqa: E402
+from bench._support import (
     REPO,
     load_average,
     read_line,
@@ -47,8 +47,8 @@ from bench._support import (  # noqa: E402
     stop_process,
     warn_if_busy,
 )
-from odradek.client._core.connection import BrokerAddress, BrokerConnection  # noqa: E402
-from odradek.client._core.sasl import SaslCredentials  # noqa: E402
+from odradek.client._core.connection import BrokerAddress, BrokerConnection
+from odradek.client._core.sasl import SaslCredentials
 
 MECHANISMS = ("SCRAM-SHA-256", "SCRAM-SHA-512")
 ITERATIONS = 4096
@@ -141,8 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         process, bootstrap, _ = start_broker(workdir)
         print(
-            f"| mechanism | iterations | concurrency | handshakes | seconds | handshakes/s "
-            f"| broker CPU ms/handshake |\n|---|---|---|---|---|---|---|",
+            "| mechanism | iterations | concurrency | handshakes | seconds | handshakes/s "
+            "| broker CPU ms/handshake |\n|---|---|---|---|---|---|---|",
             flush=True,
         )
         for mechanism in MECHANISMS:
