@@ -189,6 +189,7 @@ def test_session_expires_without_reauthentication(reauth_bootstrap: str) -> None
         credentials = SaslCredentials("SCRAM-SHA-256", "alice", USERS["alice"])
         connection = await connect(reauth_bootstrap, credentials)
         assert connection.session_lifetime_ms == REAUTH_MS
+        connection._reauth_at = None  # this client does not re-authenticate on its own
         assert not await closed_by_broker(connection)
         await asyncio.sleep(REAUTH_MS / 1000 + 0.3)
         assert await closed_by_broker(connection)
@@ -262,3 +263,42 @@ def test_librdkafka_reauthenticates_past_several_lifetimes(
     # librdkafka re-authenticated each connection in time: the broker never had to
     # close one for an expired session.
     assert "expired (connections.max.reauth.ms)" not in added
+
+
+def test_odradek_client_reauthenticates_past_several_lifetimes(
+    sasl_broker: BrokerProcess, reauth_bootstrap: str, topic_name: str
+) -> None:
+    from odradek.client import Consumer, Producer
+
+    conf = {
+        "bootstrap.servers": reauth_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": "alice",
+        "sasl.password": USERS["alice"],
+    }
+    log_start = len(sasl_broker.log())
+    producer = Producer(conf)
+    consumer = Consumer({**conf, "group.id": f"g-{topic_name}", "auto.offset.reset": "earliest"})
+    consumer.subscribe([topic_name])
+    received: list[bytes] = []
+    sent = 0
+    try:
+        deadline = time.monotonic() + REAUTH_MS / 1000 * 4
+        while time.monotonic() < deadline:
+            producer.produce(topic_name, f"o-{sent}".encode())
+            producer.poll(0)
+            sent += 1
+            message = consumer.poll(0.3)
+            if message is not None and message.error() is None:
+                received.append(message.value())
+        assert producer.flush(10) == 0
+        final = time.monotonic() + 15
+        while len(received) < sent and time.monotonic() < final:
+            message = consumer.poll(0.3)
+            if message is not None and message.error() is None:
+                received.append(message.value())
+    finally:
+        consumer.close()
+    assert received == [f"o-{i}".encode() for i in range(sent)]
+    assert "expired (connections.max.reauth.ms)" not in sasl_broker.log()[log_start:]

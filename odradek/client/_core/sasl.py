@@ -10,10 +10,10 @@ broker's server signature too: a broker that does not know the password cannot p
 Errors are ``SaslAuthenticationError`` (not retriable: a wrong password stays
 wrong) with the broker's message, or the reason the client refused the exchange.
 
-Not done: re-authentication on a live connection (KIP-368). When the broker gives a
-session lifetime, ``session_lifetime_ms`` is kept; the broker closes the connection
-when it passes, and the client reconnects and authenticates again on its next
-request (a retriable ``ConnectionLost`` for what was in flight).
+Re-authentication (KIP-368): when the broker gives a session lifetime, the
+connection re-authenticates at 85% of it, before its next request that is not SASL,
+once the requests in flight are answered (connection.py ``_reauthenticate``); the
+broker keeps the principal and the session goes on.
 """
 
 from __future__ import annotations
