@@ -18,6 +18,12 @@ Each request that reaches a handler is timed, from its frame to its response, in
 ``RequestTimes`` histogram by Kafka's request name (request_metrics.py; Kafka's
 RequestMetrics TotalTimeMs), which /metrics exports.
 
+On a SASL listener, requests pass a gate first (``_gate``, rules in
+handlers/sasl.py): until the connection has authenticated, and once its session
+lifetime (KIP-368) has passed, only ApiVersions, SaslHandshake and SaslAuthenticate
+are served; anything else closes the connection with a log line. The gate reads only
+the fixed header, so an unauthenticated peer's requests are never decoded.
+
 The lines about bad requests are rate-limited per peer address, malformed and
 unsupported apart (``PeerWarnings``: one per address per 10 s, then a periodic "N
 more suppressed" count), so a client sending garbage in a loop cannot fill the log.
