@@ -183,10 +183,18 @@ def test_credential_records(raw: str | None) -> list[Any]:
     from odradek.security.scram import make_credential
 
     records = []
-    for user, mechanism, password, iterations in json.loads(raw):
-        credential = make_credential(mechanism, password, iterations=int(iterations))
-        entry = ScramEntry(
-            credential.salt, credential.stored_key, credential.server_key, credential.iterations
+    try:
+        for user, mechanism, password, iterations in json.loads(raw):
+            credential = make_credential(mechanism, password, iterations=int(iterations))
+            entry = ScramEntry(
+                credential.salt, credential.stored_key, credential.server_key, credential.iterations
+            )
+            records.append(scram_record(str(user), mechanism, entry))
+    except (ValueError, TypeError, KeyError) as error:
+        logger.error(
+            "%s ignored: not a list of [user, mechanism, password, iterations]: %s",
+            TEST_CREDENTIALS_ENV,
+            error,
         )
-        records.append(scram_record(user, mechanism, entry))
+        return []
     return records
