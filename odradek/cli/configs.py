@@ -1,4 +1,4 @@
-"""``odradek configs describe|alter`` for topics, brokers and groups.
+"""``odradek configs describe|alter`` for topics, brokers, groups and users.
 
 How this works and why: DescribeConfigs and IncrementalAlterConfigs through the
 client's ``AdminClient``; ``alter`` sets (``--set k=v``) and resets to the default
@@ -7,7 +7,8 @@ work: odradek's (``configs alter t -t topic --set k=v``) and kafka-configs.sh's
 (``configs --alter --entity-type topics --entity-name t --add-config k=v,k2=[a,b]
 --delete-config k3``, ``--entity-default`` for the cluster-wide broker defaults, the
 ``--topic``/``--broker``/``--broker-defaults``/``--group`` shortcuts); ``describe``
-without a name describes every entity of the type, as Kafka's does.
+without a name describes every entity of the type, as Kafka's does. Users
+(``--entity-type users``) carry SCRAM credentials, handled by configs_users.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 import click
 
+from odradek.cli import configs_users
 from odradek.cli.common import (
     REQUEST_TIMEOUT_S,
     admin_client,
@@ -83,6 +85,8 @@ ENTITY_TYPES = {
     "brokers": "broker",
     "group": "group",
     "groups": "group",
+    "user": "user",
+    "users": "user",
     "broker-loggers": "broker-loggers",
 }
 ENTITY_SOURCES = (
@@ -146,7 +150,7 @@ def entity_options(function: Callable[..., Any]) -> Callable[..., Any]:
             "--entity-type",
             "-t",
             type=click.Choice(list(ENTITY_TYPES)),
-            help="topic(s), broker(s) or group(s)  [default: topic]",
+            help="topic(s), broker(s), group(s) or user(s)  [default: topic]",
         ),
         click.option("--entity-name", help="the topic, broker id or group (Kafka's spelling)"),
         click.option("--entity-default", is_flag=True, help="the cluster-wide broker defaults"),
@@ -236,6 +240,9 @@ def describe(show_all: bool, bootstrap: str, output: str, **entity: Any) -> None
     resource, chosen = resolve_entity(**entity)
     hidden = 0
     with admin_client(bootstrap) as admin:
+        if resource == "user":  # SCRAM credentials (configs_users.py)
+            configs_users.describe_users(admin, chosen, output)
+            return
         names = [chosen] if chosen is not None else every_entity(admin, resource)
         for name in names:
             rows = describe_configs(admin, resource, name)
@@ -283,7 +290,15 @@ def alter(
     if both:
         raise click.UsageError(f"set and deleted at once: {', '.join(both)}")
     with admin_client(bootstrap) as admin:
-        alter_configs(admin, resource, name, settings, deletes)
+        if resource == "user" and configs_users.scram_change(settings, deletes):
+            configs_users.alter_user(admin, name, settings, deletes)
+        elif resource == "user":  # quotas (producer_byte_rate, ...) are not SCRAM keys
+            raise click.UsageError(
+                "only SCRAM credential configs (SCRAM-SHA-256, SCRAM-SHA-512) can be "
+                "altered for users"
+            )
+        else:
+            alter_configs(admin, resource, name, settings, deletes)
     click.echo(f"Altered configs of {_label(resource, name)}.")
 
 

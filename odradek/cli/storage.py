@@ -16,6 +16,14 @@ prints. Every dir is checked before any is written: a dir already formatted is
 refused unless ``--ignore-formatted``, one formatted for another cluster or node
 always. ``info`` prints, per dir, whether it is formatted and its meta.properties.
 
+``--add-scram 'SCRAM-SHA-256=[name=alice,password=alice-secret]'`` (repeatable; also
+``[name=...,iterations=...,salt=...,saltedpassword=...]``, base64) writes SCRAM
+credentials into ``bootstrap.checkpoint`` in the metadata log dir
+(metadata/bootstrap.py), which the active controller commits as the first batch of
+the cluster's metadata log, so an admin user exists before any broker is reachable.
+Each value is checked before anything is written; the file is written only when the
+metadata log dir is formatted by this run.
+
 Exit status: 0 done, 1 a refusal or I/O error (one line), 2 bad usage (the usage
 error, an invalid cluster id, or an invalid config, one line as ``serve`` does).
 """
@@ -23,13 +31,15 @@ error, an invalid cluster id, or an invalid config, one line as ``serve`` does).
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import click
 
 from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke
+from odradek.metadata.bootstrap import scram_bootstrap_record, write_bootstrap
+from odradek.metadata.image import MetadataRecord
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.storage.errors import StorageError
 from odradek.storage.meta_properties import (
@@ -39,6 +49,7 @@ from odradek.storage.meta_properties import (
     format_dirs,
     parse_uuid,
     random_uuid,
+    read_meta_properties,
 )
 
 NAME: Final = "storage"
@@ -72,6 +83,21 @@ def run_format(args: Args) -> int:
     config = _load(args)
     if config is None:
         return EXIT_USAGE
+    bootstrap = _scram_records(args.add_scram or ())
+    if bootstrap is None:
+        return EXIT_USAGE
+    try:
+        formatted_before = bool(bootstrap) and bool(read_meta_properties(config.metadata_log_dir))
+    except (StorageError, OSError) as error:
+        _error(_one_line(error))
+        return EXIT_ERROR
+    if formatted_before:
+        # its log may hold data already: bootstrap records would never be applied
+        _error(
+            f"metadata log dir {config.metadata_log_dir} is already formatted: "
+            "--add-scram applies only to a node formatted by this run"
+        )
+        return EXIT_ERROR
     try:
         results = format_dirs(
             config.identity_dirs,
@@ -83,6 +109,12 @@ def run_format(args: Args) -> int:
         _error(_one_line(error))
         return EXIT_ERROR
     metadata_dir = config.metadata_log_dir
+    if bootstrap:
+        try:
+            write_bootstrap(metadata_dir, bootstrap)
+        except OSError as error:
+            _error(_one_line(error))
+            return EXIT_ERROR
     for result in results:
         kind = "metadata" if result.log_dir == metadata_dir else "data"
         if result.formatted:
@@ -95,6 +127,25 @@ def run_format(args: Args) -> int:
     if not any(result.formatted for result in results):
         print("All of the log directories are already formatted.")
     return 0
+
+
+def _scram_records(values: Sequence[str]) -> list[MetadataRecord] | None:
+    """The records of every --add-scram value; None (after one line) on a bad one."""
+    records: list[MetadataRecord] = []
+    seen: set[tuple[str, str]] = set()
+    for value in values:
+        try:
+            record = scram_bootstrap_record(value)
+        except ValueError as error:
+            _error(f"--add-scram: {error}")
+            return None
+        key = (record.fields["name"], record.fields["mechanism"])
+        if key in seen:
+            _error(f"--add-scram: {key[1]} of {key[0]!r} given twice")
+            return None
+        seen.add(key)
+        records.append(record)
+    return records
 
 
 def run_info(args: Args) -> int:
@@ -177,6 +228,16 @@ def _random_uuid_command(**params: Any) -> int:
     "--ignore-formatted",
     is_flag=True,
     help="leave dirs already formatted for this cluster and node as they are",
+)
+@click.option(
+    "-S",
+    "--add-scram",
+    multiple=True,
+    metavar="SCRAM_CREDENTIAL",
+    help="a SCRAM credential for the metadata log's first batch, e.g. "
+    "'SCRAM-SHA-256=[name=alice,password=alice-secret]' or "
+    '\'SCRAM-SHA-512=[name=alice,iterations=8192,salt="N3E=",saltedpassword="YCE="]\' '
+    "(repeatable)",
 )
 def _format_command(**params: Any) -> int:
     return invoke(run_format, params)

@@ -13,11 +13,14 @@ voter's ``__cluster_metadata``). A failed append raises ControllerError
 KAFKA_STORAGE_ERROR and nothing of the change is applied or announced.
 
 The checks and records of new topics and partitions are topic_changes.py's, those of
-config changes config_changes.py's (this module holds the lock, hands them the current
-image and commits what they return). Which brokers get the replicas of new partitions
-is placement.py's decision; broker registration, heartbeats and fencing are
-broker_heartbeats.py's, whose sessions (in memory, from ``now_ms``) belong to the
-leader epoch ``writer.active_epoch`` names.
+config changes config_changes.py's, those of SCRAM credentials scram_changes.py's (this
+module holds the lock, hands them the current image and commits what they return).
+Bootstrap records (``storage format --add-scram``, bootstrap.py) are committed as a
+batch of their own before the first change of a cluster whose image is still empty
+(offset -1), so they are applied once, by whichever controller is active first.
+Which brokers get the replicas of new partitions is placement.py's decision; broker
+registration, heartbeats and fencing are broker_heartbeats.py's, whose sessions (in
+memory, from ``now_ms``) belong to the leader epoch ``writer.active_epoch`` names.
 
 Leaders and ISRs (elections.py, alter_partition.py, reassignment.py): a fence (session expiry) or a
 controlled shutdown is committed together with the PartitionChange records that move
@@ -33,6 +36,7 @@ timeout does not keep leaderships it no longer serves.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 import time
 import uuid
@@ -71,6 +75,12 @@ from odradek.metadata.image import (
     MetadataRecord,
 )
 from odradek.metadata.loader import MetadataLoader
+from odradek.metadata.scram_changes import (
+    ScramDeletion,
+    ScramUpsertion,
+    UserResult,
+    alter_credentials,
+)
 from odradek.metadata.topic_changes import (
     MAX_PARTITIONS_PER_REQUEST,
     NewTopic,
@@ -80,6 +90,8 @@ from odradek.metadata.topic_changes import (
 )
 from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+
+logger = logging.getLogger(__name__)
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 MIN_SESSION_CHECK_S: Final = 0.05  # the session timer's shortest sleep
@@ -101,8 +113,12 @@ class Controller:
         now_ms: Callable[[], int] | None = None,
         unclean_default: Callable[[], bool] | None = None,
         silent_leader: Callable[[], tuple[int, int] | None] | None = None,
+        bootstrap: Sequence[MetadataRecord] = (),
     ) -> None:
         self.writer = writer
+        # ``storage format --add-scram``'s records (metadata/bootstrap.py): committed
+        # before the first change of a cluster whose log holds nothing yet.
+        self._bootstrap = tuple(bootstrap)
         self.node_id = node_id
         self.image = loader.image
         self._defaults = defaults  # num.partitions, default.replication.factor (dynamic)
@@ -149,6 +165,13 @@ class Controller:
         """
         if not records:
             return self.image
+        if self._bootstrap and self.image.offset < 0:
+            offset = await self.writer.append(self._bootstrap)
+            logger.info(
+                "committed %d bootstrap record(s) (storage format --add-scram) at offset %d",
+                len(self._bootstrap),
+                offset,
+            )
         offset = await self.writer.append(records)
         assert self.image.offset >= offset, "the writer returned before the loader published"
         return self.image
@@ -416,6 +439,20 @@ class Controller:
             if validate_only:
                 return
             await self._commit(records)
+
+    # -- SCRAM credentials -------------------------------------------------------------
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        """AlterUserScramCredentials (scram_changes.py): per user, None or its error;
+        the accepted changes commit as one batch (a storage failure fails them all)."""
+        async with self._lock:
+            results, records = alter_credentials(self.image, deletions, upsertions)
+            try:
+                await self._commit(records)
+            except ControllerError as failure:
+                return [(user, failure if error is None else error) for user, error in results]
+            return results
 
     # -- producer ids ------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:

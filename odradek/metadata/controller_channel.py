@@ -3,7 +3,8 @@
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
 IncrementalAlterConfigs), auto-create, producer-id blocks, leader elections
-(ElectLeaders), partition reassignments (AlterPartitionReassignments) — goes
+(ElectLeaders), partition reassignments (AlterPartitionReassignments), SCRAM
+credentials (AlterUserScramCredentials) — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
 controller of this process (the single zero-config node; and, behind
@@ -11,8 +12,9 @@ controller of this process (the single zero-config node; and, behind
 requests), ``RemoteControllerChannel`` (controller_rpc.py) sends the change to the
 active controller over the controller listener, as every broker of a quorum does
 (Kafka forwards CreateTopics/DeleteTopics/CreatePartitions/AlterConfigs/
-IncrementalAlterConfigs and has an AllocateProducerIds RPC; broker registration is
-BrokerRegistration/BrokerHeartbeat's, server/broker_lifecycle.py), so
+IncrementalAlterConfigs/AlterUserScramCredentials and has an AllocateProducerIds RPC;
+broker registration is BrokerRegistration/BrokerHeartbeat's,
+server/broker_lifecycle.py), so
 the signatures follow what a request can carry:
 
 - plain data in (names, counts, ``NewTopic``, ``ConfigOp``), never callables or images;
@@ -51,6 +53,7 @@ from typing import Final, Protocol
 from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.elections import ElectionResult
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
+from odradek.metadata.scram_changes import ScramDeletion, ScramUpsertion, UserResult
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
@@ -135,6 +138,13 @@ class ControllerChannel(Protocol):
         result per partition; raises ControllerError for the request as a whole."""
         ...
 
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        """Delete and upsert SCRAM credentials (scram_changes.py); per user named, in
+        first-seen order, None or the error."""
+        ...
+
 
 class ConfigRules(Protocol):
     """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
@@ -215,6 +225,11 @@ class LocalControllerChannel:
         self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
     ) -> list[ReassignmentResult]:
         return await self._controller().alter_partition_reassignments(requests, allow_rf_change)
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        return await self._controller().alter_user_scram_credentials(deletions, upsertions)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
@@ -315,6 +330,15 @@ class GatedControllerChannel:
     ) -> list[ReassignmentResult]:
         self._check()
         return await self._channel.alter_partition_reassignments(requests, allow_rf_change)
+
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        refusal = self._refusal()
+        if refusal is not None:
+            users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
+            return [(user, refusal) for user in users]
+        return await self._channel.alter_user_scram_credentials(deletions, upsertions)
 
 
 __all__ = [

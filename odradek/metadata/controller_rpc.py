@@ -36,8 +36,10 @@ active controller (a controller that is not the leader answers the partition wit
 NOT_LEADER_OR_FOLLOWER, retried like NOT_CONTROLLER) and its response goes back
 unchanged, as Kafka's brokers forward it.
 
-AlterPartition (a leader's ISR changes, ``IsrChannel``), ElectLeaders and
-AlterPartitionReassignments are built and read in partition_rpc.py; ElectLeaders
+AlterUserScramCredentials is built and read in scram_rpc.py (the image then shows
+each accepted credential change). AlterPartition (a leader's ISR changes,
+``IsrChannel``), ElectLeaders and AlterPartitionReassignments are built and read in
+partition_rpc.py; ElectLeaders
 waits for the local image to show the elected leaders and AlterPartitionReassignments
 the new replica sets, AlterPartition does not (the leader takes the answer itself).
 
@@ -85,6 +87,13 @@ from odradek.metadata.partition_rpc import (
     ELECT_LEADERS_VERSIONS,
 )
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
+from odradek.metadata.scram_changes import ScramDeletion, ScramUpsertion, UserResult
+from odradek.metadata.scram_rpc import (
+    ALTER_SCRAM_KEY,
+    ALTER_SCRAM_VERSIONS,
+    alter_user_scram_credentials,
+    credentials_shown,
+)
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
 
@@ -111,6 +120,7 @@ FORWARDED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ELECT_LEADERS_KEY: ELECT_LEADERS_VERSIONS,
     ALTER_REASSIGNMENTS_KEY: ALTER_REASSIGNMENTS_VERSIONS,
     ALTER_PARTITION_KEY: ALTER_PARTITION_VERSIONS,  # a broker's own request, not forwarded
+    ALTER_SCRAM_KEY: ALTER_SCRAM_VERSIONS,
 }
 TOPIC_IDS_VERSION: Final = 6  # DeleteTopics names topics by id from v6
 # ConfigResource.Type on the wire, by the image's resource type.
@@ -383,6 +393,19 @@ class RemoteControllerChannel:
             self.client, self._timeout_s, requests, allow_rf_change
         )
         await self._wait_for("reassignments started", partition_rpc.reassigned(requests, results))
+        return results
+
+    # -- SCRAM credentials (scram_rpc.py) ------------------------------------------------
+    async def alter_user_scram_credentials(
+        self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
+    ) -> list[UserResult]:
+        results = await alter_user_scram_credentials(
+            self.client, self._timeout_s, deletions, upsertions
+        )
+        if any(error is None for _, error in results):
+            await self._wait_for(
+                "SCRAM credentials changed", credentials_shown(deletions, upsertions, results)
+            )
         return results
 
     async def alter_partition(

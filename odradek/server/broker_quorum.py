@@ -27,6 +27,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any, Final
 
+from odradek.metadata.bootstrap import BootstrapError, read_bootstrap
 from odradek.metadata.controller import Controller
 from odradek.metadata.controller_channel import GatedControllerChannel
 from odradek.metadata.controller_client import ControllerClient, connector
@@ -184,10 +185,22 @@ def raft_controller(broker: Broker, raft_log: DiskRaftLog) -> Controller:
         heartbeat_interval_ms=broker.config["broker.heartbeat.interval.ms"],
         unclean_default=broker.unclean_election_default,
         silent_leader=writer.silent_predecessor,
+        bootstrap=_bootstrap_records(broker),
     )
     # This node's broker runs in this process: its older incarnation is dead.
     controller.heartbeats.local_incarnation_id = broker.incarnation_id
     return controller
+
+
+def _bootstrap_records(broker: Broker) -> list[Any]:
+    """``storage format --add-scram``'s records for the controller (metadata/bootstrap.py);
+    a damaged file stops the node with one line."""
+    if "controller" not in broker.config.roles:
+        return []  # only a controller ever commits them
+    try:
+        return read_bootstrap(broker.config.metadata_log_dir)
+    except BootstrapError as error:
+        raise MetadataLogDamagedError(str(error)) from None
 
 
 async def start_quorum(broker: Broker) -> list[Any]:

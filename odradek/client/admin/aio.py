@@ -29,6 +29,7 @@ from odradek.client._core.types import TopicPartition as CoreTopicPartition
 from odradek.client.admin import configs as admin_configs
 from odradek.client.admin import groups as admin_groups
 from odradek.client.admin import records as admin_records
+from odradek.client.admin import scram as admin_scram
 from odradek.client.admin import topics as admin_topics
 from odradek.client.admin.aio_types import (
     AlterConfigsResponse,
@@ -495,3 +496,37 @@ class AIOKafkaAdminClient:
                 raise answer
             result[tp] = answer.low_watermark
         return result
+
+    # -- SCRAM credentials (scram.py; kafka-python's KafkaAdminClient shape) -------------
+    @aio_boundary
+    async def alter_user_scram_credentials(
+        self, alterations: list[admin_scram.UserScramCredentialAlteration]
+    ) -> dict[str, str | None]:
+        """One AlterUserScramCredentials; ``{user: None or the broker's error message}``
+        (aiokafka has no such call: this is kafka-python's answer shape)."""
+        admin_scram.check_alterations(alterations)
+        answers = await admin_scram.alter_user_scram_credentials(self.cluster, alterations)
+        return {
+            user: None if outcome.ok else (outcome.message or outcome.code.name.upper())
+            for user, outcome in answers.items()
+        }
+
+    @aio_boundary
+    async def describe_user_scram_credentials(
+        self, users: list[str] | None = None
+    ) -> dict[str, dict[str, Any]]:
+        """``{user: {"error": None or message, "credential_infos": [{"mechanism":
+        ScramMechanism, "iterations": n}]}}`` (kafka-python's shape)."""
+        admin_scram.check_users(users)
+        answers = await admin_scram.describe_user_scram_credentials(self.cluster, users)
+        described: dict[str, dict[str, Any]] = {}
+        for user, answer in answers.items():
+            if isinstance(answer, KafkaError):
+                described[user] = {"error": str(answer), "credential_infos": []}
+                continue
+            infos = [
+                {"mechanism": i.mechanism, "iterations": i.iterations}
+                for i in answer.scram_credential_infos
+            ]
+            described[user] = {"error": None, "credential_infos": infos}
+        return described

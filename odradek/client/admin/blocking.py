@@ -28,6 +28,7 @@ from odradek.client._core.types import TopicPartition
 from odradek.client.admin import configs as admin_configs
 from odradek.client.admin import groups as admin_groups
 from odradek.client.admin import records as admin_records
+from odradek.client.admin import scram as admin_scram
 from odradek.client.admin import topics as admin_topics
 from odradek.client.admin.core import Outcome, as_exception, open_cluster, within
 from odradek.client.admin.groups import GroupView, partition_errors
@@ -471,6 +472,40 @@ class AdminClient:
             }
         work = admin_records.delete_records(self._cluster, before, operation_timeout)
         return self._split(list(before), work, request_timeout)
+
+    # -- SCRAM credentials (scram.py) ------------------------------------------------
+    def describe_user_scram_credentials(
+        self, users: list[str] | None = None, request_timeout: float | None = None
+    ) -> Future[dict[str, admin_scram.UserScramCredentialsDescription]] | dict[str, Future[Any]]:
+        """confluent-kafka's shape: users None -> one future of ``{user:
+        description}`` (every user with a credential); a list -> ``{user: future}``."""
+        admin_scram.check_users(users)
+        work = admin_scram.describe_user_scram_credentials(self._cluster, users)
+        if users is not None:
+            return self._split(list(dict.fromkeys(users)), work, request_timeout)
+
+        async def every_user() -> dict[str, admin_scram.UserScramCredentialsDescription]:
+            answers = await work
+            found = {}
+            for user, answer in answers.items():
+                if isinstance(answer, KafkaError):
+                    raise answer
+                found[user] = answer
+            return found
+
+        return self._one(every_user(), request_timeout)
+
+    def alter_user_scram_credentials(
+        self,
+        alterations: list[admin_scram.UserScramCredentialAlteration],
+        request_timeout: float | None = None,
+    ) -> dict[str, Future[None]]:
+        """One request; ``{user: future}`` resolving to None or raising that user's
+        error (a user named twice is DUPLICATE_RESOURCE, as Kafka answers)."""
+        admin_scram.check_alterations(alterations)
+        users = list(dict.fromkeys(a.user for a in alterations))
+        work = admin_scram.alter_user_scram_credentials(self._cluster, alterations)
+        return self._split(users, work, request_timeout, lambda user: f"user {user}")
 
     # -- lifecycle -------------------------------------------------------------------
     def poll(self, timeout: float | None = None) -> int:

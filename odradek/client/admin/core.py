@@ -46,6 +46,8 @@ CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 OFFSET_DELETE: Final = 47
+DESCRIBE_USER_SCRAM_CREDENTIALS: Final = 50
+ALTER_USER_SCRAM_CREDENTIALS: Final = 51
 DESCRIBE_CLUSTER: Final = 60
 # The versions each operation writes and reads; requests are built once with every
 # field of the range (``request_entity`` keeps the fields the chosen version has).
@@ -66,6 +68,8 @@ ADMIN_VERSIONS: Final = {
     DELETE_GROUPS: (2, 2),
     INCREMENTAL_ALTER_CONFIGS: (1, 1),
     OFFSET_DELETE: (0, 0),
+    DESCRIBE_USER_SCRAM_CREDENTIALS: (0, 0),
+    ALTER_USER_SCRAM_CREDENTIALS: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
 }
 T = TypeVar("T")

@@ -12,10 +12,11 @@ A listener serves one *plane*, as in Kafka: a broker listener answers the client
 and broker-to-controller APIs (``Plane.CONTROLLER``: Vote, BeginQuorumEpoch,
 EndQuorumEpoch, metadata Fetch, BrokerRegistration/Heartbeat, AlterPartition,
 AllocateProducerIds, and the admin requests brokers forward: CreateTopics,
-DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs, served by the
-broker plane's own handlers). Each plane has its own table, so an API registered on one
-plane is, on the other, exactly an unknown key: the Dispatcher of that plane closes
-the connection, and ApiVersions there does not list it. ApiVersions is on both.
+DeleteTopics, CreatePartitions, AlterConfigs, IncrementalAlterConfigs,
+AlterUserScramCredentials, served by the broker plane's own handlers). Each plane has
+its own table, so an API registered on one plane is, on the other, exactly an unknown
+key: the Dispatcher of that plane closes the connection, and ApiVersions there does
+not list it. ApiVersions is on both.
 """
 
 from __future__ import annotations
@@ -107,6 +108,7 @@ def load_all() -> None:
         records_admin,
         replica_log_dirs,
         sasl,
+        scram,
         topics,
         topics_admin,
         transactions,
