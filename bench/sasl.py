@@ -8,9 +8,8 @@ What is measured, and how:
 - Broker: ``python -m odradek serve`` with one SASL_PLAINTEXT listener on
   127.0.0.1:0 enabling SCRAM-SHA-256 and SCRAM-SHA-512, in a fresh temporary
   directory (deleted at the end), log level WARNING. The user's credentials (4096
-  iterations, Kafka's minimum and default) are seeded through the broker's test-only
-  hook (``ODRADEK_TEST_SCRAM_CREDENTIALS``), committed to the metadata log as
-  UserScramCredential records.
+  iterations, Kafka's minimum and default) are written with ``odradek storage format
+  --add-scram`` before the start, as an operator bootstraps users.
 - Client: odradek's own client connection (``BrokerConnection`` with SASL
   credentials), in this process, one asyncio loop. One authentication = a new TCP
   connection, ApiVersions, SaslHandshake v1 and the two SaslAuthenticate round trips
@@ -28,7 +27,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import shutil
 import subprocess
@@ -62,10 +60,28 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def format_with_scram(workdir: Path) -> None:
+    properties = workdir / "server.properties"
+    properties.write_text(f"log.dirs={workdir / 'data'}\n")
+    odradek = [sys.executable, "-m", "odradek", "storage"]
+    cluster_id = subprocess.run(
+        [*odradek, "random-uuid"], capture_output=True, check=True, text=True, cwd=REPO
+    ).stdout.strip()
+    scram = [
+        f"--add-scram={m}=[name={USER},password={PASSWORD},iterations={ITERATIONS}]"
+        for m in MECHANISMS
+    ]
+    subprocess.run(
+        [*odradek, "format", "-t", cluster_id, "-c", str(properties), *scram],
+        capture_output=True,
+        check=True,
+        cwd=REPO,
+    )
+
+
 def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
     log_path = workdir / "odradek.log"
-    credentials = [[USER, m, PASSWORD, ITERATIONS] for m in MECHANISMS]
-    env = {**os.environ, "ODRADEK_TEST_SCRAM_CREDENTIALS": json.dumps(credentials)}
+    format_with_scram(workdir)
     log = open(log_path, "ab")  # noqa: SIM115 - kept by the child
     process = subprocess.Popen(
         [
@@ -83,7 +99,6 @@ def start_broker(workdir: Path) -> tuple[subprocess.Popen[bytes], str, Path]:
         stdout=subprocess.PIPE,
         stderr=log,
         cwd=REPO,
-        env=env,
     )
     log.close()
     line = read_line(process, "odradek serve", lambda: log_path.read_text(errors="replace"))

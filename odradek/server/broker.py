@@ -58,7 +58,6 @@ take a ``Broker``: broker_views.py, broker_quorum.py, broker_shutdown.py).
 from __future__ import annotations
 
 import asyncio
-import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -356,12 +355,6 @@ class Broker:
         assert self.metadata_writer is not None
         self.replica_manager.check_loaded_logs(self.metadata_writer.local_image)
         controller_bound = await start_quorum(self)
-        if not self.config.quorum_configured:  # SASL's tests seed SCRAM credentials
-            from odradek.server.sasl_settings import TEST_CREDENTIALS_ENV, test_credential_records
-
-            seeded = test_credential_records(os.environ.get(TEST_CREDENTIALS_ENV))
-            if seeded:
-                await self.controller._commit(seeded)
         # Again against what the quorum committed (the same on a single voter).
         self.replica_manager.check_loaded_logs(self.controller.image)
         self._session_timer = asyncio.create_task(

@@ -18,11 +18,10 @@ dropped with a warning. OAUTHBEARER is the same until it is implemented.
 from __future__ import annotations
 
 import functools
-import json
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from odradek.security.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_broker_jaas
 from odradek.security.sasl_server import PLAIN, SUPPORTED_MECHANISMS
@@ -163,38 +162,3 @@ def listener_sasl(config: BrokerConfig, listener: str) -> ListenerSasl:
         int(config["connection.failed.authentication.delay.ms"]),
         _int_setting(config, listener, None, "sasl.server.max.receive.size"),
     )
-
-
-# -- a test-only hook --------------------------------------------------------------
-# Until a node can be given SCRAM credentials through AlterUserScramCredentials (the
-# SCRAM management part of issue 16), SASL's integration tests seed them through
-# this environment variable: a JSON list of [user, mechanism, password, iterations].
-# Only the zero-config combined node reads it, once its own controller is active,
-# and commits the credentials as UserScramCredential records, as the controller's
-# own write path does. Nothing but the tests sets it.
-TEST_CREDENTIALS_ENV = "ODRADEK_TEST_SCRAM_CREDENTIALS"
-
-
-def test_credential_records(raw: str | None) -> list[Any]:
-    """The UserScramCredential records the hook's value asks for ([] when unset)."""
-    if not raw:
-        return []
-    from odradek.metadata.image import ScramEntry, scram_record
-    from odradek.security.scram import make_credential
-
-    records = []
-    try:
-        for user, mechanism, password, iterations in json.loads(raw):
-            credential = make_credential(mechanism, password, iterations=int(iterations))
-            entry = ScramEntry(
-                credential.salt, credential.stored_key, credential.server_key, credential.iterations
-            )
-            records.append(scram_record(str(user), mechanism, entry))
-    except (ValueError, TypeError, KeyError) as error:
-        logger.error(
-            "%s ignored: not a list of [user, mechanism, password, iterations]: %s",
-            TEST_CREDENTIALS_ENV,
-            error,
-        )
-        return []
-    return records

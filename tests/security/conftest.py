@@ -2,22 +2,22 @@
 
 ``SASL_PLAINTEXT`` has no session lifetime; ``REAUTH`` has
 ``connections.max.reauth.ms`` = ``REAUTH_MS``, so clients there must re-authenticate
-(KIP-368). Both enable PLAIN (users from the JAAS config) and SCRAM-SHA-256/512
-(credentials seeded into the metadata log through the broker's test-only hook,
-``ODRADEK_TEST_SCRAM_CREDENTIALS``, until the SCRAM admin APIs can write them).
+(KIP-368). Both enable PLAIN (users from the JAAS config) and SCRAM-SHA-256/512, whose
+credentials are written as an operator would: ``odradek storage format --add-scram``
+before the first start (the controller commits them as the metadata log's first batch).
 """
 
 from __future__ import annotations
 
 import gc
-import json
-import os
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from odradek.server.sasl_settings import TEST_CREDENTIALS_ENV
 from tests.support.broker import BrokerProcess
 
 REAUTH_MS = 1500
@@ -39,23 +39,33 @@ BROKER_ARGS = [
 ]
 
 
-def seeded_credentials() -> str:
-    return json.dumps(
-        [
-            [user, mechanism, password, 4096]
-            for user, password in USERS.items()
-            for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
-        ]
+def format_with_scram(data_dir: Path, users: dict[str, str] = USERS) -> None:
+    """``odradek storage format --add-scram`` for every user, SCRAM-SHA-256 and -512
+    (4096 iterations, the default), as kafka-storage.sh is used to bootstrap users."""
+    properties = data_dir.parent / f"{data_dir.name}.properties"
+    properties.write_text(f"log.dirs={data_dir}\n")
+    odradek = [sys.executable, "-m", "odradek", "storage"]
+    cluster_id = subprocess.run(
+        [*odradek, "random-uuid"], capture_output=True, check=True, text=True
+    ).stdout.strip()
+    scram = [
+        f"--add-scram={mechanism}=[name={user},password={password}]"
+        for user, password in users.items()
+        for mechanism in ("SCRAM-SHA-256", "SCRAM-SHA-512")
+    ]
+    subprocess.run(
+        [*odradek, "format", "-t", cluster_id, "-c", str(properties), *scram],
+        capture_output=True,
+        check=True,
+        timeout=60,
     )
 
 
 @pytest.fixture(scope="module")
 def sasl_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[BrokerProcess]:
-    os.environ[TEST_CREDENTIALS_ENV] = seeded_credentials()
-    try:
-        process = BrokerProcess(tmp_path_factory.mktemp("sasl") / "data", BROKER_ARGS).start(None)
-    finally:
-        del os.environ[TEST_CREDENTIALS_ENV]
+    data_dir = tmp_path_factory.mktemp("sasl") / "data"
+    format_with_scram(data_dir)
+    process = BrokerProcess(data_dir, BROKER_ARGS).start(None)
     try:
         yield process
     finally:
