@@ -211,3 +211,40 @@ def test_odradek_aio_client_scram(sasl_bootstrap: str, topic_name: str) -> None:
             await consumer.stop()
 
     assert asyncio.run(run()) == [b"aio"]
+
+
+def test_user_added_at_runtime_can_authenticate_at_once(sasl_bootstrap: str) -> None:
+    """AlterUserScramCredentials (over SASL, as alice) adds carol; carol's next
+    handshake finds her credential in the broker's image; deleting it locks her out."""
+    import confluent_kafka
+    from confluent_kafka.admin import (
+        AdminClient,
+        ScramCredentialInfo,
+        ScramMechanism,
+        UserScramCredentialDeletion,
+        UserScramCredentialUpsertion,
+    )
+
+    admin = AdminClient(confluent_config(sasl_bootstrap, "SCRAM-SHA-256"))
+    info = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_256, 4096)
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialUpsertion("carol", info, b"carol-secret")]
+    )
+    for future in futures.values():
+        future.result(timeout=20)
+    carol = {**confluent_config(sasl_bootstrap, "SCRAM-SHA-256"), "sasl.username": "carol"}
+    carol["sasl.password"] = "carol-secret"
+    assert AdminClient(carol).list_topics(timeout=10).brokers
+    futures = admin.alter_user_scram_credentials(
+        [UserScramCredentialDeletion("carol", ScramMechanism.SCRAM_SHA_256)]
+    )
+    for future in futures.values():
+        future.result(timeout=20)
+    errors: list[Any] = []
+    locked_out = AdminClient({**carol, "error_cb": errors.append})
+    with pytest.raises(confluent_kafka.KafkaException):
+        locked_out.list_topics(timeout=3)
+    deadline = time.monotonic() + 5
+    while not errors and time.monotonic() < deadline:
+        locked_out.poll(0.2)  # error_cb is served by poll()
+    assert any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors)
