@@ -34,6 +34,7 @@ line says why, and the connection is closed. Every Kafka client of the last year
 from __future__ import annotations
 
 import asyncio
+import datetime
 import logging
 import time
 from dataclasses import dataclass
@@ -195,8 +196,6 @@ async def sasl_handshake(services: AdminServices, request: Request) -> Any:
 def _authenticate_body(
     version: int, error: str, message: str | None, auth_bytes: bytes, lifetime_ms: int
 ) -> Any:
-    import datetime
-
     module = response_module(SASL_AUTHENTICATE_KEY, version)
     return make(
         module.SaslAuthenticateResponse,
