@@ -231,7 +231,7 @@ def parse_bootstrap_servers(key: str, raw: str) -> tuple[HostPort, ...]:
 
 
 SECURITY_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
-IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL"})
+IMPLEMENTED_PROTOCOLS: Final = frozenset({"PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"})
 
 
 def parse_protocol_map(key: str, raw: str) -> dict[str, str]:
@@ -541,7 +541,16 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("ssl.endpoint.identification.algorithm", _text, "https", dynamic=True),
     # -- end of TLS --
     #
-    # -- security: SASL authentication (network/sasl.py, handlers/sasl.py) ----------
+    # -- security: SASL authentication (server/sasl_settings.py, handlers/sasl.py) ---
+    # Each may also be given per listener (listener.name.<listener>.[<mechanism>.]<name>);
+    # server/sasl_settings.py resolves them per listener and mechanism.
+    BrokerConfigDef("sasl.enabled.mechanisms", _list, "GSSAPI"),
+    BrokerConfigDef("sasl.jaas.config", _text, None),
+    BrokerConfigDef("sasl.mechanism.inter.broker.protocol", _text, "GSSAPI"),
+    BrokerConfigDef("sasl.mechanism.controller.protocol", _text, "GSSAPI"),
+    BrokerConfigDef("sasl.server.max.receive.size", _int(1, INT_MAX), "524288"),
+    BrokerConfigDef("connections.max.reauth.ms", _int(0, LONG_MAX), "0"),
+    BrokerConfigDef("connection.failed.authentication.delay.ms", _int(0, INT_MAX), "100"),
     # -- end of SASL --
     #
     # -- security: the authorizer and ACLs (server/authorizer.py) -------------------
@@ -657,7 +666,8 @@ class BrokerConfig:
                 definition.parse(key, self.original[key])  # used: network/tls.py
             else:
                 definition.parse(key, self.original[key])
-                inert.append(key)
+                if config_catalogue.listener_base(key) not in CONFIGS_BY_NAME:
+                    inert.append(key)  # a per-listener form of an implemented one is used
         return unknown, inert
 
     def __getitem__(self, name: str) -> Any:
@@ -811,8 +821,31 @@ class BrokerConfig:
             if protocol not in IMPLEMENTED_PROTOCOLS:
                 raise ConfigError(
                     "listeners",
-                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): "
-                    f"only {', '.join(sorted(IMPLEMENTED_PROTOCOLS))} listeners are implemented",
+                    f"{listener.url()} uses {protocol} (listener.security.protocol.map): not "
+                    f"implemented yet; implemented: {', '.join(sorted(IMPLEMENTED_PROTOCOLS))}",
+                )
+            if protocol.startswith("SASL_"):
+                from odradek.server.sasl_settings import listener_sasl
+
+                listener_sasl(self, listener.name)  # a bad SASL setup fails at startup
+        self._check_internal_sasl(protocols)
+
+    def _check_internal_sasl(self, protocols: dict[str, str]) -> None:
+        """Nodes do not authenticate to each other yet: in a cluster, a SASL listener
+        may serve clients but not be the inter-broker or a controller listener."""
+        if not self.quorum_configured:
+            return  # the zero-config node never connects to its own listeners
+        internal = [(name, "controller.listener.names") for name in self.controller_listener_names]
+        inter = self.inter_broker_listener
+        if inter is not None:
+            internal.append((inter.name, "inter.broker.listener.name"))
+        for name, key in internal:
+            if protocols.get(name, "").startswith("SASL_"):
+                raise ConfigError(
+                    key,
+                    f"{name} uses {protocols[name]}: brokers and controllers do not "
+                    "authenticate to each other with SASL yet; give nodes a PLAINTEXT "
+                    "listener of their own and SASL listeners to clients",
                 )
         self._build_listener_tls(protocols)
 

@@ -141,6 +141,8 @@ def broker_config_type(definition: BrokerConfigDef) -> int:
     topic = TOPIC_CONFIGS_BY_NAME.get(definition.topic_config or "")
     if topic is not None and topic_config_type(topic) == LIST:
         return LIST
+    if catalogue.kafka_type(definition.name) == "password":  # implemented ones too
+        return _KAFKA_TYPES["password"]
     kind = _PARSER_TYPES.get(definition.parse)
     if kind is not None:
         return kind

@@ -145,4 +145,15 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "unclean.leader.election.enable": "allow an out-of-sync replica to become leader",
     "auto.leader.rebalance.enable": "move leaders back to preferred replicas periodically",
     "leader.imbalance.check.interval.seconds": "how often the controller checks leader balance",
+    # SASL (server/sasl_settings.py); each also per listener (listener.name.<l>.)
+    "sasl.enabled.mechanisms": "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, "
+    "SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not implemented)",
+    "sasl.jaas.config": "JAAS login module line; PLAIN's users are its user_<name> options",
+    "sasl.mechanism.inter.broker.protocol": "accepted; brokers talk to each other without SASL",
+    "sasl.mechanism.controller.protocol": "accepted; controllers are reached without SASL",
+    "sasl.server.max.receive.size": "largest SASL token a client may send, in bytes",
+    "connections.max.reauth.ms": "SASL session lifetime (KIP-368): a connection must "
+    "re-authenticate within it or is closed; 0: no limit",
+    "connection.failed.authentication.delay.ms": "how long a failed SASL authentication waits "
+    "before its answer (and the close)",
 }

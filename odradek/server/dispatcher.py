@@ -18,6 +18,12 @@ Each request that reaches a handler is timed, from its frame to its response, in
 ``RequestTimes`` histogram by Kafka's request name (request_metrics.py; Kafka's
 RequestMetrics TotalTimeMs), which /metrics exports.
 
+On a SASL listener, requests pass a gate first (``_gate``, rules in
+handlers/sasl.py): until the connection has authenticated, and once its session
+lifetime (KIP-368) has passed, only ApiVersions, SaslHandshake and SaslAuthenticate
+are served; anything else closes the connection with a log line. The gate reads only
+the fixed header, so an unauthenticated peer's requests are never decoded.
+
 The lines about bad requests are rate-limited per peer address, malformed and
 unsupported apart (``PeerWarnings``: one per address per 10 s, then a periodic "N
 more suppressed" count), so a client sending garbage in a loop cannot fill the log.
@@ -39,6 +45,7 @@ from odradek.protocol.messages import (
     UnsupportedRequest,
     decode_request,
     encode_response,
+    peek_header,
 )
 from odradek.security.quotas import REQUEST_PERCENTAGE
 from odradek.server import mutation_quota
@@ -76,6 +83,9 @@ class Dispatcher:
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
         start = time.perf_counter()
+        session = context.session
+        if not session.authenticated or session.state:
+            self._gate(frame, context)
         try:
             request = decode_request(
                 frame,
@@ -155,6 +165,20 @@ class Dispatcher:
             times.request_name(header.api_key, request.body), (time.perf_counter() - start) * 1e3
         )
         return response
+
+    def _gate(self, frame: bytes, context: ConnectionContext) -> None:
+        """SASL's gate (handlers/sasl.py): before authentication, or past the session's
+        lifetime, only ApiVersions, SaslHandshake and SaslAuthenticate are served."""
+        from odradek.server.handlers.sasl import admit, warn_refused
+
+        try:
+            api_key, api_version, _ = peek_header(frame)
+        except MalformedRequest:
+            return  # decode_request says so
+        refusal = admit(context.session, api_key, api_version)
+        if refusal is not None:
+            warn_refused(context.session, refusal)
+            raise CloseConnection()
 
 
 def throttle(

@@ -402,14 +402,15 @@ def test_protocol_map_parses_into_a_dict() -> None:
             "ssl.keystore.location",
             "listener SSL: a TLS listener needs a keystore",
         ),
+        # A SASL listener with Kafka's default mechanism (GSSAPI, not implemented).
         (
             {
                 "listener__security__protocol__map": (
                     "CONTROLLER:SASL_PLAINTEXT,PLAINTEXT:PLAINTEXT"
                 )
             },
-            "listeners",
-            "uses SASL_PLAINTEXT (listener.security.protocol.map): only",
+            "sasl.enabled.mechanisms",
+            "GSSAPI (Kerberos) is not implemented",
         ),
     ],
 )

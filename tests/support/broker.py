@@ -124,10 +124,15 @@ class BrokerProcess:
 
 @contextmanager
 def running_broker(
-    data_dir: Path, extra_args: Sequence[str] = (), preexec_fn: Callable[[], None] | None = None
+    data_dir: Path,
+    extra_args: Sequence[str] = (),
+    preexec_fn: Callable[[], None] | None = None,
+    listen: str | None = "127.0.0.1:0",
 ) -> Iterator[BrokerProcess]:
-    """A started broker, stopped by pid when the block ends (SIGTERM, then SIGKILL)."""
-    broker = BrokerProcess(data_dir, extra_args, preexec_fn).start()
+    """A started broker, stopped by pid when the block ends (SIGTERM, then SIGKILL).
+    ``listen=None``: no ``--listen``, the listeners come from ``extra_args`` (a SASL
+    or TLS listener: ``--override=listeners=SASL_PLAINTEXT://127.0.0.1:0``)."""
+    broker = BrokerProcess(data_dir, extra_args, preexec_fn).start(listen)
     try:
         yield broker
     finally:

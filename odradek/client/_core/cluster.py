@@ -32,6 +32,7 @@ from odradek.client._core.connection import (
     request_entity,
 )
 from odradek.client._core.errors import KafkaError, is_retriable
+from odradek.client._core.sasl import SaslAuthenticationError, SaslCredentials
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +41,8 @@ METADATA_KEY: Final = 3
 CLIENT_VERSIONS: dict[int, tuple[int, int]] = {
     18: (0, 3),  # ApiVersions
     METADATA_KEY: (1, 12),
+    17: (1, 1),  # SaslHandshake (client/_core/sasl.py): v1, with SaslAuthenticate
+    36: (0, 2),  # SaslAuthenticate
 }
 T = TypeVar("T")
 
@@ -105,9 +108,11 @@ class Cluster:
         metadata_max_age_ms: int = 300_000,
         client_versions: Mapping[int, tuple[int, int]] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.bootstrap = parse_bootstrap(bootstrap_servers)
         self.ssl_context = ssl_context  # every broker connection is TLS when set
+        self.sasl = sasl
         self.client_id = client_id
         self.request_timeout_s = request_timeout_ms / 1000
         self.retry_backoff_s = retry_backoff_ms / 1000
@@ -133,6 +138,7 @@ class Cluster:
             request_timeout_s=self.request_timeout_s,
             client_versions=self.client_versions,
             ssl_context=self.ssl_context,
+            sasl=self.sasl,
         )
         await connection.connect()
         return connection
@@ -175,16 +181,20 @@ class Cluster:
         candidates += [BrokerAddress(-1 - i, h, p) for i, (h, p) in enumerate(self.bootstrap)]
         random.shuffle(candidates)
         errors = []
+        last: Exception | None = None
         for address in candidates:
             try:
                 connection = await self._open(address)
             except KafkaConnectionError as error:
                 errors.append(str(error))
+                last = error
                 continue
             self._connections[address.node_id] = connection
             self._unreachable = False
             return connection
         failure = KafkaConnectionError("no broker reachable: " + "; ".join(errors))
+        if isinstance(last, SaslAuthenticationError):  # librdkafka's _AUTHENTICATION
+            failure = SaslAuthenticationError(str(last))
         if self.on_unreachable is not None and not self._unreachable and not self.closed:
             self._unreachable = True
             self.on_unreachable(failure)

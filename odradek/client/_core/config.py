@@ -104,22 +104,22 @@ def _acks(key: str, raw: Any) -> int:
 
 
 # Protocols this client speaks; SASL_* arrive with the SASL client (issue 16).
-CLIENT_PROTOCOLS: Final = ("PLAINTEXT", "SSL")
-_ALL_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
+CLIENT_PROTOCOLS: Final = ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL")
 
 
 def _protocol(key: str, raw: Any) -> str:
     """security.protocol, in any case (librdkafka's are lower case, Kafka's upper)."""
     text = str(raw).strip().upper()
-    if text not in _ALL_PROTOCOLS:
-        raise ConfigError(key, f"{raw!r} is not one of {', '.join(_ALL_PROTOCOLS)}")
     if text not in CLIENT_PROTOCOLS:
-        raise ConfigError(key, f"{text} is not supported by odradek's client yet")
+        raise ConfigError(key, f"{raw!r} is not one of {', '.join(CLIENT_PROTOCOLS)}")
     return text
 
 
 def _any(key: str, raw: Any) -> Any:
     return raw
+
+
+SASL_PROTOCOLS: Final = frozenset({"SASL_PLAINTEXT", "SASL_SSL"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,6 +152,10 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("enable.ssl.certificate.verification", _bool, True, _ALL),
     Prop("ssl.endpoint.identification.algorithm", _choice("https", "none"), "https", _ALL),
     Prop("ssl.context", _any, None, _ALL),
+    # SASL (client/_core/sasl.py)
+    Prop("sasl.mechanism", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), "PLAIN", _ALL),
+    Prop("sasl.username", _text, None, _ALL),
+    Prop("sasl.password", _text, None, _ALL),
     Prop("error_cb", _any, None, _ALL),
     Prop("logger", _any, None, _ALL),
     # producer
@@ -238,9 +242,19 @@ ALIASES: Final[dict[str, tuple[str, frozenset[str]]]] = {
     "compression.codec": ("compression.type", _P),
     "queue.buffering.max.kbytes": ("buffer.memory", _P),  # KiB: scaled by _SCALE
     "topic.metadata.refresh.interval.ms": ("metadata.max.age.ms", _ALL),
+    "sasl.mechanisms": ("sasl.mechanism", _ALL),  # librdkafka's name
 }
 _SCALE: Final = {"queue.buffering.max.kbytes": 1024}
 NO_OPS: Final = {p.name: p.note for p in PROPERTIES if p.note}
+
+
+def _check_sasl(values: dict[str, Any]) -> None:
+    """A SASL protocol needs sasl.username and sasl.password (PLAIN and SCRAM)."""
+    if values.get("security.protocol") not in SASL_PROTOCOLS:
+        return
+    for key in ("sasl.username", "sasl.password"):
+        if not values.get(key):
+            raise ConfigError(key, f"required with security.protocol={values['security.protocol']}")
 
 
 class ClientConfig:
@@ -278,6 +292,7 @@ class ClientConfig:
             self.ssl_context = client_ssl_context(self.values)
         except TlsSettingsError as error:
             raise ConfigError(error.key, str(error)) from None
+        _check_sasl(self.values)
         if self.values.get("stats_cb") is not None and self.values["statistics.interval.ms"] > 0:
             global _warned_stats
             if not _warned_stats:

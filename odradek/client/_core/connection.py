@@ -24,9 +24,10 @@ import io
 import itertools
 import ssl
 import struct
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from kio.index import load_payload_module, load_request_schema, load_response_schema
 from kio.schema.errors import ErrorCode
@@ -35,6 +36,9 @@ from kio.static.constants import EntityType
 
 from odradek.protocol.bounds import checked
 from odradek.protocol.build import make
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 API_VERSIONS_KEY: Final = 18
 MAX_RESPONSE_BYTES: Final = 1 << 30  # a response larger than this is a broken peer
@@ -47,6 +51,7 @@ MAX_RESPONSE_ARRAY_ELEMENTS: Final = 16_000_000
 SCRATCH_BYTES: Final = 256 * 1024
 CLOSE_WAIT_S: Final = 5.0  # how long close() waits for the transport to finish
 _SIZE = struct.Struct(">i")
+_SASL_KEYS: Final = frozenset({17, 36})  # SaslHandshake, SaslAuthenticate
 
 
 class KafkaConnectionError(Exception):
@@ -96,9 +101,15 @@ class BrokerConnection:
         request_timeout_s: float,
         client_versions: Mapping[int, tuple[int, int]],
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.address = address
         self.ssl_context = ssl_context  # security.protocol SSL (client/_core/tls.py)
+        self.sasl = sasl  # authenticate after ApiVersions (client/_core/sasl.py)
+        self.session_lifetime_ms = 0
+        # KIP-368: re-authenticate before a non-SASL request once past this (monotonic)
+        self._reauth_at: float | None = None
+        self._reauth_lock = asyncio.Lock()
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
         self.client_versions = client_versions
@@ -135,8 +146,12 @@ class BrokerConnection:
         self._transport, self._protocol = transport, protocol
         try:
             await self._negotiate()
+            if self.sasl is not None:
+                from odradek.client._core.sasl import authenticate
+
+                self._session_started(await authenticate(self, self.sasl))
         except BaseException:  # failed or cancelled mid-handshake: do not leak the socket
-            self._fail(ConnectionLost("closed during the ApiVersions handshake"))
+            self._fail(ConnectionLost("closed during the ApiVersions or SASL handshake"))
             raise
 
     async def _negotiate(self) -> None:
@@ -159,6 +174,27 @@ class BrokerConnection:
         self.broker_versions = {
             k.api_key: (k.min_version, k.max_version) for k in response.api_keys
         }
+
+    def _session_started(self, lifetime_ms: int) -> None:
+        """The broker's session lifetime (KIP-368): re-authenticate at 85% of it."""
+        self.session_lifetime_ms = lifetime_ms
+        self._reauth_at = time.monotonic() + lifetime_ms * 0.85 / 1000 if lifetime_ms > 0 else None
+
+    async def _reauthenticate(self) -> None:
+        """A new SaslHandshake + SaslAuthenticate on this connection, once the
+        requests in flight are answered (Kafka's brokers expect none during it);
+        requests sent meanwhile wait on the lock."""
+        from odradek.client._core.sasl import authenticate
+
+        async with self._reauth_lock:
+            if self._reauth_at is None or time.monotonic() < self._reauth_at:
+                return  # another sender did it
+            while self._order and not self.closed:
+                await asyncio.sleep(0.002)
+            if self.closed:
+                raise ConnectionLost(f"connection to node {self.address.node_id} is closed")
+            assert self.sasl is not None
+            self._session_started(await authenticate(self, self.sasl))
 
     def version_for(self, api_key: int) -> int:
         """Highest version both sides support."""
@@ -193,6 +229,12 @@ class BrokerConnection:
         responses with protocol/fetch_codec.py and keep the records as a view."""
         if self.closed or self._transport is None or self._protocol is None:
             raise ConnectionLost(f"connection to node {self.address.node_id} is closed")
+        if (
+            self._reauth_at is not None
+            and time.monotonic() >= self._reauth_at
+            and request.__api_key__ not in _SASL_KEYS
+        ):
+            await self._reauthenticate()
         correlation_id = next(self._ids)
         header_schema = request.__header_schema__
         buffer = io.BytesIO()

@@ -33,6 +33,7 @@ class LocalError(enum.IntEnum):
     partition_eof = -191  # librdkafka's end-of-partition event (never raised here yet)
     msg_timed_out = -192  # a record not delivered within message.timeout.ms
     transport = -195  # no broker could be reached (reported through error_cb)
+    authentication = -169  # SASL failed (client/_core/sasl.py; reported through error_cb)
 
 
 class KafkaError(Exception):
@@ -57,6 +58,7 @@ class KafkaError(Exception):
     _PURGE_QUEUE: Final = LocalError.purge_queue
     _MSG_TIMED_OUT: Final = LocalError.msg_timed_out
     _TRANSPORT: Final = LocalError.transport
+    _AUTHENTICATION: Final = LocalError.authentication
     _STATE: Final = LocalError.state
     _TIMED_OUT: Final = LocalError.timed_out
 

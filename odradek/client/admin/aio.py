@@ -80,6 +80,10 @@ _KEYWORDS = {
     "metadata_max_age_ms": "metadata.max.age.ms",
     "security_protocol": "security.protocol",
     "ssl_context": "ssl.context",
+    # SASL (client/_core/sasl.py): aiokafka's names for PLAIN's and SCRAM's user
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
 }
 # Accepted for aiokafka compatibility and without effect here: aiokafka itself ignores
 # ``loop`` and ``api_version``; connections stay open until close().

@@ -26,6 +26,7 @@ from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, request_entity
 from odradek.client._core.errors import KafkaError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.types import KafkaException, TopicPartition
 from odradek.client.admin.types import Node
 
@@ -139,6 +140,7 @@ def open_cluster(config: ClientConfig) -> Cluster:
         metadata_max_age_ms=config["metadata.max.age.ms"],
         client_versions=ADMIN_VERSIONS,
         ssl_context=config.ssl_context,
+        sasl=sasl_credentials(config),
     )
 
 

@@ -74,6 +74,10 @@ _KEYWORDS = {
     "check_crcs": "check.crcs",
     "security_protocol": "security.protocol",
     "ssl_context": "ssl.context",
+    # SASL (client/_core/sasl.py): aiokafka's names for PLAIN's and SCRAM's user
+    "sasl_mechanism": "sasl.mechanism",
+    "sasl_plain_username": "sasl.username",
+    "sasl_plain_password": "sasl.password",
 }
 # aiokafka arguments without effect here: ``loop`` and ``api_version`` (aiokafka
 # ignores them too), the iterator's ``consumer_timeout_ms``, idle connections (kept

@@ -49,6 +49,7 @@ from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
 from odradek.client._core.loop_thread import LoopThread, weak_callback
+from odradek.client._core.sasl import is_authentication
 from odradek.client._core.types import (
     KafkaException,
     Message,
@@ -133,7 +134,8 @@ class Consumer:
         error_cb = self._error_cb
         assert error_cb is not None
         servers = self.config["bootstrap.servers"]
-        kafka_error = KafkaError(LocalError.transport, f"{servers}: {error}")
+        code = LocalError.authentication if is_authentication(error) else LocalError.transport
+        kafka_error = KafkaError(code, f"{servers}: {error}")
 
         def call() -> bool:
             error_cb(kafka_error)

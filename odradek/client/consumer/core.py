@@ -36,6 +36,7 @@ from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, KafkaConnectionError, request_entity
 from odradek.client._core.errors import KafkaError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client.consumer.fetch_decode import ConsumerRecord, FetchedRecords, decode_fetch
 from odradek.client.consumer.list_offsets import LIST_OFFSETS, list_offsets
 from odradek.client.consumer.offsets import (
@@ -130,6 +131,7 @@ class ConsumerCore:
             metadata_max_age_ms=config["metadata.max.age.ms"],
             ssl_context=config.ssl_context,
             client_versions=CONSUMER_VERSIONS,
+            sasl=sasl_credentials(config),
         )
         self.group_id: str | None = config["group.id"]
         self.isolation = 1 if config["isolation.level"] == "read_committed" else 0

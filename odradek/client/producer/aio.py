@@ -32,6 +32,8 @@ _AIO_RENAMES = {
     "enable_idempotence": "enable.idempotence",
     "max_request_size": "max.request.size",
     "compression_type": "compression.type",
+    "sasl_plain_username": "sasl.username",  # aiokafka's names (client/_core/sasl.py)
+    "sasl_plain_password": "sasl.password",
 }
 _AIO_IGNORED = {"loop", "api_version", "key_serializer", "value_serializer"}
 

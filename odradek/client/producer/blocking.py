@@ -43,6 +43,7 @@ from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
 from odradek.client._core.loop_thread import LoopThread, weak_callback
+from odradek.client._core.sasl import is_authentication
 from odradek.client._core.types import (
     TIMESTAMP_CREATE_TIME,
     TIMESTAMP_LOG_APPEND_TIME,
@@ -209,9 +210,8 @@ class Producer:
     def _unreachable(self, error: BaseException) -> None:
         """On the loop: no broker answered at start; error_cb hears it from poll()."""
         servers = self._config["bootstrap.servers"]
-        self._reports.put(
-            _ErrorEvent(KafkaError(LocalError.transport, f"{servers}: {error or 'timed out'}"))
-        )
+        code = LocalError.authentication if is_authentication(error) else LocalError.transport
+        self._reports.put(_ErrorEvent(KafkaError(code, f"{servers}: {error or 'timed out'}")))
 
     def _wake_sender(self) -> None:
         self._wake_scheduled = False

@@ -35,6 +35,7 @@ from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig, ConfigError
 from odradek.client._core.connection import KafkaConnectionError
 from odradek.client._core.errors import KafkaError, LocalError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.types import RecordMetadata, as_bytes
 from odradek.client.producer.accumulator import (
     Header,
@@ -170,6 +171,7 @@ class AsyncProducer:
             metadata_max_age_ms=config["metadata.max.age.ms"],
             ssl_context=config.ssl_context,
             client_versions=PRODUCER_VERSIONS,
+            sasl=sasl_credentials(config),
         )
         self.accumulator = RecordAccumulator(
             batch_size=config["batch.size"],

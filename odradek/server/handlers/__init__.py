@@ -108,6 +108,7 @@ def load_all() -> None:
         reassignments,
         records_admin,
         replica_log_dirs,
+        sasl,
         scram,
         topics,
         topics_admin,

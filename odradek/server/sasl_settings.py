@@ -1,0 +1,164 @@
+"""A SASL listener's settings, resolved from Kafka's broker properties.
+
+How this works and why: Kafka lets most SASL properties be given broker-wide or per
+listener, and some per listener and mechanism:
+``listener.name.<listener>.<mechanism>.sasl.jaas.config`` (the form Kafka documents
+for brokers, the listener name lower-cased) before
+``listener.name.<listener>.sasl.jaas.config`` before ``sasl.jaas.config``; the same
+for ``connections.max.reauth.ms``; ``listener.name.<listener>.sasl.enabled.mechanisms``
+before ``sasl.enabled.mechanisms``. ``listener_sasl`` resolves them once per config
+and listener (cached), and raises ``ConfigError`` for what cannot work, so a bad
+setup fails at startup (``BrokerConfig._check_protocols`` calls it) with one line.
+
+Kafka's default mechanism is GSSAPI (Kerberos), which odradek does not implement: a
+SASL listener with only GSSAPI enabled is refused; GSSAPI beside implemented ones is
+dropped with a warning. OAUTHBEARER is the same until it is implemented.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from odradek.security.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_broker_jaas
+from odradek.security.sasl_server import PLAIN, SUPPORTED_MECHANISMS
+from odradek.server.config import ConfigError
+
+if TYPE_CHECKING:
+    from odradek.server.config import BrokerConfig
+
+logger = logging.getLogger(__name__)
+# Kafka's mechanisms that odradek does not implement (refused alone, dropped beside others).
+KNOWN_UNIMPLEMENTED = {"GSSAPI": "GSSAPI (Kerberos)", "OAUTHBEARER": "OAUTHBEARER"}
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerSasl:
+    listener: str
+    mechanisms: tuple[str, ...]  # enabled and implemented, in the configured order
+    plain_users: Mapping[str, str]  # PLAIN's user_<name> options (empty without PLAIN)
+    reauth_ms: Mapping[str, int]  # connections.max.reauth.ms per mechanism (0: off)
+    failed_delay_ms: int  # connection.failed.authentication.delay.ms
+    max_receive_size: int  # sasl.server.max.receive.size
+
+
+def _prefixes(listener: str, mechanism: str | None) -> list[str]:
+    """The property name prefixes to try, most specific first (Kafka lower-cases the
+    listener name in them; the configured case is accepted too)."""
+    names = dict.fromkeys((listener.lower(), listener))
+    out = []
+    for name in names:
+        if mechanism is not None:
+            out.append(f"listener.name.{name}.{mechanism.lower()}.")
+    out.extend(f"listener.name.{name}." for name in names)
+    return out
+
+
+def _raw(config: BrokerConfig, listener: str, mechanism: str | None, key: str) -> str | None:
+    for prefix in _prefixes(listener, mechanism):
+        value = config.original.get(prefix + key)
+        if value is not None:
+            return value
+    return None
+
+
+def _int_setting(config: BrokerConfig, listener: str, mechanism: str | None, key: str) -> int:
+    raw = _raw(config, listener, mechanism, key)
+    if raw is None:
+        return int(config[key])
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ConfigError(key, f"expected an integer, got {raw!r}") from None
+    if value < 0:
+        raise ConfigError(key, f"{value} must not be negative")
+    return value
+
+
+def _mechanisms(config: BrokerConfig, listener: str) -> tuple[str, ...]:
+    raw = _raw(config, listener, None, "sasl.enabled.mechanisms")
+    key = "sasl.enabled.mechanisms"
+    names = (
+        tuple(part.strip() for part in raw.split(",") if part.strip())
+        if raw is not None
+        else tuple(config[key] or ())
+    )
+    enabled: list[str] = []
+    dropped: list[str] = []
+    for name in names:
+        upper = name.upper()
+        if upper in SUPPORTED_MECHANISMS:
+            if upper not in enabled:
+                enabled.append(upper)
+        elif upper in KNOWN_UNIMPLEMENTED:
+            dropped.append(upper)
+        else:
+            raise ConfigError(
+                key,
+                f"listener {listener}: unknown SASL mechanism {name!r} "
+                f"(implemented: {', '.join(SUPPORTED_MECHANISMS)})",
+            )
+    if not enabled:
+        what = ", ".join(KNOWN_UNIMPLEMENTED.get(n, n) for n in dropped) or "nothing"
+        raise ConfigError(
+            key,
+            f"listener {listener} enables {what}: {what} is not implemented; enable "
+            f"{', '.join(SUPPORTED_MECHANISMS)}",
+        )
+    for name in dropped:
+        logger.warning(
+            "listener %s: SASL mechanism %s is not implemented; it is not offered",
+            listener,
+            KNOWN_UNIMPLEMENTED[name],
+        )
+    return tuple(enabled)
+
+
+def _plain_users(config: BrokerConfig, listener: str) -> dict[str, str]:
+    key = "sasl.jaas.config"
+    raw = _raw(config, listener, PLAIN, key) or config[key]
+    if not raw:
+        raise ConfigError(
+            key,
+            f"listener {listener} enables PLAIN but has no JAAS config "
+            f"(listener.name.{listener.lower()}.plain.sasl.jaas.config)",
+        )
+    try:
+        entry = parse_broker_jaas(raw)
+    except JaasError as error:
+        raise ConfigError(key, f"listener {listener}: {error}") from None
+    if entry.login_module != PLAIN_LOGIN_MODULE:
+        raise ConfigError(
+            key,
+            f"listener {listener}: PLAIN needs {PLAIN_LOGIN_MODULE}, got {entry.login_module}",
+        )
+    return entry.plain_users()
+
+
+@functools.lru_cache(maxsize=64)
+def listener_sasl(config: BrokerConfig, listener: str) -> ListenerSasl:
+    """The SASL settings of ``listener``; ConfigError for a setup that cannot work."""
+    mechanisms = _mechanisms(config, listener)
+    users = _plain_users(config, listener) if PLAIN in mechanisms else {}
+    for name in mechanisms:  # a SCRAM JAAS entry (inter-broker credentials) must parse
+        raw = _raw(config, listener, name, "sasl.jaas.config")
+        if raw and name != PLAIN:
+            try:
+                parse_broker_jaas(raw)
+            except JaasError as error:
+                raise ConfigError("sasl.jaas.config", f"listener {listener}: {error}") from None
+    reauth = {
+        name: _int_setting(config, listener, name, "connections.max.reauth.ms")
+        for name in mechanisms
+    }
+    return ListenerSasl(
+        listener,
+        mechanisms,
+        users,
+        reauth,
+        int(config["connection.failed.authentication.delay.ms"]),
+        _int_setting(config, listener, None, "sasl.server.max.receive.size"),
+    )
