@@ -829,6 +829,7 @@ class BrokerConfig:
 
                 listener_sasl(self, listener.name)  # a bad SASL setup fails at startup
         self._check_internal_sasl(protocols)
+        self._build_listener_tls(protocols)
 
     def _check_internal_sasl(self, protocols: dict[str, str]) -> None:
         """Nodes do not authenticate to each other yet: in a cluster, a SASL listener
@@ -847,7 +848,6 @@ class BrokerConfig:
                     "authenticate to each other with SASL yet; give nodes a PLAINTEXT "
                     "listener of their own and SASL listeners to clients",
                 )
-        self._build_listener_tls(protocols)
 
     def _build_listener_tls(self, protocols: Mapping[str, str]) -> None:
         """Each TLS listener's context, built now so a bad keystore, password or
