@@ -42,6 +42,7 @@ from typing import Final
 
 from odradek.metadata import alter_partition as isr_changes
 from odradek.metadata import reassignment as reassignments
+from odradek.metadata.acl_changes import create_acl_records, delete_acl_records
 from odradek.metadata.broker_heartbeats import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -66,6 +67,7 @@ from odradek.metadata.elections import (
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
+    AclEntry,
     PRODUCER_ID_BLOCK_SIZE,
     MetadataImage,
     MetadataRecord,
@@ -80,6 +82,7 @@ from odradek.metadata.topic_changes import (
 )
 from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.security.acls import AclFilter
 
 METADATA_TOPIC: Final = "__cluster_metadata"
 MIN_SESSION_CHECK_S: Final = 0.05  # the session timer's shortest sleep
@@ -416,6 +419,24 @@ class Controller:
             if validate_only:
                 return
             await self._commit(records)
+
+    # -- ACLs --------------------------------------------------------------------------
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        """CreateAcls: per binding None (created, or there already) or its error
+        (acl_changes.py); the valid ones are committed together."""
+        async with self._lock:
+            records, outcomes = create_acl_records(self.image, bindings)
+            await self._commit(records)
+            return outcomes
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        """DeleteAcls: per filter the bindings it removed, or its error."""
+        async with self._lock:
+            records, outcomes = delete_acl_records(self.image, filters)
+            await self._commit(records)
+            return outcomes
 
     # -- producer ids ------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:

@@ -2,7 +2,7 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), auto-create, producer-id blocks, leader elections
+IncrementalAlterConfigs), auto-create, ACLs (CreateAcls, DeleteAcls), producer-id blocks, leader elections
 (ElectLeaders), partition reassignments (AlterPartitionReassignments) — goes
 through this Protocol, never to ``Controller`` directly. There is one
 implementation per place the controller can be: ``LocalControllerChannel`` calls the
@@ -50,9 +50,11 @@ from typing import Final, Protocol
 
 from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.elections import ElectionResult
+from odradek.metadata.image import AclEntry
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.security.acls import AclFilter
 
 # IncrementalAlterConfigs config_operation values.
 SET: Final = 0
@@ -136,6 +138,17 @@ class ControllerChannel(Protocol):
         ...
 
 
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        """CreateAcls: per binding None (created, or there already) or its error."""
+        ...
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        """DeleteAcls: per filter the bindings it removed, or its error."""
+        ...
+
+
 class ConfigRules(Protocol):
     """The config tables a controller needs to apply ``ConfigOp``s (see module doc)."""
 
@@ -215,6 +228,14 @@ class LocalControllerChannel:
         self, requests: Sequence[ReassignmentRequest], allow_rf_change: bool
     ) -> list[ReassignmentResult]:
         return await self._controller().alter_partition_reassignments(requests, allow_rf_change)
+
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        return await self._controller().create_acls(bindings)
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        return await self._controller().delete_acls(filters)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
@@ -315,6 +336,20 @@ class GatedControllerChannel:
     ) -> list[ReassignmentResult]:
         self._check()
         return await self._channel.alter_partition_reassignments(requests, allow_rf_change)
+
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in bindings]
+        return await self._channel.create_acls(bindings)
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in filters]
+        return await self._channel.delete_acls(filters)
 
 
 __all__ = [

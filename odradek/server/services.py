@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.metadata.controller_channel import ControllerChannel
 from odradek.metadata.view import Endpoint, MetadataView
+from odradek.server.authorizer import ALLOW_ALL, Authorizer
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
@@ -119,6 +120,13 @@ class AdminServices(ConfigContext, Protocol):
     @property
     def controller(self) -> ControllerChannel: ...
 
+    @property
+    def authorizer(self) -> Authorizer:
+        """Whether the request's principal may act (authorizer.py); allow-all unless
+        ``authorizer.class.name`` is set, and on the controller plane (the forwarding
+        broker already checked)."""
+        ...
+
 
 class QuorumDescriber(Protocol):
     """DescribeQuorum asked on a broker listener: forwarded to the active controller
@@ -209,6 +217,7 @@ class ControllerPlaneServices:
     config: ConfigView
     controller: ControllerChannel
     brokers: BrokerControl
+    authorizer: Authorizer = ALLOW_ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +236,7 @@ class Services:
     log_dir_moves: LogDirMoves | None = None
     txn_markers: TxnMarkerWriter = None  # type: ignore[assignment]  # tests without txns
     txn_verifier: TxnVerifier | None = None
+    authorizer: Authorizer = ALLOW_ALL
 
 
 __all__ = [
