@@ -67,8 +67,8 @@ from odradek.metadata.elections import (
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
-    AclEntry,
     PRODUCER_ID_BLOCK_SIZE,
+    AclEntry,
     MetadataImage,
     MetadataRecord,
 )

@@ -2,11 +2,12 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), auto-create, ACLs (CreateAcls, DeleteAcls), producer-id blocks, leader elections
-(ElectLeaders), partition reassignments (AlterPartitionReassignments) — goes
-through this Protocol, never to ``Controller`` directly. There is one
-implementation per place the controller can be: ``LocalControllerChannel`` calls the
-controller of this process (the single zero-config node; and, behind
+IncrementalAlterConfigs), auto-create, ACLs (CreateAcls, DeleteAcls), producer-id
+blocks, leader elections (ElectLeaders), partition reassignments
+(AlterPartitionReassignments) — goes through this Protocol, never to ``Controller``
+directly. There is one implementation per place the controller can be:
+``LocalControllerChannel`` calls the controller of this process (the single
+zero-config node; and, behind
 ``GatedControllerChannel``, the controller listener's handlers of forwarded
 requests), ``RemoteControllerChannel`` (controller_rpc.py) sends the change to the
 active controller over the controller listener, as every broker of a quorum does
@@ -136,7 +137,6 @@ class ControllerChannel(Protocol):
         """Start, replace or cancel (null replicas) reassignments (reassignment.py); one
         result per partition; raises ControllerError for the request as a whole."""
         ...
-
 
     async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
         """CreateAcls: per binding None (created, or there already) or its error."""

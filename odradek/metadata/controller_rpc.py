@@ -74,9 +74,9 @@ from odradek.metadata.elections import ElectionResult
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
-    AclEntry,
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
+    AclEntry,
     MetadataImage,
 )
 from odradek.metadata.partition_rpc import (

@@ -266,7 +266,8 @@ class AclIndex:
         self._prefixed: dict[tuple[int, str], list[Binding]] = {}
         self._by_type: dict[int, list[Binding]] = {}
         for binding in bindings:
-            table = self._prefixed if binding.pattern_type == PatternType.PREFIXED else self._literal
+            prefixed = binding.pattern_type == PatternType.PREFIXED
+            table = self._prefixed if prefixed else self._literal
             table.setdefault((binding.resource_type, binding.resource_name), []).append(binding)
             self._by_type.setdefault(binding.resource_type, []).append(binding)
         # the longest prefix any binding has, per resource type: how far to probe
@@ -338,7 +339,8 @@ def _deny_covers(deny: Binding, allow: Binding) -> bool:
     if deny.pattern_type == PatternType.LITERAL:
         if deny.resource_name == WILDCARD:
             return True
-        return allow.pattern_type == PatternType.LITERAL and allow.resource_name == deny.resource_name
+        literal = allow.pattern_type == PatternType.LITERAL
+        return literal and allow.resource_name == deny.resource_name
     # a PREFIXED deny covers what starts with its prefix
     return allow.resource_name.startswith(deny.resource_name) and allow.resource_name != WILDCARD
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.session import Session
 from odradek.security.acls import (
@@ -35,11 +35,22 @@ from odradek.security.acls import (
 )
 from odradek.server.authorized_operations import requested
 
+if TYPE_CHECKING:
+    from odradek.server.config import BrokerConfig
+
 logger = logging.getLogger(__name__)
 
 STANDARD_AUTHORIZER: Final = "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
 LEGACY_AUTHORIZER: Final = "kafka.security.authorizer.AclAuthorizer"
 AUTHORIZERS: Final = (STANDARD_AUTHORIZER, LEGACY_AUTHORIZER)
+DENIAL_ERRORS: Final = {
+    ResourceType.TOPIC: "TOPIC_AUTHORIZATION_FAILED",
+    ResourceType.GROUP: "GROUP_AUTHORIZATION_FAILED",
+    ResourceType.CLUSTER: "CLUSTER_AUTHORIZATION_FAILED",
+    ResourceType.TRANSACTIONAL_ID: "TRANSACTIONAL_ID_AUTHORIZATION_FAILED",
+    ResourceType.DELEGATION_TOKEN: "DELEGATION_TOKEN_AUTHORIZATION_FAILED",
+    ResourceType.USER: "CLUSTER_AUTHORIZATION_FAILED",
+}
 
 
 class Authorizer:
@@ -87,6 +98,19 @@ class Authorizer:
                 name,
             )
         return verdict
+
+    def denial(
+        self,
+        session: Session,
+        operation: AclOperation,
+        resource_type: ResourceType,
+        name: str = CLUSTER_NAME,
+    ) -> str | None:
+        """None if allowed, else the Kafka error a denial on this resource type is
+        answered with (TOPIC_/GROUP_/CLUSTER_/TRANSACTIONAL_ID_AUTHORIZATION_FAILED)."""
+        if self.allowed(session, operation, resource_type, name):
+            return None
+        return DENIAL_ERRORS[resource_type]
 
     def allowed_names(
         self,
@@ -136,10 +160,8 @@ class Authorizer:
 ALLOW_ALL: Final = Authorizer(lambda: {}, None)
 
 
-def build_authorizer(
-    config: Mapping[str, Any], acls: Callable[[], Mapping[str, Any]]
-) -> Authorizer:
-    """The broker's authorizer from its properties (``config`` is a BrokerConfig)."""
+def build_authorizer(config: BrokerConfig, acls: Callable[[], Mapping[str, Any]]) -> Authorizer:
+    """The broker's authorizer from its properties."""
     name = config["authorizer.class.name"]
     if not name:
         return Authorizer(acls, None)
@@ -159,6 +181,7 @@ def build_authorizer(
 __all__ = [
     "ALLOW_ALL",
     "AUTHORIZERS",
+    "DENIAL_ERRORS",
     "LEGACY_AUTHORIZER",
     "STANDARD_AUTHORIZER",
     "Authorizer",

@@ -45,6 +45,9 @@ CREATE_PARTITIONS: Final = 37
 DELETE_GROUPS: Final = 42
 INCREMENTAL_ALTER_CONFIGS: Final = 44
 OFFSET_DELETE: Final = 47
+DESCRIBE_ACLS: Final = 29
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 DESCRIBE_CLUSTER: Final = 60
 # The versions each operation writes and reads; requests are built once with every
 # field of the range (``request_entity`` keeps the fields the chosen version has).
@@ -66,6 +69,9 @@ ADMIN_VERSIONS: Final = {
     INCREMENTAL_ALTER_CONFIGS: (1, 1),
     OFFSET_DELETE: (0, 0),
     DESCRIBE_CLUSTER: (0, 1),
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
 }
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

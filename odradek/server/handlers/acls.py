@@ -17,8 +17,12 @@ import datetime
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from odradek.metadata.acl_rpc import ACL_VERSIONS, CREATE_ACLS_KEY, DELETE_ACLS_KEY
-from odradek.metadata.acl_rpc import DESCRIBE_ACLS_KEY
+from odradek.metadata.acl_rpc import (
+    ACL_VERSIONS,
+    CREATE_ACLS_KEY,
+    DELETE_ACLS_KEY,
+    DESCRIBE_ACLS_KEY,
+)
 from odradek.metadata.controller_channel import ControllerError
 from odradek.metadata.image import AclEntry
 from odradek.protocol.build import error_code, make, response_module
@@ -190,20 +194,24 @@ def _deleted(request: Request, outcomes: Sequence[ControllerError | list[AclEntr
     results = []
     for outcome in outcomes:
         failed = isinstance(outcome, ControllerError)
-        matching = () if isinstance(outcome, ControllerError) else tuple(
-            make(
-                module.DeleteAclsMatchingAcl,
-                error_code=error_code("NONE"),
-                error_message=None,
-                resource_type=b.resource_type,
-                resource_name=b.resource_name,
-                pattern_type=b.pattern_type,
-                principal=b.principal,
-                host=b.host,
-                operation=b.operation,
-                permission_type=b.permission_type,
+        matching = (
+            ()
+            if isinstance(outcome, ControllerError)
+            else tuple(
+                make(
+                    module.DeleteAclsMatchingAcl,
+                    error_code=error_code("NONE"),
+                    error_message=None,
+                    resource_type=b.resource_type,
+                    resource_name=b.resource_name,
+                    pattern_type=b.pattern_type,
+                    principal=b.principal,
+                    host=b.host,
+                    operation=b.operation,
+                    permission_type=b.permission_type,
+                )
+                for b in outcome
             )
-            for b in outcome
         )
         results.append(
             make(
@@ -214,5 +222,7 @@ def _deleted(request: Request, outcomes: Sequence[ControllerError | list[AclEntr
             )
         )
     return make(
-        module.DeleteAclsResponse, throttle_time=datetime.timedelta(0), filter_results=tuple(results)
+        module.DeleteAclsResponse,
+        throttle_time=datetime.timedelta(0),
+        filter_results=tuple(results),
     )
