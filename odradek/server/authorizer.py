@@ -89,7 +89,7 @@ class Authorizer:
             session.principal, session.host, operation, resource_type, name
         )
         if not verdict:
-            logger.info(
+            logger.debug(
                 "denied: principal=%s host=%s operation=%s resource=%s:%s",
                 session.principal,
                 session.host,

@@ -251,16 +251,14 @@ async def describe_transactions(services: BrokerServices, request: Request) -> A
         visible = services.authorizer.allowed_names(
             request.session, AclOperation.DESCRIBE, TXN_ID, ids
         )
-        described = (
-            [(d.transactional_id, d.error, d) for d in coordinator.describe(ids)]
-            if visible == set(ids)
-            else [
-                (d.transactional_id, d.error, d)
-                if d.transactional_id in visible
-                else (d.transactional_id, "TRANSACTIONAL_ID_AUTHORIZATION_FAILED", None)
-                for d in coordinator.describe(ids)
-            ]
-        )
+        # DESCRIBE on each transactional id, as Kafka asks; the others are not looked up
+        denied = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        found = {
+            d.transactional_id: d for d in coordinator.describe([i for i in ids if i in visible])
+        }
+        described = [
+            (i, found[i].error, found[i]) if i in found else (i, denied, None) for i in ids
+        ]
     for transactional_id, error, description in described:
         if description is None or error != "NONE":
             states.append(
