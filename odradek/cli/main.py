@@ -62,6 +62,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "odradek.cli.metadata_quorum:command",
         "describe the KRaft controller quorum (kafka-metadata-quorum.sh)",
     ),
+    "acls": (
+        "odradek.cli.acls:command",
+        "add, list and remove ACLs (kafka-acls.sh)",
+    ),
     "leader-election": (
         "odradek.cli.leader_election:command",
         "elect preferred or unclean partition leaders (kafka-leader-election.sh)",

@@ -46,6 +46,7 @@ from typing import Final
 
 from odradek.metadata import alter_partition as isr_changes
 from odradek.metadata import reassignment as reassignments
+from odradek.metadata.acl_changes import create_acl_records, delete_acl_records
 from odradek.metadata.broker_heartbeats import (
     DEFAULT_HEARTBEAT_INTERVAL_MS,
     DEFAULT_SESSION_TIMEOUT_MS,
@@ -71,6 +72,7 @@ from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import (
     BROKER_RESOURCE,
     PRODUCER_ID_BLOCK_SIZE,
+    AclEntry,
     MetadataImage,
     MetadataRecord,
 )
@@ -91,6 +93,7 @@ from odradek.metadata.topic_changes import (
 )
 from odradek.metadata.writer import CONTROLLER_EPOCH, MetadataWriter
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.security.acls import AclFilter
 
 logger = logging.getLogger(__name__)
 
@@ -473,6 +476,24 @@ class Controller:
             except ControllerError as failure:
                 return [(user, failure if error is None else error) for user, error in results]
             return results
+
+    # -- ACLs --------------------------------------------------------------------------
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        """CreateAcls: per binding None (created, or there already) or its error
+        (acl_changes.py); the valid ones are committed together."""
+        async with self._lock:
+            records, outcomes = create_acl_records(self.image, bindings)
+            await self._commit(records)
+            return outcomes
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        """DeleteAcls: per filter the bindings it removed, or its error."""
+        async with self._lock:
+            records, outcomes = delete_acl_records(self.image, filters)
+            await self._commit(records)
+            return outcomes
 
     # -- producer ids ------------------------------------------------------------------
     async def allocate_producer_ids(self, broker_id: int | None = None) -> tuple[int, int]:

@@ -2,12 +2,13 @@
 
 How this works and why: every change a handler or coordinator makes to the cluster —
 create/delete topics, add partitions, alter configs (AlterConfigs and
-IncrementalAlterConfigs), client quotas (AlterClientQuotas), auto-create,
-producer-id blocks, leader elections (ElectLeaders), partition reassignments
-(AlterPartitionReassignments), SCRAM credentials (AlterUserScramCredentials) — goes
-through this Protocol, never to ``Controller`` directly. There is one
-implementation per place the controller can be: ``LocalControllerChannel`` calls the
-controller of this process (the single zero-config node; and, behind
+IncrementalAlterConfigs), client quotas (AlterClientQuotas), ACLs (CreateAcls,
+DeleteAcls), auto-create, producer-id blocks, leader elections (ElectLeaders),
+partition reassignments (AlterPartitionReassignments), SCRAM credentials
+(AlterUserScramCredentials) — goes through this Protocol, never to ``Controller``
+directly. There is one implementation per place the controller can be:
+``LocalControllerChannel`` calls the controller of this process (the single
+zero-config node; and, behind
 ``GatedControllerChannel``, the controller listener's handlers of forwarded
 requests), ``RemoteControllerChannel`` (controller_rpc.py) sends the change to the
 active controller over the controller listener, as every broker of a quorum does
@@ -52,11 +53,13 @@ from typing import Final, Protocol
 
 from odradek.metadata.controller import Controller, ControllerError
 from odradek.metadata.elections import ElectionResult
+from odradek.metadata.image import AclEntry
 from odradek.metadata.quota_changes import QuotaAlteration
 from odradek.metadata.reassignment import ReassignmentRequest, ReassignmentResult
 from odradek.metadata.scram_changes import ScramDeletion, ScramUpsertion, UserResult
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.security.acls import AclFilter
 
 # IncrementalAlterConfigs config_operation values.
 SET: Final = 0
@@ -137,6 +140,16 @@ class ControllerChannel(Protocol):
     ) -> list[ReassignmentResult]:
         """Start, replace or cancel (null replicas) reassignments (reassignment.py); one
         result per partition; raises ControllerError for the request as a whole."""
+        ...
+
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        """CreateAcls: per binding None (created, or there already) or its error."""
+        ...
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        """DeleteAcls: per filter the bindings it removed, or its error."""
         ...
 
     async def alter_client_quotas(
@@ -242,6 +255,14 @@ class LocalControllerChannel:
         self, deletions: Sequence[ScramDeletion], upsertions: Sequence[ScramUpsertion]
     ) -> list[UserResult]:
         return await self._controller().alter_user_scram_credentials(deletions, upsertions)
+
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        return await self._controller().create_acls(bindings)
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        return await self._controller().delete_acls(filters)
 
     async def alter_partition(
         self, broker_id: int, broker_epoch: int, proposals: Sequence[IsrProposal]
@@ -359,6 +380,20 @@ class GatedControllerChannel:
             users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
             return [(user, refusal) for user in users]
         return await self._channel.alter_user_scram_credentials(deletions, upsertions)
+
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in bindings]
+        return await self._channel.create_acls(bindings)
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        refusal = self._refusal()
+        if refusal is not None:
+            return [refusal for _ in filters]
+        return await self._channel.delete_acls(filters)
 
 
 __all__ = [

@@ -3,7 +3,8 @@
 How this works and why: a broker of a quorum does not decide metadata changes; the
 active controller does. Each call of the channel (controller_channel.py) becomes the
 Kafka request that carries it — CreateTopics, DeleteTopics, CreatePartitions,
-AlterConfigs (the ``replace`` form), IncrementalAlterConfigs, and AllocateProducerIds,
+AlterConfigs (the ``replace`` form), IncrementalAlterConfigs, CreateAcls, DeleteAcls
+(acl_rpc.py), and AllocateProducerIds,
 Kafka's broker→controller RPC for producer-id blocks — sent over the controller
 listener by ``ControllerClient`` (controller_client.py), which finds the active
 controller and retries NOT_CONTROLLER and lost connections until the deadline. The
@@ -60,7 +61,8 @@ from typing import Any, Final
 from kio.schema.errors import ErrorCode
 
 from odradek.client._core.connection import request_entity
-from odradek.metadata import partition_rpc
+from odradek.metadata import acl_rpc, partition_rpc
+from odradek.metadata.acl_rpc import ACL_VERSIONS, CREATE_ACLS_KEY, DELETE_ACLS_KEY
 from odradek.metadata.controller_channel import (
     APPEND,
     DELETE,
@@ -76,6 +78,7 @@ from odradek.metadata.image import (
     BROKER_RESOURCE,
     GROUP_RESOURCE,
     TOPIC_RESOURCE,
+    AclEntry,
     MetadataImage,
 )
 from odradek.metadata.partition_rpc import (
@@ -97,6 +100,7 @@ from odradek.metadata.scram_rpc import (
 )
 from odradek.metadata.topic_changes import NewTopic
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.security.acls import AclFilter
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +128,8 @@ FORWARDED_VERSIONS: Final[dict[int, tuple[int, int]]] = {
     ALTER_REASSIGNMENTS_KEY: ALTER_REASSIGNMENTS_VERSIONS,
     ALTER_PARTITION_KEY: ALTER_PARTITION_VERSIONS,  # a broker's own request, not forwarded
     ALTER_SCRAM_KEY: ALTER_SCRAM_VERSIONS,
+    CREATE_ACLS_KEY: ACL_VERSIONS,
+    DELETE_ACLS_KEY: ACL_VERSIONS,
 }
 TOPIC_IDS_VERSION: Final = 6  # DeleteTopics names topics by id from v6
 # ConfigResource.Type on the wire, by the image's resource type.
@@ -465,6 +471,19 @@ class RemoteControllerChannel:
         return await partition_rpc.alter_partition(
             self.client, self._timeout_s, broker_id, broker_epoch, proposals
         )
+
+    # -- ACLs (acl_rpc.py) -----------------------------------------------------------
+    async def create_acls(self, bindings: Sequence[AclEntry]) -> list[ControllerError | None]:
+        outcomes = await acl_rpc.create_acls(self.client, self._timeout_s, bindings)
+        await self._wait_for("ACLs created", acl_rpc.created(bindings, outcomes))
+        return outcomes
+
+    async def delete_acls(
+        self, filters: Sequence[AclFilter]
+    ) -> list[ControllerError | list[AclEntry]]:
+        outcomes = await acl_rpc.delete_acls(self.client, self._timeout_s, filters)
+        await self._wait_for("ACLs deleted", acl_rpc.deleted(outcomes))
+        return outcomes
 
     # -- the quorum's state --------------------------------------------------------------
     async def describe_quorum(self, request: Any) -> Any:

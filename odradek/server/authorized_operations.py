@@ -5,52 +5,21 @@ DescribeGroups (v3+) and ConsumerGroupDescribe can report, when the request asks
 it, a 32-bit field whose bit ``n`` means "AclOperation ``n`` is allowed". When the
 request does not ask, the field is INT32_MIN ("not requested"). Kafka without an
 authorizer allows everything, so it answers with every operation the resource type
-supports; odradek has no authorizer yet, so it does the same. This module is the one
-place that knows the operation codes and which operations each resource type
-supports (Kafka's ``AclEntry.supportedOperations``); the security issue adds the
-authorizer that narrows ``authorized_operations`` to what the principal's ACLs allow.
+supports, and so does odradek with ``authorizer.class.name`` unset. This module knows
+which operations each resource type supports (Kafka's
+``AclEntry.supportedOperations``); with the authorizer on, server/authorizer.py keeps
+of them those the principal's ACLs allow (``allowed``).
 """
 
 from __future__ import annotations
 
-import enum
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Final
 
+# The codes live with the matcher (security/acls.py); re-exported for the handlers.
+from odradek.security.acls import AclOperation, ResourceType
+
 NOT_REQUESTED: Final = -(2**31)  # INT32_MIN: the schema default, "not asked for"
-
-
-class AclOperation(enum.IntEnum):
-    """Kafka's ACL operation codes (the bit positions of an authorized-operations field)."""
-
-    UNKNOWN = 0
-    ANY = 1
-    ALL = 2
-    READ = 3
-    WRITE = 4
-    CREATE = 5
-    DELETE = 6
-    ALTER = 7
-    DESCRIBE = 8
-    CLUSTER_ACTION = 9
-    DESCRIBE_CONFIGS = 10
-    ALTER_CONFIGS = 11
-    IDEMPOTENT_WRITE = 12
-    CREATE_TOKENS = 13
-    DESCRIBE_TOKENS = 14
-
-
-class ResourceType(enum.IntEnum):
-    """Kafka's ACL resource type codes."""
-
-    UNKNOWN = 0
-    ANY = 1
-    TOPIC = 2
-    GROUP = 3
-    CLUSTER = 4
-    TRANSACTIONAL_ID = 5
-    DELEGATION_TOKEN = 6
-    USER = 7
 
 
 _OP = AclOperation
@@ -96,14 +65,21 @@ def bit_field(operations: Iterable[AclOperation]) -> int:
     return bits
 
 
-def authorized_operations(resource_type: ResourceType, resource_name: str | None = None) -> int:
-    """The operations allowed on one resource, as the response's bit field.
+def authorized_operations(
+    resource_type: ResourceType, allowed: Callable[[AclOperation], bool] | None = None
+) -> int:
+    """The operations allowed on one resource, as the response's bit field: every
+    supported one with no authorizer (``allowed`` None), else those ``allowed`` passes."""
+    supported = SUPPORTED_OPERATIONS[resource_type]
+    if allowed is None:
+        return bit_field(supported)
+    return bit_field(op for op in supported if allowed(op))
 
-    With no authorizer every supported operation is allowed, whatever the name.
-    """
-    return bit_field(SUPPORTED_OPERATIONS[resource_type])
 
-
-def requested(include: bool, resource_type: ResourceType, resource_name: str | None = None) -> int:
+def requested(
+    include: bool,
+    resource_type: ResourceType,
+    allowed: Callable[[AclOperation], bool] | None = None,
+) -> int:
     """The field's value: the operations when the request asked, else NOT_REQUESTED."""
-    return authorized_operations(resource_type, resource_name) if include else NOT_REQUESTED
+    return authorized_operations(resource_type, allowed) if include else NOT_REQUESTED

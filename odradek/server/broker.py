@@ -85,6 +85,7 @@ from odradek.replica.interfaces import IsrChannel, IsrOutcome, IsrProposal
 from odradek.replica.log_dir_mover import LogDirMover
 from odradek.replica.replica_manager import ReplicaManager
 from odradek.replica.replica_selector import selector_for
+from odradek.server.authorizer import build_authorizer
 from odradek.server.broker_lifecycle import (
     BrokerLifecycleManager,
     broker_registration,
@@ -303,6 +304,7 @@ class Broker:
                 samples=config["quota.window.num"],
                 window_ms=config["quota.window.size.seconds"] * 1000,
             ),
+            authorizer=build_authorizer(config, lambda: metadata.image.acls),
         )
         # TotalTimeMs per request name, both planes' dispatchers together (/metrics).
         self.request_times = RequestTimes()

@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.session import uses_tls
+from odradek.security.acls import InvalidAcl, parse_super_users
+from odradek.server.authorizer import AUTHORIZERS
 from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LONG_MAX, LogConfig
 
@@ -329,6 +331,26 @@ class BrokerConfigDef:
     topic_config: str | None = None  # the topic config this property provides the default of
 
 
+def _authorizer_class(key: str, raw: str) -> str:
+    """The authorizer's class name: "" (none) or Kafka's ACL authorizers (authorizer.py)."""
+    name = raw.strip()
+    if name and name not in AUTHORIZERS:
+        raise ConfigError(
+            key,
+            f"{name!r}: odradek implements {AUTHORIZERS[0]} (and {AUTHORIZERS[1]} as an alias"
+            " of it); leave it empty for no authorization",
+        )
+    return name
+
+
+def _super_users(key: str, raw: str) -> frozenset[str]:
+    """``super.users``: principals separated by semicolons (User:admin;User:ops)."""
+    try:
+        return parse_super_users(raw)
+    except InvalidAcl as exc:
+        raise ConfigError(key, str(exc)) from None
+
+
 def _topic(
     name: str, topic: str, default: str, parse: Callable[[str, str], Any]
 ) -> BrokerConfigDef:
@@ -554,6 +576,9 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     # -- end of SASL --
     #
     # -- security: the authorizer and ACLs (server/authorizer.py) -------------------
+    BrokerConfigDef("authorizer.class.name", _authorizer_class, ""),
+    BrokerConfigDef("super.users", _super_users, ""),
+    BrokerConfigDef("allow.everyone.if.no.acl.found", _bool, "false"),
     # -- end of authorizer --
     #
     # -- security: client quotas (server/quotas.py) --------------------------------

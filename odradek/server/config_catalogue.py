@@ -77,6 +77,7 @@ add.partitions.to.txn.retry.backoff.max.ms int 100 r 0..
 add.partitions.to.txn.retry.backoff.ms int 20 r 1..
 advertised.listeners string - r
 alter.config.policy.class.name class - r
+allow.everyone.if.no.acl.found boolean false r
 alter.log.dirs.replication.quota.window.num int 11 r 1..
 alter.log.dirs.replication.quota.window.size.seconds int 1 r 1..
 authorizer.class.name string "" r
@@ -379,6 +380,7 @@ ssl.truststore.certificates password - b
 ssl.truststore.location string - b
 ssl.truststore.password password - b
 ssl.truststore.type string JKS b
+super.users string - r
 telemetry.max.bytes int 1048576 r 1..
 transaction.abort.timed.out.transaction.cleanup.interval.ms int 10000 r 1..
 transaction.max.timeout.ms int 900000 r 1..

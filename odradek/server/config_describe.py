@@ -132,6 +132,8 @@ _PARSER_TYPES: Final[dict[Callable[[str, str], Any], int]] = {
     broker_config._listener_names: STRING,  # controller.listener.names, as Kafka types it
     broker_config._one_listener_name: STRING,
     broker_config.parse_metrics_listener: STRING,
+    broker_config._authorizer_class: STRING,
+    broker_config._super_users: STRING,  # Kafka's type: semicolon-separated principals
 }
 
 

@@ -39,6 +39,11 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "metrics.listener": "http://HOST:PORT where the broker serves Prometheus /metrics "
     "(port 0: any free port, named on the ready line); unset: no endpoint",
     "node.id": "the id of this node in the cluster",
+    "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer to "
+    "authorize every request with the cluster's ACLs; empty: everything is allowed",
+    "super.users": "principals allowed everything, separated by semicolons (User:admin;User:ops)",
+    "allow.everyone.if.no.acl.found": "allow a request on a resource no ACL matches "
+    "(default false: only super users may)",
     "broker.id": "legacy name of node.id; must match it when both are set",
     "process.roles": "broker, controller, or both (combined mode)",
     "listeners": "NAME://HOST:PORT addresses to accept connections on",

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from odradek.metadata.controller_channel import ControllerChannel
 from odradek.metadata.view import Endpoint, MetadataView
+from odradek.server.authorizer import ALLOW_ALL, Authorizer
 
 if TYPE_CHECKING:
     from odradek.coordinator.group.coordinator import GroupCoordinator
@@ -120,6 +121,13 @@ class AdminServices(ConfigContext, Protocol):
     @property
     def controller(self) -> ControllerChannel: ...
 
+    @property
+    def authorizer(self) -> Authorizer:
+        """Whether the request's principal may act (authorizer.py); allow-all unless
+        ``authorizer.class.name`` is set, and on the controller plane (the forwarding
+        broker already checked)."""
+        ...
+
 
 class QuorumDescriber(Protocol):
     """DescribeQuorum asked on a broker listener: forwarded to the active controller
@@ -210,6 +218,7 @@ class ControllerPlaneServices:
     config: ConfigView
     controller: ControllerChannel
     brokers: BrokerControl
+    authorizer: Authorizer = ALLOW_ALL
 
 
 @dataclass(frozen=True, slots=True)
@@ -230,6 +239,7 @@ class Services:
     txn_verifier: TxnVerifier | None = None
     # Client quotas (server/quotas.py); None: nothing is measured or throttled.
     client_quotas: ClientQuotaManager | None = None
+    authorizer: Authorizer = ALLOW_ALL
 
 
 __all__ = [

@@ -24,8 +24,10 @@ from odradek.metadata.controller_client import ControllerClient, VoterAddress
 from odradek.metadata.controller_rpc import RemoteControllerChannel
 from odradek.metadata.errors import ControllerError
 from odradek.metadata.image import MetadataImage
+from odradek.protocol.session import Session
 from odradek.raft import wire, wire_describe_quorum
 from odradek.raft.node import QuorumDescription, ReplicaDescription
+from odradek.server.authorizer import ALLOW_ALL
 from odradek.server.handlers import Plane, plane_handlers
 from tests.metadata.test_controller_client import Voter
 
@@ -100,7 +102,7 @@ def broker_handler() -> Any:
 
 def request_of(body: Any) -> Any:
     header = SimpleNamespace(api_key=wire.DESCRIBE_QUORUM_KEY, api_version=body.__version__)
-    return SimpleNamespace(header=header, body=body)
+    return SimpleNamespace(header=header, body=body, session=Session())
 
 
 class Quorum:
@@ -120,7 +122,9 @@ def test_the_broker_handler_refuses_another_topic_without_forwarding() -> None:
     other = type(body.topics[0])(topic_name="orders", partitions=body.topics[0].partitions)
     body = type(body)(topics=(other,))
     quorum = Quorum()
-    response = asyncio.run(broker_handler()(SimpleNamespace(quorum=quorum), request_of(body)))
+    response = asyncio.run(
+        broker_handler()(SimpleNamespace(quorum=quorum, authorizer=ALLOW_ALL), request_of(body))
+    )
     assert response.error_code == ErrorCode.invalid_request
     assert quorum.asked == []
 
@@ -128,7 +132,9 @@ def test_the_broker_handler_refuses_another_topic_without_forwarding() -> None:
 def test_no_controller_in_time_is_request_timed_out() -> None:
     quorum = Quorum(ControllerError("REQUEST_TIMED_OUT", "no active controller answered"))
     body = wire_describe_quorum.describe_quorum_request(2)
-    response = asyncio.run(broker_handler()(SimpleNamespace(quorum=quorum), request_of(body)))
+    response = asyncio.run(
+        broker_handler()(SimpleNamespace(quorum=quorum, authorizer=ALLOW_ALL), request_of(body))
+    )
     assert response.error_code == ErrorCode.request_timed_out
     assert quorum.asked == [body]
 
@@ -136,5 +142,7 @@ def test_no_controller_in_time_is_request_timed_out() -> None:
 def test_the_broker_handler_answers_with_the_controllers_response() -> None:
     quorum = Quorum()
     body = wire_describe_quorum.describe_quorum_request(2)
-    response = asyncio.run(broker_handler()(SimpleNamespace(quorum=quorum), request_of(body)))
+    response = asyncio.run(
+        broker_handler()(SimpleNamespace(quorum=quorum, authorizer=ALLOW_ALL), request_of(body))
+    )
     assert response.topics[0].partitions[0].leader_id == 1

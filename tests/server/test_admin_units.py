@@ -17,6 +17,7 @@ from odradek.protocol.build import make
 from odradek.protocol.messages import Request, RequestHeader
 from odradek.records.codec import encode_batch, new_records
 from odradek.replica.replica_manager import Partition, ReplicaManager
+from odradek.server.authorizer import ALLOW_ALL
 from odradek.server.config import BROKER_CONFIGS, BrokerConfig
 from odradek.server.config_describe import (
     DEFAULT_CONFIG,
@@ -69,7 +70,7 @@ def test_offset_for_leader_epoch_checks_the_current_leader_epoch(
 ) -> None:
     replicas = ReplicaManager(1, None)  # type: ignore[arg-type]
     replicas.partitions[("t", 0)] = partition
-    services = SimpleNamespace(replicas=replicas)
+    services = SimpleNamespace(replicas=replicas, authorizer=ALLOW_ALL)
     module = nested(23, version)
 
     def ask(current: int, epoch: int) -> Any:

@@ -30,6 +30,7 @@ from odradek.network.connection import Response
 from odradek.protocol.build import make
 from odradek.protocol.messages import Request, RequestHeader
 from odradek.replica.reads import FetchParams, FetchResults, PartitionRead
+from odradek.server.authorizer import ALLOW_ALL, Authorizer
 from odradek.server.handlers.fetch import fetch
 from tests.server.test_protocol import nested
 
@@ -93,6 +94,7 @@ class FakeReplicas:
 class FakeServices:
     metadata: FakeMetadata = field(default_factory=FakeMetadata)
     replicas: FakeReplicas = field(default_factory=FakeReplicas)
+    authorizer: Authorizer = ALLOW_ALL
 
 
 def _request(

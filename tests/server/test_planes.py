@@ -78,12 +78,12 @@ def test_client_apis_are_on_the_broker_plane_quorum_apis_on_the_controller_one()
     # the metadata Fetch, its own handler there), DescribeCluster v1 for controllers
     # (KIP-919, its own handler there too), ApiVersions on both, and the admin requests
     # brokers forward (CreateTopics, DeleteTopics, AlterConfigs, CreatePartitions,
-    # IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments,
-    # AlterClientQuotas, AlterUserScramCredentials, at the broker plane's versions),
-    # ListPartitionReassignments (a read of the node's image, on both),
+    # IncrementalAlterConfigs, ElectLeaders, AlterPartitionReassignments, CreateAcls,
+    # DeleteAcls, AlterClientQuotas, AlterUserScramCredentials, at the broker plane's
+    # versions), ListPartitionReassignments (a read of the node's image, on both),
     # AllocateProducerIds, AlterPartition, and BrokerRegistration and BrokerHeartbeat
     # (KIP-631).
-    forwarded = {key: broker[key] for key in (19, 20, 33, 37, 43, 44, 45, 49, 51)}
+    forwarded = {key: broker[key] for key in (19, 20, 30, 31, 33, 37, 43, 44, 45, 49, 51)}
     assert controller == {
         API_VERSIONS_KEY: broker[API_VERSIONS_KEY],
         **wire.VERSIONS,

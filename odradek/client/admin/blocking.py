@@ -25,12 +25,19 @@ from odradek.client._core.config import ClientConfig
 from odradek.client._core.errors import KafkaError
 from odradek.client._core.loop_thread import LoopThread
 from odradek.client._core.types import TopicPartition
+from odradek.client.admin import acls as admin_acls
 from odradek.client.admin import configs as admin_configs
 from odradek.client.admin import groups as admin_groups
 from odradek.client.admin import quotas as admin_quotas
 from odradek.client.admin import records as admin_records
 from odradek.client.admin import scram as admin_scram
 from odradek.client.admin import topics as admin_topics
+from odradek.client.admin.acls import (
+    AclBinding,
+    AclBindingFilter,
+    AclPermissionType,
+    ResourcePatternType,
+)
 from odradek.client.admin.core import Outcome, as_exception, open_cluster, within
 from odradek.client.admin.groups import GroupView, partition_errors
 from odradek.client.admin.quotas import (
@@ -59,6 +66,7 @@ from odradek.client.admin.types import (
     NewTopic,
     Node,
     OffsetSpec,
+    ResourceType,
     TopicCollection,
     TopicDescription,
     TopicPartitionInfo,
@@ -69,10 +77,16 @@ K = TypeVar("K", bound=Hashable)
 Future = concurrent.futures.Future
 
 __all__ = [  # the value types most callers import from here, as from confluent_kafka.admin
+    "AclBinding",
+    "AclBindingFilter",
+    "AclOperation",
+    "AclPermissionType",
     "AdminClient",
     "ClusterMetadata",
     "NewPartitions",
     "NewTopic",
+    "ResourcePatternType",
+    "ResourceType",
     "TopicCollection",
 ]
 
@@ -137,6 +151,16 @@ def topic_description(metadata: MetadataView, name: str) -> TopicDescription | K
         ],
         AclOperation.from_bits(view.authorized_operations),
     )
+
+
+def _unique(items: list[Any], kind: type) -> None:
+    """confluent-kafka's checks of an ACL call's list: the right type, no duplicates."""
+    if not isinstance(items, list) or not items:
+        raise ValueError(f"expected a non-empty list of {kind.__name__}")
+    if any(not isinstance(item, kind) for item in items):
+        raise TypeError(f"expected a list of {kind.__name__}")
+    if len(set(items)) != len(items):
+        raise ValueError("duplicate ACL bindings not allowed")
 
 
 class AdminClient:
@@ -270,6 +294,31 @@ class AdminClient:
         )
         metadata: MetadataView = future.result()
         return admin_topics.cluster_metadata(metadata)
+
+    # -- ACLs (acls.py) ----------------------------------------------------------------
+    def create_acls(
+        self, acls: list[AclBinding], request_timeout: float | None = None
+    ) -> dict[AclBinding, Future[None]]:
+        """One future per binding: None once created (or if it existed)."""
+        _unique(acls, AclBinding)
+        return self._split(list(acls), admin_acls.create_acls(self._cluster, acls), request_timeout)
+
+    def describe_acls(
+        self, acl_binding_filter: AclBindingFilter, request_timeout: float | None = None
+    ) -> Future[list[AclBinding]]:
+        if not isinstance(acl_binding_filter, AclBindingFilter):
+            raise TypeError("describe_acls expects an AclBindingFilter")
+        return self._one(
+            admin_acls.describe_acls(self._cluster, acl_binding_filter), request_timeout
+        )
+
+    def delete_acls(
+        self, acl_binding_filters: list[AclBindingFilter], request_timeout: float | None = None
+    ) -> dict[AclBindingFilter, Future[list[AclBinding]]]:
+        """One future per filter: the bindings it deleted."""
+        _unique(acl_binding_filters, AclBindingFilter)
+        work = admin_acls.delete_acls(self._cluster, acl_binding_filters)
+        return self._split(list(acl_binding_filters), work, request_timeout)
 
     # -- configs ---------------------------------------------------------------------
     def describe_configs(

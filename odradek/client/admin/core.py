@@ -48,6 +48,9 @@ INCREMENTAL_ALTER_CONFIGS: Final = 44
 OFFSET_DELETE: Final = 47
 DESCRIBE_USER_SCRAM_CREDENTIALS: Final = 50
 ALTER_USER_SCRAM_CREDENTIALS: Final = 51
+DESCRIBE_ACLS: Final = 29
+CREATE_ACLS: Final = 30
+DELETE_ACLS: Final = 31
 DESCRIBE_CLUSTER: Final = 60
 # The versions each operation writes and reads; requests are built once with every
 # field of the range (``request_entity`` keeps the fields the chosen version has).
@@ -73,6 +76,9 @@ ADMIN_VERSIONS: Final = {
     DESCRIBE_CLUSTER: (0, 1),
     48: (0, 1),  # DescribeClientQuotas (quotas.py)
     49: (0, 1),  # AlterClientQuotas
+    DESCRIBE_ACLS: (1, 3),
+    CREATE_ACLS: (1, 3),
+    DELETE_ACLS: (1, 3),
 }
 T = TypeVar("T")
 K = TypeVar("K", bound=Hashable)

@@ -21,7 +21,8 @@ class ResourceType(enum.IntEnum):
     ANY = 1
     TOPIC = 2
     GROUP = 3
-    BROKER = 4
+    BROKER = 4  # in an ACL: the cluster (its one resource is named "kafka-cluster")
+    TRANSACTIONAL_ID = 5
 
 
 class ConfigSource(enum.IntEnum):

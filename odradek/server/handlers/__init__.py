@@ -90,6 +90,7 @@ def supported_versions(plane: Plane = Plane.BROKER) -> dict[int, tuple[int, int]
 def load_all() -> None:
     """Import every handler module so that its ``@handles`` entries register."""
     from odradek.server.handlers import (  # noqa: F401
+        acls,
         api_versions,
         broker_registration,
         cluster_admin,

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested
+from odradek.server.authorized_operations import NOT_REQUESTED, AclOperation, ResourceType
 from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
 
@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 DESCRIBE_LOG_DIRS_KEY = 35
 DESCRIBE_CLUSTER_KEY = 60
 BROKERS_ENDPOINT: Final = 1
+DESCRIBE: Final = AclOperation.DESCRIBE
 
 
 @handles(DESCRIBE_CLUSTER_KEY, 0, 2)
@@ -44,12 +45,17 @@ async def describe_cluster(services: BrokerServices, request: Request) -> Any:
         "endpoint_type": endpoint_type,
         "cluster_id": services.metadata.cluster_id,
     }
-    if endpoint_type != BROKERS_ENDPOINT:
+    denial = services.authorizer.denial(request.session, DESCRIBE, ResourceType.CLUSTER)
+    if endpoint_type != BROKERS_ENDPOINT or denial is not None:
         return make(
             module.DescribeClusterResponse,
             **common,
-            error_code=error_code("UNSUPPORTED_ENDPOINT_TYPE"),
-            error_message=f"endpoint type {endpoint_type} is not served by brokers",
+            error_code=error_code(denial or "UNSUPPORTED_ENDPOINT_TYPE"),
+            error_message=(
+                "not authorized to describe the cluster"
+                if denial
+                else f"endpoint type {endpoint_type} is not served by brokers"
+            ),
             controller_id=-1,
             brokers=(),
             cluster_authorized_operations=NOT_REQUESTED,
@@ -76,8 +82,8 @@ async def describe_cluster(services: BrokerServices, request: Request) -> Any:
         error_message=None,
         controller_id=services.metadata.controller_id,
         brokers=brokers,
-        cluster_authorized_operations=requested(
-            body.include_cluster_authorized_operations, ResourceType.CLUSTER
+        cluster_authorized_operations=services.authorizer.operations(
+            body.include_cluster_authorized_operations, request.session, ResourceType.CLUSTER
         ),
     )
 
@@ -85,6 +91,14 @@ async def describe_cluster(services: BrokerServices, request: Request) -> Any:
 @handles(DESCRIBE_LOG_DIRS_KEY, 1, 4)
 async def describe_log_dirs(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_LOG_DIRS_KEY, request.header.api_version)
+    denial = services.authorizer.denial(request.session, DESCRIBE, ResourceType.CLUSTER)
+    if denial is not None:  # v3+ say it at the top; below, no result is what Kafka sends
+        return make(
+            module.DescribeLogDirsResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=error_code(denial),
+            results=(),
+        )
     wanted = _wanted(request.body.topics)
     by_dir: dict[Path, dict[str, list[tuple[int, Log, int, bool]]]] = {}
     logs = services.log_dirs.logs

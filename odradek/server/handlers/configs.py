@@ -25,6 +25,7 @@ from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.server import config_alter
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.config_describe import ConfigEntry, describe
 from odradek.server.handlers import Plane, handles
 
@@ -34,6 +35,29 @@ if TYPE_CHECKING:
 DESCRIBE_CONFIGS_KEY = 32
 ALTER_CONFIGS_KEY = 33
 INCREMENTAL_ALTER_CONFIGS_KEY = 44
+# ConfigResource.Type on the wire -> the ACL resource it is authorized on (brokers and
+# broker loggers: the cluster)
+ACL_RESOURCES = {2: ResourceType.TOPIC, 4: ResourceType.CLUSTER, 8: ResourceType.CLUSTER}
+GROUP_CONFIG_RESOURCE = 32
+
+
+def _require(
+    services: AdminServices, request: Request, operation: AclOperation, resource: Any
+) -> None:
+    """DESCRIBE_CONFIGS / ALTER_CONFIGS on the resource (Kafka's table); raises the
+    authorization error as a ControllerError."""
+    wire = resource.resource_type
+    if wire == GROUP_CONFIG_RESOURCE:
+        acl_type, name = ResourceType.GROUP, resource.resource_name
+    elif wire in ACL_RESOURCES:
+        acl_type = ACL_RESOURCES[wire]
+        is_topic = acl_type == ResourceType.TOPIC
+        name = resource.resource_name if is_topic else "kafka-cluster"
+    else:
+        return  # an unknown type: the describe/alter code answers it
+    denial = services.authorizer.denial(request.session, operation, acl_type, name)
+    if denial is not None:
+        raise ControllerError(denial, f"not authorized to {operation.name} this resource")
 
 
 @handles(DESCRIBE_CONFIGS_KEY, 1, 4)
@@ -46,6 +70,7 @@ async def describe_configs(services: BrokerServices, request: Request) -> Any:
     for resource in body.resources:
         keys = resource.configuration_keys or None  # null or empty: every config
         try:
+            _require(services, request, AclOperation.DESCRIBE_CONFIGS, resource)
             entries = describe(services, resource.resource_type, resource.resource_name, keys)
             error = None
         except ControllerError as failure:
@@ -148,6 +173,7 @@ async def _alter(
         try:
             if resources.count((resource.resource_type, resource.resource_name)) > 1:
                 raise ControllerError("INVALID_REQUEST", "resource listed more than once")
+            _require(services, request, AclOperation.ALTER_CONFIGS, resource)
             resource_type = config_alter.resolve(
                 services, resource.resource_type, resource.resource_name, any_broker=any_broker
             )

@@ -19,7 +19,7 @@ from odradek.coordinator.group.coordinator import CoordinatorError
 from odradek.metadata.image import MetadataImage
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested
+from odradek.server.authorized_operations import NOT_REQUESTED, AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -57,6 +57,11 @@ async def consumer_group_heartbeat(services: BrokerServices, request: Request) -
         client_host="/" + request.peer.rsplit(":", 1)[0] if request.peer else "",
     )
     try:
+        denial = services.authorizer.denial(
+            request.session, AclOperation.READ, ResourceType.GROUP, body.group_id
+        )
+        if denial is not None:
+            raise CoordinatorError(denial)
         result = await services.groups.consumer_heartbeat(
             body.group_id, heartbeat, require_member_id=version >= 1
         )
@@ -105,6 +110,11 @@ async def consumer_group_describe(services: BrokerServices, request: Request) ->
             described.append(_failed(module, group_id, "INVALID_GROUP_ID", None))
             continue
         try:
+            denial = services.authorizer.denial(
+                request.session, AclOperation.DESCRIBE, ResourceType.GROUP, group_id
+            )
+            if denial is not None:
+                raise CoordinatorError(denial)
             group = services.groups.describe_consumer_group(group_id)
         except CoordinatorError as failure:
             described.append(_failed(module, group_id, failure.code, None))
@@ -117,8 +127,13 @@ async def consumer_group_describe(services: BrokerServices, request: Request) ->
             message = f"Group {group_id} is not a consumer group."
             described.append(_failed(module, group_id, "GROUP_ID_NOT_FOUND", message))
         else:
-            include = request.body.include_authorized_operations
-            described.append(_described(module, group, services.metadata.image, include))
+            operations = services.authorizer.operations(
+                request.body.include_authorized_operations,
+                request.session,
+                ResourceType.GROUP,
+                group_id,
+            )
+            described.append(_described(module, group, services.metadata.image, operations))
     return make(module.ConsumerGroupDescribeResponse, throttle_time=_ZERO, groups=tuple(described))
 
 
@@ -137,7 +152,7 @@ def _failed(module: Any, group_id: str, error: str, message: str | None) -> Any:
     )
 
 
-def _described(module: Any, group: ConsumerGroup, image: MetadataImage, include: bool) -> Any:
+def _described(module: Any, group: ConsumerGroup, image: MetadataImage, operations: int) -> Any:
     info = group.describe()
     members = tuple(
         make(
@@ -172,5 +187,5 @@ def _described(module: Any, group: ConsumerGroup, image: MetadataImage, include:
         assignment_epoch=info.assignment_epoch,
         assignor_name=info.assignor_name,
         members=members,
-        authorized_operations=requested(include, ResourceType.GROUP, info.group_id),
+        authorized_operations=operations,
     )

@@ -55,6 +55,7 @@ from odradek.protocol.fetch_codec import (
 from odradek.protocol.messages import Request
 from odradek.replica.reads import FetchParams, FetchPosition, PartitionRead
 from odradek.security.quotas import CONSUMER_BYTE_RATE
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -62,6 +63,8 @@ if TYPE_CHECKING:
     from odradek.server.services import BrokerServices
 
 FETCH_KEY = 1
+TOPIC: Final = ResourceType.TOPIC
+CLUSTER: Final = ResourceType.CLUSTER
 FINAL_EPOCH = -1
 MAX_INT32 = 0x7FFFFFFF
 # KIP-951: the errors whose partitions carry the current leader (v16+)
@@ -88,23 +91,31 @@ async def fetch(services: BrokerServices, request: Request) -> Response:
     names: list[str | None] = [getattr(topic, "topic", None) for topic in requested]
     if version >= FIRST_TOPIC_ID:
         names = resolve_topic_ids(services.metadata.image, requested)
-    params = fetch_params(body, names)
+    denied = _unauthorized(services, request, names)
+    if denied is None:  # a follower's fetch without CLUSTER_ACTION
+        failed = error_code("CLUSTER_AUTHORIZATION_FAILED").value
+        return Response(
+            encode_fetch_response(version, header.correlation_id, [], error_code=failed)
+        )
+    readable = [None if name in denied else name for name in names]
+    params = fetch_params(body, readable)
     quotas = getattr(services, "client_quotas", None)
     if quotas is not None and params.replica_id < 0:
         capped = quotas.fetch_max_bytes(
             request.session.user, header.client_id or "", params.max_bytes
         )
         params = dataclasses.replace(params, max_bytes=capped)
-    if None in names:  # an error answers at once, as any partition's error does
+    if None in readable:  # an error answers at once, as any partition's error does
         params = dataclasses.replace(params, max_wait_ms=0)
     read = iter(await services.replicas.fetch(params))
     topics: list[TopicResult] = []
     for topic, name in zip(requested, names, strict=True):
         topic_id = getattr(topic, "topic_id", None)
-        if name is None:  # v13+: an id no topic has
-            unknown = error_code("UNKNOWN_TOPIC_ID").value
-            partitions = [PartitionResult(p.partition, unknown) for p in topic.partitions]
-            topics.append(TopicResult("", partitions, topic_id))
+        if name is None or name in denied:  # v13+: an id no topic has; or not READ
+            error = "UNKNOWN_TOPIC_ID" if name is None else "TOPIC_AUTHORIZATION_FAILED"
+            code = error_code(error).value
+            partitions = [PartitionResult(p.partition, code) for p in topic.partitions]
+            topics.append(TopicResult(name or "", partitions, topic_id))
             continue
         read_name, reads = next(read)
         topics.append(TopicResult(read_name, [_encode(i, r) for i, r in reads], topic_id))
@@ -145,6 +156,22 @@ def consumer_throttle(
                 partition.ranges = []
                 partition.aborted = None if partition.aborted is None else []
     return throttle_ms
+
+
+def _unauthorized(
+    services: BrokerServices, request: Request, names: Sequence[str | None]
+) -> set[str | None] | None:
+    """The topics a consumer may not READ; None when a follower (replica id >= 0)
+    lacks CLUSTER_ACTION on the cluster (Kafka fails the whole request then)."""
+    authorizer = services.authorizer
+    body = request.body
+    replica_state = getattr(body, "replica_state", None)
+    replica_id = replica_state.replica_id if replica_state else getattr(body, "replica_id", -1)
+    if replica_id >= 0:
+        allowed = authorizer.allowed(request.session, AclOperation.CLUSTER_ACTION, CLUSTER)
+        return set() if allowed else None
+    wanted = {name for name in names if name is not None}
+    return set(wanted - authorizer.allowed_names(request.session, AclOperation.READ, TOPIC, wanted))
 
 
 def resolve_topic_ids(image: MetadataImage, topics: Sequence[Any]) -> list[str | None]:

@@ -18,6 +18,7 @@ from odradek.coordinator.group.coordinator import CoordinatorError
 from odradek.coordinator.group.offset_store import OffsetCommit
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -28,6 +29,39 @@ OFFSET_FETCH_KEY = 9
 OFFSET_DELETE_KEY = 47
 TXN_OFFSET_COMMIT_KEY = 28
 _ZERO = datetime.timedelta(0)
+READ = AclOperation.READ
+DESCRIBE = AclOperation.DESCRIBE
+GROUP = ResourceType.GROUP
+TOPIC = ResourceType.TOPIC
+
+
+def _authorized(
+    services: BrokerServices,
+    request: Request,
+    group_op: AclOperation,
+    group_id: str,
+    commits: list[OffsetCommit],
+    txn_id: str | None = None,
+) -> tuple[list[OffsetCommit], dict[tuple[str, int], str]]:
+    """Kafka's checks of an offset commit: WRITE on the transactional id (a
+    TxnOffsetCommit), ``group_op`` on the group, READ on each topic. The commits that
+    may go ahead, and the errors of the others by partition."""
+    authorizer, session = services.authorizer, request.session
+    denial = None
+    if txn_id is not None:
+        denial = authorizer.denial(
+            session, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
+        )
+    denial = denial or authorizer.denial(session, group_op, GROUP, group_id)
+    if denial is not None:
+        return [], {(c.topic, c.partition): denial for c in commits}
+    readable = authorizer.allowed_names(session, READ, TOPIC, {c.topic for c in commits})
+    denied = {
+        (c.topic, c.partition): "TOPIC_AUTHORIZATION_FAILED"
+        for c in commits
+        if c.topic not in readable
+    }
+    return [c for c in commits if c.topic in readable], denied
 
 
 @handles(OFFSET_COMMIT_KEY, 2, 9)
@@ -37,18 +71,23 @@ async def offset_commit(services: BrokerServices, request: Request) -> Any:
     generation = getattr(body, "generation_id_or_member_epoch", None)
     if generation is None:
         generation = body.generation_id
-    commits = _commits(body.topics)
+    commits, denied = _authorized(services, request, READ, body.group_id, _commits(body.topics))
     try:
-        results = await services.groups.commit_offsets(
-            body.group_id,
-            generation,
-            body.member_id,
-            getattr(body, "group_instance_id", None),
-            commits,
-            request.header.api_version,
+        results = (
+            await services.groups.commit_offsets(
+                body.group_id,
+                generation,
+                body.member_id,
+                getattr(body, "group_instance_id", None),
+                commits,
+                request.header.api_version,
+            )
+            if commits
+            else {}
         )
     except CoordinatorError as failure:
         results = {(c.topic, c.partition): failure.code for c in commits}
+    results.update(denied)
     topics = tuple(
         make(
             module.OffsetCommitResponseTopic,
@@ -71,19 +110,26 @@ async def offset_commit(services: BrokerServices, request: Request) -> Any:
 async def txn_offset_commit(services: BrokerServices, request: Request) -> Any:
     module = response_module(TXN_OFFSET_COMMIT_KEY, request.header.api_version)
     body = request.body
-    commits = _commits(body.topics)
+    commits, denied = _authorized(
+        services, request, READ, body.group_id, _commits(body.topics), body.transactional_id
+    )
     try:
-        results = await services.groups.txn_commit_offsets(
-            body.group_id,
-            body.producer_id,
-            body.producer_epoch,
-            getattr(body, "generation_id", -1),
-            getattr(body, "member_id", ""),
-            getattr(body, "group_instance_id", None),
-            commits,
+        results = (
+            await services.groups.txn_commit_offsets(
+                body.group_id,
+                body.producer_id,
+                body.producer_epoch,
+                getattr(body, "generation_id", -1),
+                getattr(body, "member_id", ""),
+                getattr(body, "group_instance_id", None),
+                commits,
+            )
+            if commits
+            else {}
         )
     except CoordinatorError as failure:
         results = {(c.topic, c.partition): failure.code for c in commits}
+    results.update(denied)
     topics = tuple(
         make(
             module.TxnOffsetCommitResponseTopic,
@@ -124,6 +170,7 @@ async def offset_fetch(services: BrokerServices, request: Request) -> Any:
         groups = tuple(
             _fetch_group(
                 services,
+                request,
                 module,
                 g.group_id,
                 g.topics,
@@ -137,6 +184,7 @@ async def offset_fetch(services: BrokerServices, request: Request) -> Any:
         return make(module.OffsetFetchResponse, throttle_time=_ZERO, groups=groups)
     topics, error = _fetch_group(
         services,
+        request,
         module,
         body.group_id,
         body.topics,
@@ -150,6 +198,7 @@ async def offset_fetch(services: BrokerServices, request: Request) -> Any:
 
 def _fetch_group(
     services: BrokerServices,
+    request: Request,
     module: Any,
     group_id: str,
     wanted: Any,
@@ -163,11 +212,23 @@ def _fetch_group(
         partitions = [(t.name, p) for t in wanted for p in t.partition_indexes]
     error = "NONE"
     unstable: set[tuple[str, int]] = set()
+    topic_errors: dict[str, str] = {}
     try:
+        denial = services.authorizer.denial(request.session, DESCRIBE, GROUP, group_id)
+        if denial is not None:
+            raise CoordinatorError(denial)
         found = services.groups.fetch_offsets(group_id, partitions, member_id, member_epoch)
         if require_stable:
             unstable = services.groups.unstable_offsets(group_id)
             found.update(dict.fromkeys(unstable - found.keys()) if partitions is None else {})
+        # topics without DESCRIBE: left out of an all-topics fetch, an error if named
+        topics_seen = {topic for topic, _ in found}
+        visible = services.authorizer.allowed_names(request.session, DESCRIBE, TOPIC, topics_seen)
+        if partitions is None:
+            found = {tp: v for tp, v in found.items() if tp[0] in visible}
+        else:
+            topic_errors = {t: "TOPIC_AUTHORIZATION_FAILED" for t in topics_seen - visible}
+            found = {tp: (None if tp[0] in topic_errors else v) for tp, v in found.items()}
     except CoordinatorError as failure:
         error, found = failure.code, {}
         # v8+ says a group's error once, with no topics (as Kafka): partitions listed
@@ -191,7 +252,8 @@ def _fetch_group(
                 committed_leader_epoch=value.leader_epoch if value else -1,
                 metadata=value.metadata if value else "",
                 error_code=error_code(
-                    _partition_error(error, grouped, (topic, partition), unstable)
+                    topic_errors.get(topic)
+                    or _partition_error(error, grouped, (topic, partition), unstable)
                 ),
             )
         )
@@ -222,8 +284,19 @@ async def offset_delete(services: BrokerServices, request: Request) -> Any:
     # As Kafka's KafkaApis: partitions the cluster does not have are answered here.
     image = services.metadata.image
     known = [(t, p) for t, p in wanted if t in image.topics and p in image.topics[t].partitions]
+    readable = services.authorizer.allowed_names(
+        request.session, READ, TOPIC, {t for t, _ in known}
+    )
     try:
-        results = await services.groups.delete_offsets(body.group_id, known)
+        denial = services.authorizer.denial(
+            request.session, AclOperation.DELETE, GROUP, body.group_id
+        )
+        if denial is not None:
+            raise CoordinatorError(denial)
+        results = await services.groups.delete_offsets(
+            body.group_id, [(t, p) for t, p in known if t in readable]
+        )
+        results.update({tp: "TOPIC_AUTHORIZATION_FAILED" for tp in known if tp[0] not in readable})
         results.update({tp: "UNKNOWN_TOPIC_OR_PARTITION" for tp in wanted if tp not in results})
         top = "NONE"
     except CoordinatorError as failure:

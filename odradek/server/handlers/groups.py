@@ -17,7 +17,7 @@ from odradek.coordinator.group.coordinator import OFFSETS_TOPIC, CoordinatorErro
 from odradek.coordinator.transaction.shard import TRANSACTION_STATE_TOPIC
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.authorized_operations import ResourceType, requested
+from odradek.server.authorized_operations import NOT_REQUESTED, AclOperation, ResourceType
 from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
 
@@ -35,6 +35,21 @@ DELETE_GROUPS_KEY = 42
 GROUP_KEY_TYPE = 0
 TRANSACTION_KEY_TYPE = 1
 _ZERO = datetime.timedelta(0)
+
+
+READ = AclOperation.READ
+DESCRIBE = AclOperation.DESCRIBE
+GROUP = ResourceType.GROUP
+
+
+def _require(
+    services: BrokerServices, request: Request, operation: AclOperation, group_id: str
+) -> None:
+    """Raise the group's authorization error unless the principal may (Kafka's table:
+    READ for membership and commits, DESCRIBE to describe, DELETE to delete)."""
+    denial = services.authorizer.denial(request.session, operation, GROUP, group_id)
+    if denial is not None:
+        raise CoordinatorError(denial)
 
 
 def _ms(value: datetime.timedelta | int) -> int:
@@ -82,6 +97,10 @@ async def _locate(
     missing = ("COORDINATOR_NOT_AVAILABLE", -1, "", -1)
     if key_type not in (GROUP_KEY_TYPE, TRANSACTION_KEY_TYPE) or not key:
         return ("INVALID_REQUEST", -1, "", -1)
+    resource = ResourceType.TRANSACTIONAL_ID if key_type == TRANSACTION_KEY_TYPE else GROUP
+    denial = services.authorizer.denial(request.session, DESCRIBE, resource, key)
+    if denial is not None:
+        return (denial, -1, "", -1)
     if key_type == TRANSACTION_KEY_TYPE:  # the transaction coordinator's partition
         txns = services.txns
         if txns is None or not await txns.ensure_state_topic():
@@ -124,6 +143,7 @@ async def join_group(services: BrokerServices, request: Request) -> Any:
         reason=getattr(body, "reason", None),
     )
     try:
+        _require(services, request, READ, body.group_id)
         result = await services.groups.join(body.group_id, join)
     except CoordinatorError as error:
         result = JoinResult(error.code, member_id=body.member_id)
@@ -155,6 +175,7 @@ async def sync_group(services: BrokerServices, request: Request) -> Any:
     body = request.body
     assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
     try:
+        _require(services, request, READ, body.group_id)
         result = await services.groups.sync(
             body.group_id,
             body.generation_id,
@@ -183,6 +204,7 @@ async def heartbeat(services: BrokerServices, request: Request) -> Any:
     module = response_module(HEARTBEAT_KEY, request.header.api_version)
     body = request.body
     try:
+        _require(services, request, READ, body.group_id)
         error = await services.groups.heartbeat(
             body.group_id,
             body.generation_id,
@@ -205,6 +227,7 @@ async def leave_group(services: BrokerServices, request: Request) -> Any:
         else [(body.member_id, None)]
     )
     try:
+        _require(services, request, READ, body.group_id)
         errors = await services.groups.leave(body.group_id, leaving)
         top = "NONE" if batched else errors[0]
     except CoordinatorError as failure:
@@ -230,7 +253,10 @@ async def list_groups(services: BrokerServices, request: Request) -> Any:
     states = {s.lower() for s in getattr(body, "states_filter", ())}
     types = {t.lower() for t in getattr(body, "types_filter", ())}
     listed = []
+    visible = _visible_groups(services, request)
     for group in services.groups.list_groups():
+        if visible is not None and group.group_id not in visible:
+            continue
         state = group.state.value
         if states and state.lower() not in states:
             continue
@@ -246,6 +272,8 @@ async def list_groups(services: BrokerServices, request: Request) -> Any:
             )
         )
     for consumer_group in services.groups.list_consumer_groups():  # KIP-848
+        if visible is not None and consumer_group.group_id not in visible:
+            continue
         state = consumer_group.state.value
         if (states and state.lower() not in states) or (types and "consumer" not in types):
             continue
@@ -266,6 +294,17 @@ async def list_groups(services: BrokerServices, request: Request) -> Any:
     )
 
 
+def _visible_groups(services: BrokerServices, request: Request) -> set[str] | None:
+    """ListGroups: None (every group) with DESCRIBE on the cluster, else the groups
+    the principal may DESCRIBE, as Kafka filters them."""
+    authorizer, session = services.authorizer, request.session
+    if authorizer.allowed(session, DESCRIBE, ResourceType.CLUSTER):
+        return None
+    ids = [g.group_id for g in services.groups.list_groups()]
+    ids += [g.group_id for g in services.groups.list_consumer_groups()]
+    return authorizer.allowed_names(session, DESCRIBE, GROUP, ids)
+
+
 @handles(DESCRIBE_GROUPS_KEY, 0, 5)
 async def describe_groups(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_GROUPS_KEY, request.header.api_version)
@@ -273,14 +312,16 @@ async def describe_groups(services: BrokerServices, request: Request) -> Any:
     include = getattr(request.body, "include_authorized_operations", False)
     described = []
     for group_id in request.body.groups:
+        operations = services.authorizer.operations(include, request.session, GROUP, group_id)
         try:
+            _require(services, request, DESCRIBE, group_id)
             group = services.groups.describe(group_id)
         except CoordinatorError as failure:
             described.append(_described(module, group_id, failure.code, "Dead", "", "", ()))
             continue
         if group is None:
             described.append(
-                _described(module, group_id, "NONE", "Dead", "", "", (), include=include)
+                _described(module, group_id, "NONE", "Dead", "", "", (), operations=operations)
             )
             continue
         info = group.describe()
@@ -305,7 +346,7 @@ async def describe_groups(services: BrokerServices, request: Request) -> Any:
                 info["protocol_type"],
                 info["protocol_name"],
                 members,
-                include=include,
+                operations=operations,
             )
         )
     return make(module.DescribeGroupsResponse, throttle_time=_ZERO, groups=tuple(described))
@@ -320,7 +361,7 @@ def _described(
     protocol: str,
     members: tuple[Any, ...],
     *,
-    include: bool = False,
+    operations: int = NOT_REQUESTED,
 ) -> Any:
     return make(
         module.DescribedGroup,
@@ -331,14 +372,21 @@ def _described(
         protocol_type=protocol_type,
         protocol_data=protocol,
         members=members,
-        authorized_operations=requested(include and error == "NONE", ResourceType.GROUP),
+        authorized_operations=operations if error == "NONE" else NOT_REQUESTED,
     )
 
 
 @handles(DELETE_GROUPS_KEY, 0, 2)
 async def delete_groups(services: BrokerServices, request: Request) -> Any:
     module = response_module(DELETE_GROUPS_KEY, request.header.api_version)
-    results = await services.groups.delete_groups(list(request.body.groups_names))
+    wanted = list(request.body.groups_names)
+    deletable = services.authorizer.allowed_names(
+        request.session, AclOperation.DELETE, GROUP, wanted
+    )
+    results = await services.groups.delete_groups([g for g in wanted if g in deletable])
+    for group_id in wanted:  # Kafka answers the others in the request's results too
+        if group_id not in deletable:
+            results[group_id] = "GROUP_AUTHORIZATION_FAILED"
     return make(
         module.DeleteGroupsResponse,
         throttle_time=_ZERO,

@@ -32,10 +32,18 @@ from odradek.metadata.partition_rpc import ALTER_PARTITION_KEY, ELECT_LEADERS_KE
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.replica.interfaces import IsrOutcome, IsrProposal
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import BOTH_PLANES, Plane, handles
 
 if TYPE_CHECKING:
     from odradek.server.services import AdminServices, ControllerServices
+
+
+def _require_cluster(services: AdminServices, request: Request, operation: AclOperation) -> None:
+    """``operation`` on the cluster (Kafka's table), else CLUSTER_AUTHORIZATION_FAILED."""
+    denial = services.authorizer.denial(request.session, operation, ResourceType.CLUSTER)
+    if denial is not None:
+        raise ControllerError(denial, f"not authorized to {operation.name} the cluster")
 
 
 @handles(ELECT_LEADERS_KEY, *FORWARDED_VERSIONS[ELECT_LEADERS_KEY], plane=BOTH_PLANES)
@@ -50,6 +58,7 @@ async def elect_leaders(services: AdminServices, request: Request) -> Any:
         else [(t.topic, int(p)) for t in body.topic_partitions for p in t.partitions]
     )
     try:
+        _require_cluster(services, request, AclOperation.ALTER)
         results = await services.controller.elect_leaders(election_type, wanted)
         top = "NONE"
     except ControllerError as failure:

@@ -15,6 +15,11 @@ Topics a client asks for that do not exist are created here when both the broker
 (``auto.create.topics.enable``) and the request (``allow_auto_topic_creation``, v4+)
 allow it; creation goes through the controller like CreateTopics, so the response
 already shows the new topic with its leader.
+
+With an authorizer (server/authorizer.py), as in Kafka: a request for every topic
+lists only those the principal may DESCRIBE; a named topic without DESCRIBE is
+answered TOPIC_AUTHORIZATION_FAILED, and auto-creation needs CREATE on the cluster or
+the topic (else TOPIC_AUTHORIZATION_FAILED).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from odradek.metadata.image import MetadataImage, TopicImage
 from odradek.metadata.topic_changes import INTERNAL_TOPICS, validate_topic_name
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
-from odradek.server.authorized_operations import NOT_REQUESTED, ResourceType, requested
+from odradek.server.authorized_operations import NOT_REQUESTED, AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -35,6 +40,9 @@ if TYPE_CHECKING:
 
 METADATA_KEY = 3
 LAST_VERSION_WITH_CLUSTER_OPERATIONS = 10  # KIP-700 moved them to DescribeCluster
+DESCRIBE = AclOperation.DESCRIBE
+CREATE = AclOperation.CREATE
+CLUSTER = ResourceType.CLUSTER
 
 
 @handles(METADATA_KEY, 0, 12)
@@ -45,8 +53,12 @@ async def metadata(services: BrokerServices, request: Request) -> Any:
     image = services.metadata.image
     wanted = body.topics
     unknown_ids: list[Any] = []  # v12 topic ids that name no topic
+    authorizer, session = services.authorizer, request.session
     if wanted is None or (version == 0 and not wanted):
-        names = sorted(image.topics)
+        # every topic the principal may DESCRIBE; the others are left out
+        names = sorted(
+            authorizer.allowed_names(session, DESCRIBE, ResourceType.TOPIC, image.topics)
+        )
         errors: dict[str, str] = {}
     else:
         names, errors = [], {}
@@ -59,16 +71,23 @@ async def metadata(services: BrokerServices, request: Request) -> Any:
                     unknown_ids.append(item.topic_id)
                     continue
             names.append(name)
+        describable = authorizer.allowed_names(session, DESCRIBE, ResourceType.TOPIC, names)
+        errors.update((n, "TOPIC_AUTHORIZATION_FAILED") for n in names if n not in describable)
         allow_create = getattr(body, "allow_auto_topic_creation", True)
-        missing = [n for n in names if n not in image.topics]
+        missing = [n for n in names if n not in image.topics and n in describable]
+        if missing and allow_create and not authorizer.allowed(session, CREATE, CLUSTER):
+            # auto-creation needs CREATE on the cluster or on each topic
+            creatable = authorizer.allowed_names(session, CREATE, ResourceType.TOPIC, missing)
+            errors.update((n, "TOPIC_AUTHORIZATION_FAILED") for n in missing if n not in creatable)
+            missing = [n for n in missing if n in creatable]
         if missing:
             errors.update(await _auto_create(services, missing, allow_create))
             image = services.metadata.image
     include_topic_ops = getattr(body, "include_topic_authorized_operations", False)
     topics = []
     for name in names:
-        topic = image.topics.get(name)
-        operations = requested(include_topic_ops, ResourceType.TOPIC, name)
+        topic = None if name in errors else image.topics.get(name)
+        operations = authorizer.operations(include_topic_ops, session, ResourceType.TOPIC, name)
         if topic is None:
             error = errors.get(name, "UNKNOWN_TOPIC_OR_PARTITION")
             topics.append(_error_topic(module, name, error, operations))
@@ -100,9 +119,10 @@ async def metadata(services: BrokerServices, request: Request) -> Any:
         cluster_id=services.metadata.cluster_id,
         controller_id=services.metadata.controller_id,
         topics=tuple(topics),
-        cluster_authorized_operations=requested(
+        cluster_authorized_operations=authorizer.operations(
             version <= LAST_VERSION_WITH_CLUSTER_OPERATIONS
             and getattr(body, "include_cluster_authorized_operations", False),
+            session,
             ResourceType.CLUSTER,
         ),
         error_code=error_code("NONE"),

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.replica.replica_manager import PartitionError
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -27,11 +28,25 @@ async def list_offsets(services: BrokerServices, request: Request) -> Any:
     module = response_module(LIST_OFFSETS_KEY, request.header.api_version)
     body = request.body
     isolation = getattr(body, "isolation_level", 0) if body.replica_id == -1 else None
+    # DESCRIBE on each topic (a follower's request: CLUSTER_ACTION on the cluster)
+    follower = body.replica_id >= 0
+    operation = AclOperation.CLUSTER_ACTION if follower else AclOperation.DESCRIBE
+    names = {topic.name for topic in body.topics}
+    if follower:
+        allowed = services.authorizer.allowed(request.session, operation, ResourceType.CLUSTER)
+        visible = names if allowed else set()
+    else:
+        visible = services.authorizer.allowed_names(
+            request.session, operation, ResourceType.TOPIC, names
+        )
     topics = []
     for topic in body.topics:
         partitions = []
         for wanted in topic.partitions:
             try:
+                if topic.name not in visible:
+                    code = "CLUSTER" if follower else "TOPIC"
+                    raise PartitionError(f"{code}_AUTHORIZATION_FAILED")
                 timestamp, offset, epoch = services.replicas.offset_for_timestamp(
                     topic.name,
                     wanted.partition_index,

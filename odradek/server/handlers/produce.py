@@ -36,6 +36,7 @@ from odradek.protocol.messages import Request
 from odradek.records.batch import MAGIC_POSITION, MAGIC_V2, BatchHeader, iter_batches
 from odradek.records.errors import CodedError
 from odradek.replica.replica_manager import PartitionError, ProduceStatus
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 from odradek.server.handlers.metadata import request_listener
 from odradek.server.txn_verify import produce_error
@@ -63,11 +64,15 @@ async def produce(services: BrokerServices, request: Request) -> Any:
     acks = body.acks
     # Phase zero: each partition's error response, or its one batch's header.
     checked: list[tuple[str, list[tuple[int, Any, bytes]]]] = []
+    denied = _unauthorized(services, request)
     for topic in body.topic_data:
         partitions: list[tuple[int, Any, bytes]] = []
         for data in topic.partition_data:
             if acks not in (0, 1, -1):
                 result = _error(module, data.index, "INVALID_REQUIRED_ACKS")
+            elif topic.name in denied or None in denied:
+                code = "TOPIC" if None not in denied else "TRANSACTIONAL_ID"
+                result = _error(module, data.index, f"{code}_AUTHORIZATION_FAILED")
             elif topic.name in INTERNAL_TOPICS:
                 # Kafka: "Cannot append to internal topic"; the coordinators write
                 # there through the replica manager, and load what they find.
@@ -123,6 +128,24 @@ async def produce(services: BrokerServices, request: Request) -> Any:
         throttle_time=datetime.timedelta(0),
         node_endpoints=endpoints,
     )
+
+
+def _unauthorized(services: BrokerServices, request: Request) -> set[str | None]:
+    """The topics the principal may not WRITE to, and None if the request names a
+    transactional id the principal may not WRITE (every partition fails then)."""
+    body = request.body
+    authorizer = services.authorizer
+    names = {topic.name for topic in body.topic_data}
+    denied: set[str | None] = set(names)
+    denied -= authorizer.allowed_names(
+        request.session, AclOperation.WRITE, ResourceType.TOPIC, names
+    )
+    txn_id = body.transactional_id
+    if txn_id is not None and not authorizer.allowed(
+        request.session, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id
+    ):
+        denied.add(None)
+    return denied
 
 
 def _current_leaders(

@@ -20,6 +20,7 @@ from odradek.metadata.controller_channel import ControllerError
 from odradek.metadata.controller_rpc import ALLOCATE_PRODUCER_IDS_KEY, FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
@@ -42,6 +43,9 @@ async def init_producer_id(services: BrokerServices, request: Request) -> Any:
             producer_epoch=epoch,
         )
 
+    denial = _denial(services, request)
+    if denial is not None:
+        return respond(denial)
     if body.transactional_id is not None:  # the transaction coordinator's (KIP-98/360)
         if services.txns is None:
             return respond("COORDINATOR_NOT_AVAILABLE")
@@ -55,6 +59,20 @@ async def init_producer_id(services: BrokerServices, request: Request) -> Any:
         return respond("NONE", await services.producer_ids.next_producer_id(), 0)
     except ControllerError as error:  # the id block could not be committed (disk full)
         return respond(error.code)
+
+
+def _denial(services: BrokerServices, request: Request) -> str | None:
+    """Kafka's checks: WRITE on the transactional id; without one (an idempotent
+    producer) IDEMPOTENT_WRITE on the cluster, or WRITE on any topic (KIP-679)."""
+    authorizer, session = services.authorizer, request.session
+    txn_id = request.body.transactional_id
+    if txn_id is not None:
+        return authorizer.denial(session, AclOperation.WRITE, ResourceType.TRANSACTIONAL_ID, txn_id)
+    if authorizer.allowed(session, AclOperation.IDEMPOTENT_WRITE, ResourceType.CLUSTER):
+        return None
+    if authorizer.allowed_any(session, AclOperation.WRITE, ResourceType.TOPIC):
+        return None
+    return "CLUSTER_AUTHORIZATION_FAILED"
 
 
 @handles(

@@ -33,6 +33,7 @@ from odradek.protocol.build import make
 from odradek.protocol.messages import Request
 from odradek.raft import wire, wire_describe_quorum
 from odradek.raft.driver import QuorumStoppedError, source_id_of
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
@@ -96,6 +97,12 @@ async def describe_quorum_on_broker(services: BrokerServices, request: Request) 
     if services.quorum is None:
         return wire.error_response(
             wire.DESCRIBE_QUORUM_KEY, version, ErrorCode.unknown_server_error
+        )
+    if not services.authorizer.allowed(
+        request.session, AclOperation.DESCRIBE, ResourceType.CLUSTER
+    ):
+        return wire.error_response(
+            wire.DESCRIBE_QUORUM_KEY, version, ErrorCode.cluster_authorization_failed
         )
     try:
         return await services.quorum.describe_quorum(request.body)

@@ -22,6 +22,7 @@ from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.metadata.quota_changes import QuotaAlteration, check_entity, describe
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import Plane, handles
 
 if TYPE_CHECKING:
@@ -37,6 +38,11 @@ async def describe_client_quotas(services: BrokerServices, request: Request) -> 
     body = request.body
     components = [(c.entity_type, int(c.match_type), c.match) for c in body.components]
     try:
+        denied = services.authorizer.denial(
+            request.session, AclOperation.DESCRIBE_CONFIGS, ResourceType.CLUSTER
+        )
+        if denied is not None:  # Kafka: DESCRIBE_CONFIGS on the cluster
+            raise ControllerError(denied, "")
         found = describe(services.metadata.image, components, body.strict)
     except ControllerError as failure:
         return make(
@@ -80,8 +86,13 @@ async def _alter(services: AdminServices, request: Request) -> Any:
     body = request.body
     outcomes: list[ControllerError | None] = []
     alterations: list[QuotaAlteration | None] = []
+    denied = services.authorizer.denial(
+        request.session, AclOperation.ALTER_CONFIGS, ResourceType.CLUSTER
+    )
     for entry in body.entries:
         try:
+            if denied is not None:  # Kafka: ALTER_CONFIGS on the cluster, for every entry
+                raise ControllerError(denied, "")
             entity = check_entity([(e.entity_type, e.entity_name) for e in entry.entity])
             ops = tuple((op.key, None if op.remove else float(op.value)) for op in entry.ops)
             alterations.append(QuotaAlteration(entity, ops))

@@ -28,12 +28,20 @@ from odradek.metadata.partition_rpc import ALTER_REASSIGNMENTS_KEY
 from odradek.metadata.reassignment import ReassignmentRequest, list_reassignments
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import BOTH_PLANES, handles
 
 if TYPE_CHECKING:
-    from odradek.server.services import AdminServices, ConfigContext
+    from odradek.server.services import AdminServices
 
 LIST_REASSIGNMENTS_KEY: Final = 46
+
+
+def _require_cluster(services: AdminServices, request: Request, operation: AclOperation) -> None:
+    """``operation`` on the cluster (Kafka's table), else CLUSTER_AUTHORIZATION_FAILED."""
+    denial = services.authorizer.denial(request.session, operation, ResourceType.CLUSTER)
+    if denial is not None:
+        raise ControllerError(denial, f"not authorized to {operation.name} the cluster")
 
 
 @handles(ALTER_REASSIGNMENTS_KEY, *FORWARDED_VERSIONS[ALTER_REASSIGNMENTS_KEY], plane=BOTH_PLANES)
@@ -63,6 +71,7 @@ async def alter_partition_reassignments(services: AdminServices, request: Reques
         )
 
     try:
+        _require_cluster(services, request, AclOperation.ALTER)
         results = await services.controller.alter_partition_reassignments(requests, allow_rf_change)
     except ControllerError as failure:
         return respond(failure.code, str(failure), ())
@@ -87,8 +96,18 @@ async def alter_partition_reassignments(services: AdminServices, request: Reques
 
 
 @handles(LIST_REASSIGNMENTS_KEY, 0, 0, plane=BOTH_PLANES)
-async def list_partition_reassignments(services: ConfigContext, request: Request) -> Any:
+async def list_partition_reassignments(services: AdminServices, request: Request) -> Any:
     module = response_module(LIST_REASSIGNMENTS_KEY, request.header.api_version)
+    try:
+        _require_cluster(services, request, AclOperation.DESCRIBE)
+    except ControllerError as failure:
+        return make(
+            module.ListPartitionReassignmentsResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=error_code(failure.code),
+            error_message=str(failure),
+            topics=(),
+        )
     topics = request.body.topics
     wanted = (
         None

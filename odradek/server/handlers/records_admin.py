@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.replica.replica_manager import PartitionError
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -35,14 +36,25 @@ UNDEFINED: Final = (-1, -1)
 async def delete_records(services: BrokerServices, request: Request) -> Any:
     module = response_module(DELETE_RECORDS_KEY, request.header.api_version)
     body = request.body
-    wanted = [(t.name, p.partition_index, p.offset) for t in body.topics for p in t.partitions]
+    deletable = services.authorizer.allowed_names(
+        request.session, AclOperation.DELETE, ResourceType.TOPIC, (t.name for t in body.topics)
+    )
+    wanted = [
+        (t.name, p.partition_index, p.offset)
+        for t in body.topics
+        if t.name in deletable
+        for p in t.partitions
+    ]
     timeout_ms = int(body.timeout.total_seconds() * 1000)
-    answers = iter(await services.replicas.delete_records(wanted, timeout_ms))
+    answers = iter(await services.replicas.delete_records(wanted, timeout_ms) if wanted else [])
     topics = []
     for topic in body.topics:
         partitions = []
         for wanted_partition in topic.partitions:
-            low_watermark, code = next(answers)
+            if topic.name in deletable:
+                low_watermark, code = next(answers)
+            else:
+                low_watermark, code = -1, "TOPIC_AUTHORIZATION_FAILED"
             partitions.append(
                 make(
                     module.DeleteRecordsPartitionResult,
@@ -62,13 +74,28 @@ async def delete_records(services: BrokerServices, request: Request) -> Any:
 @handles(OFFSET_FOR_LEADER_EPOCH_KEY, 2, 4)
 async def offset_for_leader_epoch(services: BrokerServices, request: Request) -> Any:
     module = response_module(OFFSET_FOR_LEADER_EPOCH_KEY, request.header.api_version)
+    body = request.body
+    # DESCRIBE on each topic; a follower's request (replica id >= 0): CLUSTER_ACTION
+    names = {topic.topic for topic in body.topics}
+    if getattr(body, "replica_id", -1) >= 0:
+        allowed = services.authorizer.allowed(
+            request.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
+        )
+        visible, denial = (names if allowed else set()), "CLUSTER_AUTHORIZATION_FAILED"
+    else:
+        visible = services.authorizer.allowed_names(
+            request.session, AclOperation.DESCRIBE, ResourceType.TOPIC, names
+        )
+        denial = "TOPIC_AUTHORIZATION_FAILED"
     topics = []
-    for topic in request.body.topics:
+    for topic in body.topics:
         partitions = []
         for wanted in topic.partitions:
             code = "NONE"
             epoch, end_offset = UNDEFINED
             try:
+                if topic.topic not in visible:
+                    raise PartitionError(denial)
                 epoch, end_offset = services.replicas.last_offset_for_leader_epoch(
                     topic.topic, wanted.partition, wanted.current_leader_epoch, wanted.leader_epoch
                 )

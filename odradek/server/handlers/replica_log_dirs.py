@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -33,11 +34,15 @@ ALTER_REPLICA_LOG_DIRS_KEY: Final = 34
 async def alter_replica_log_dirs(services: BrokerServices, request: Request) -> Any:
     module = response_module(ALTER_REPLICA_LOG_DIRS_KEY, request.header.api_version)
     moves = services.log_dir_moves
+    # ALTER on the cluster, as Kafka asks; denied, every partition says so
+    denial = services.authorizer.denial(request.session, AclOperation.ALTER, ResourceType.CLUSTER)
     answers: dict[str, dict[int, str]] = {}
     for wanted in request.body.dirs:
         for topic in wanted.topics:
             for index in topic.partitions:
-                if moves is None:
+                if denial is not None:
+                    code = denial
+                elif moves is None:
                     code = "KAFKA_STORAGE_ERROR"  # a node without partitions
                 else:
                     code = moves.alter(topic.name, int(index), wanted.path)

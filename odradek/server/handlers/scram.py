@@ -19,6 +19,7 @@ from odradek.metadata.controller_channel import ControllerError
 from odradek.metadata.scram_changes import ScramDeletion, ScramUpsertion, describe_credentials
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import BOTH_PLANES, handles
 
 if TYPE_CHECKING:
@@ -32,6 +33,17 @@ ALTER_SCRAM_KEY: Final = 51
 async def describe_user_scram_credentials(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_SCRAM_KEY, request.header.api_version)
     users = request.body.users
+    denied = services.authorizer.denial(
+        request.session, AclOperation.DESCRIBE, ResourceType.CLUSTER
+    )
+    if denied is not None:  # Kafka: DESCRIBE on the cluster, else the whole request fails
+        return make(
+            module.DescribeUserScramCredentialsResponse,
+            throttle_time=datetime.timedelta(0),
+            error_code=error_code(denied),
+            error_message=None,
+            results=(),
+        )
     names = None if users is None else [u.name for u in users]
     answers = describe_credentials(services.metadata.image, names)
     results = tuple(
@@ -67,11 +79,16 @@ async def alter_user_scram_credentials(services: AdminServices, request: Request
         )
         for u in body.upsertions
     ]
-    try:
-        results = await services.controller.alter_user_scram_credentials(deletions, upsertions)
-    except ControllerError as failure:  # a channel failing as a whole: every user
-        users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
-        results = [(user, failure) for user in users]
+    users = dict.fromkeys([d.user for d in deletions] + [u.user for u in upsertions])
+    denied = services.authorizer.denial(request.session, AclOperation.ALTER, ResourceType.CLUSTER)
+    if denied is not None:  # Kafka: ALTER on the cluster, else every user fails
+        refusal = ControllerError(denied, "")
+        results: list[tuple[str, ControllerError | None]] = [(user, refusal) for user in users]
+    else:
+        try:
+            results = await services.controller.alter_user_scram_credentials(deletions, upsertions)
+        except ControllerError as failure:  # a channel failing as a whole: every user
+            results = [(user, failure) for user in users]
     return make(
         module.AlterUserScramCredentialsResponse,
         throttle_time=datetime.timedelta(0),

@@ -19,6 +19,7 @@ from odradek.metadata.controller_channel import ControllerError, NewTopic
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.broker_remote import SYSTEM_ENABLE, check_remote_storage
 from odradek.server.handlers import BOTH_PLANES, handles
 
@@ -28,6 +29,7 @@ if TYPE_CHECKING:
 CREATE_TOPICS_KEY = 19
 DEFAULT_CONFIG_SOURCE = 5  # DescribeConfigs ConfigSource.DEFAULT_CONFIG
 TOPIC_CONFIG_SOURCE = 1  # ConfigSource.TOPIC_CONFIG
+TOPIC = ResourceType.TOPIC
 
 
 @handles(CREATE_TOPICS_KEY, *FORWARDED_VERSIONS[CREATE_TOPICS_KEY], plane=BOTH_PLANES)
@@ -45,6 +47,16 @@ async def create_topics(services: AdminServices, request: Request) -> Any:
         for topic in body.topics
     ]
     refused: dict[str, ControllerError] = {}
+    authorizer, session = services.authorizer, request.session
+    if not authorizer.allowed(session, AclOperation.CREATE, ResourceType.CLUSTER):
+        # CREATE on the cluster covers every topic; else CREATE on each topic's name
+        names = [t.name for t in wanted]
+        creatable = authorizer.allowed_names(session, AclOperation.CREATE, TOPIC, names)
+        for name in names:
+            if name not in creatable:
+                refused[name] = ControllerError(
+                    "TOPIC_AUTHORIZATION_FAILED", f"not authorized to create topic {name!r}"
+                )
     for topic in wanted:  # tiered storage needs the brokers' flag (broker_remote.py)
         try:
             check_remote_storage(

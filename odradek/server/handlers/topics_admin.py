@@ -20,6 +20,7 @@ from odradek.metadata.controller_channel import ControllerError
 from odradek.metadata.controller_rpc import FORWARDED_VERSIONS
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 from odradek.server.handlers.topics import BOTH_PLANES
 
@@ -31,6 +32,7 @@ CREATE_PARTITIONS_KEY = 37
 DELETION_DISABLED_VERSION = 3  # TOPIC_DELETION_DISABLED exists from v3 (KIP-322)
 
 Target = str | uuid.UUID
+DELETE_DENIED = ControllerError("TOPIC_AUTHORIZATION_FAILED", "not authorized to delete the topic")
 
 
 @handles(DELETE_TOPICS_KEY, *FORWARDED_VERSIONS[DELETE_TOPICS_KEY], plane=BOTH_PLANES)
@@ -43,7 +45,7 @@ async def delete_topics(services: AdminServices, request: Request) -> Any:
     else:
         wanted = [(name, None) for name in body.topic_names]
     if services.config.static["delete.topic.enable"]:
-        outcomes = await _delete(services, wanted)
+        outcomes = await _delete(services, request, wanted)
     else:
         code = (
             "TOPIC_DELETION_DISABLED" if version >= DELETION_DISABLED_VERSION else "INVALID_REQUEST"
@@ -67,18 +69,24 @@ Outcome = tuple[str | None, uuid.UUID | None, ControllerError | None]
 
 
 async def _delete(
-    services: AdminServices, wanted: list[tuple[str | None, uuid.UUID | None]]
+    services: AdminServices, request: Request, wanted: list[tuple[str | None, uuid.UUID | None]]
 ) -> list[Outcome]:
     """(name, topic id, error) per entry; a topic named twice (by name or id) is an error."""
     image = services.metadata.image
     targets = [_target(name, topic_id) for name, topic_id in wanted]
     resolved = [_resolve(image, t) for t in targets]
     keys = [r for r in resolved if r is not None]
+    named = {r for r in resolved if r is not None} | {t for t in targets if isinstance(t, str)}
+    deletable = services.authorizer.allowed_names(
+        request.session, AclOperation.DELETE, ResourceType.TOPIC, named
+    )
     outcomes: list[Outcome] = []
     to_delete: list[tuple[int, Target]] = []
     for index, (target, key) in enumerate(zip(targets, resolved, strict=True)):
         if isinstance(target, ControllerError):
             outcomes.append((*wanted[index], target))
+        elif (key or _name(target)) is not None and (key or _name(target)) not in deletable:
+            outcomes.append((*wanted[index], DELETE_DENIED))
         elif key is not None and keys.count(key) > 1:
             outcomes.append((*wanted[index], _duplicate(target)))
         else:
@@ -130,6 +138,11 @@ async def create_partitions(services: AdminServices, request: Request) -> Any:
     results = []
     for topic in body.topics:
         try:
+            denial = services.authorizer.denial(
+                request.session, AclOperation.ALTER, ResourceType.TOPIC, topic.name
+            )
+            if denial is not None:
+                raise ControllerError(denial, f"not authorized to alter topic {topic.name!r}")
             if names.count(topic.name) > 1:
                 raise ControllerError(
                     "INVALID_REQUEST", f"topic {topic.name!r} is listed more than once"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -44,6 +45,9 @@ PRODUCER_FENCED_SINCE: Final = {
 }
 UNAVAILABLE: Final = "COORDINATOR_NOT_AVAILABLE"
 _ZERO = datetime.timedelta(0)
+TXN_ID: Final = ResourceType.TRANSACTIONAL_ID
+WRITE: Final = AclOperation.WRITE
+FIRST_BROKER_VERSION: Final = 4  # AddPartitionsToTxn v4+ is sent by brokers (KIP-890)
 TopicPartition = tuple[str, int]
 
 
@@ -59,9 +63,21 @@ async def add_partitions_to_txn(services: BrokerServices, request: Request) -> A
     version = request.header.api_version
     module = response_module(ADD_PARTITIONS_TO_TXN_KEY, version)
     body = request.body
+    if version >= FIRST_BROKER_VERSION:
+        denial = services.authorizer.denial(
+            request.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
+        )
+        if denial is not None:  # a broker's request: CLUSTER_ACTION, as Kafka asks
+            return make(
+                module.AddPartitionsToTxnResponse,
+                throttle_time=_ZERO,
+                error_code=error_code(denial),
+                results_by_transaction=(),
+            )
     if version <= 3:
         errors = await _add_or_verify(
             services,
+            request,
             body.v3_and_below_transactional_id,
             body.v3_and_below_producer_id,
             body.v3_and_below_producer_epoch,
@@ -78,6 +94,7 @@ async def add_partitions_to_txn(services: BrokerServices, request: Request) -> A
     for txn in body.transactions:
         errors = await _add_or_verify(
             services,
+            request,
             txn.transactional_id,
             txn.producer_id,
             txn.producer_epoch,
@@ -102,6 +119,7 @@ async def add_partitions_to_txn(services: BrokerServices, request: Request) -> A
 
 async def _add_or_verify(
     services: BrokerServices,
+    request: Request,
     transactional_id: str,
     producer_id: int,
     producer_epoch: int,
@@ -114,6 +132,12 @@ async def _add_or_verify(
     coordinator = services.txns
     if coordinator is None:
         return {tp: UNAVAILABLE for tp in partitions}
+    denied = _unauthorized(services, request, transactional_id, {t for t, _ in partitions})
+    if denied:  # Kafka: the denied ones fail, the others are not attempted
+        return {
+            tp: denied.get(None) or denied.get(tp[0]) or "OPERATION_NOT_ATTEMPTED"
+            for tp in partitions
+        }
     if not verify_only:
         image = services.metadata.image
         unknown = {
@@ -136,6 +160,18 @@ async def _add_or_verify(
     return {
         tp: _for_version(error, ADD_PARTITIONS_TO_TXN_KEY, version) for tp, error in errors.items()
     }
+
+
+def _unauthorized(
+    services: BrokerServices, request: Request, transactional_id: str, topics: set[str]
+) -> dict[str | None, str]:
+    """WRITE on the transactional id (key None) and on each topic: the denials."""
+    authorizer, session = services.authorizer, request.session
+    denial = authorizer.denial(session, WRITE, TXN_ID, transactional_id)
+    if denial is not None:
+        return {None: denial}
+    writable = authorizer.allowed_names(session, WRITE, ResourceType.TOPIC, topics)
+    return {t: "TOPIC_AUTHORIZATION_FAILED" for t in topics - writable}
 
 
 def _topic_results(module: Any, errors: Mapping[TopicPartition, str]) -> tuple[Any, ...]:
@@ -161,7 +197,13 @@ async def add_offsets_to_txn(services: BrokerServices, request: Request) -> Any:
     module = response_module(ADD_OFFSETS_TO_TXN_KEY, version)
     body = request.body
     coordinator = services.txns
-    if coordinator is None:
+    authorizer, session = services.authorizer, request.session
+    denial = authorizer.denial(session, WRITE, TXN_ID, body.transactional_id) or (
+        authorizer.denial(session, AclOperation.READ, ResourceType.GROUP, body.group_id)
+    )
+    if denial is not None:
+        error = denial
+    elif coordinator is None:
         error = UNAVAILABLE
     else:
         error = await coordinator.add_offsets(
@@ -182,7 +224,10 @@ async def end_txn(services: BrokerServices, request: Request) -> Any:
     module = response_module(END_TXN_KEY, version)
     body = request.body
     coordinator = services.txns
-    if coordinator is None:
+    denial = services.authorizer.denial(request.session, WRITE, TXN_ID, body.transactional_id)
+    if denial is not None:
+        error = denial
+    elif coordinator is None:
         error = UNAVAILABLE
     else:
         error = await coordinator.end_txn(
@@ -203,7 +248,17 @@ async def describe_transactions(services: BrokerServices, request: Request) -> A
     if coordinator is None:
         described = [(i, UNAVAILABLE, None) for i in ids]
     else:
-        described = [(d.transactional_id, d.error, d) for d in coordinator.describe(ids)]
+        visible = services.authorizer.allowed_names(
+            request.session, AclOperation.DESCRIBE, TXN_ID, ids
+        )
+        # DESCRIBE on each transactional id, as Kafka asks; the others are not looked up
+        denied = "TRANSACTIONAL_ID_AUTHORIZATION_FAILED"
+        found = {
+            d.transactional_id: d for d in coordinator.describe([i for i in ids if i in visible])
+        }
+        described = [
+            (i, found[i].error, found[i]) if i in found else (i, denied, None) for i in ids
+        ]
     for transactional_id, error, description in described:
         if description is None or error != "NONE":
             states.append(
@@ -272,6 +327,10 @@ async def list_transactions(services: BrokerServices, request: Request) -> Any:
         duration_ms=int(getattr(body, "duration_filter", -1)),
         pattern=getattr(body, "transactional_id_pattern", None),
     )
+    # only the transactional ids the principal may DESCRIBE, as Kafka filters them
+    visible = services.authorizer.allowed_names(
+        request.session, AclOperation.DESCRIBE, TXN_ID, (t for t, _, _ in result.transactions)
+    )
     return make(
         module.ListTransactionsResponse,
         throttle_time=_ZERO,
@@ -285,5 +344,6 @@ async def list_transactions(services: BrokerServices, request: Request) -> Any:
                 transaction_state=state,
             )
             for transactional_id, producer_id, state in result.transactions
+            if transactional_id in visible
         ),
     )

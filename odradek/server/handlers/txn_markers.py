@@ -19,6 +19,7 @@ from odradek.coordinator.transaction.markers import MarkerEntry
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import Request
 from odradek.replica.replica_manager import PartitionError
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import handles
 
 if TYPE_CHECKING:
@@ -33,6 +34,10 @@ _ZERO = datetime.timedelta(0)
 async def write_txn_markers(services: BrokerServices, request: Request) -> Any:
     module = response_module(WRITE_TXN_MARKERS_KEY, request.header.api_version)
     answers = []
+    # a coordinator's request: CLUSTER_ACTION on the cluster, as Kafka asks
+    denial = services.authorizer.denial(
+        request.session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER
+    )
     for marker in request.body.markers:
         entry = MarkerEntry(
             marker.producer_id,
@@ -41,7 +46,10 @@ async def write_txn_markers(services: BrokerServices, request: Request) -> Any:
             marker.transaction_result,
             tuple((t.name, index) for t in marker.topics for index in t.partition_indexes),
         )
-        results = await services.txn_markers.write_local(entry)
+        if denial is not None:
+            results = dict.fromkeys(entry.partitions, denial)
+        else:
+            results = await services.txn_markers.write_local(entry)
         topics = tuple(
             make(
                 module.WritableTxnMarkerTopicResult,
@@ -66,11 +74,19 @@ async def write_txn_markers(services: BrokerServices, request: Request) -> Any:
 @handles(DESCRIBE_PRODUCERS_KEY, 0, 0)
 async def describe_producers(services: BrokerServices, request: Request) -> Any:
     module = response_module(DESCRIBE_PRODUCERS_KEY, request.header.api_version)
+    readable = services.authorizer.allowed_names(
+        request.session,
+        AclOperation.READ,
+        ResourceType.TOPIC,
+        (t.name for t in request.body.topics),
+    )
     topics = []
     for topic in request.body.topics:
         partitions = []
         for index in topic.partition_indexes:
             try:
+                if topic.name not in readable:
+                    raise PartitionError("TOPIC_AUTHORIZATION_FAILED")
                 producers = services.replicas.describe_producers(topic.name, index)
                 error, message = "NONE", None
             except PartitionError as failure:

@@ -17,6 +17,7 @@ from kio.static.constants import EntityType
 
 from odradek.protocol.build import make
 from odradek.protocol.messages import Request, RequestHeader
+from odradek.server.authorizer import ALLOW_ALL, Authorizer
 from odradek.server.handlers import supported_versions
 from odradek.server.handlers import transactions as handlers
 from tests.coordinator.transaction.test_coordinator import Env
@@ -35,6 +36,7 @@ class Services:
     txns: Any
     metadata: Any
     groups: Groups
+    authorizer: Authorizer = ALLOW_ALL
 
 
 def request(key: int, version: int, **fields: Any) -> Request:
