@@ -117,3 +117,41 @@ class OAuthBearerServer:
         self.expires_at_s = token.expires_at_s
         self.extensions = first.extensions
         return b""
+
+
+class OAuthBearerMechanism:
+    """The SASL layer's face of the exchange (security/sasl_server.py's
+    ``ServerMechanism``): OAuthBearerFailed becomes AuthenticationFailed."""
+
+    name = MECHANISM
+
+    def __init__(self, validate: TokenValidator) -> None:
+        self._server = OAuthBearerServer(validate)
+        self.complete = False
+        self.username: str | None = None
+        self.expires_at_s: float | None = None
+
+    def respond(self, token: bytes) -> bytes:
+        from odradek.security.sasl_server import AuthenticationFailed
+
+        try:
+            reply = self._server.respond(token)
+        except OAuthBearerFailed as error:
+            raise AuthenticationFailed(f"OAUTHBEARER: {error}") from None
+        if self._server.complete:
+            self.complete = True
+            self.username = self._server.principal
+            self.expires_at_s = self._server.expires_at_s
+        return reply
+
+
+def token_key_id(message: bytes) -> str | None:
+    """The ``kid`` a client's first message's token names (None if it names none or
+    the message does not parse: the exchange itself will say why)."""
+    from odradek.security.jwt import decode_jws
+
+    try:
+        kid = decode_jws(parse_client_first(message).token).header.get("kid", "")
+    except (OAuthBearerFailed, TokenError):
+        return None
+    return str(kid)

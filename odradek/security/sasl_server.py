@@ -30,6 +30,7 @@ import secrets
 from collections.abc import Callable, Mapping
 from typing import Final, Protocol
 
+from odradek.security.jwt import ValidToken
 from odradek.security.scram import (
     DEFAULT_ITERATIONS,
     MECHANISMS,
@@ -42,7 +43,8 @@ from odradek.security.scram import (
 PLAIN: Final = "PLAIN"
 SCRAM_SHA_256: Final = "SCRAM-SHA-256"
 SCRAM_SHA_512: Final = "SCRAM-SHA-512"
-SUPPORTED_MECHANISMS: Final = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+OAUTHBEARER: Final = "OAUTHBEARER"
+SUPPORTED_MECHANISMS: Final = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512, OAUTHBEARER)
 # What a client is told on any authentication failure (Kafka's wording for SCRAM and
 # PLAIN's credential failures is of this shape): never which part was wrong.
 CLIENT_MESSAGE: Final = "Authentication failed: Invalid username or password"
@@ -295,8 +297,16 @@ def server_mechanism(
     *,
     plain_users: Mapping[str, str],
     scram_lookup: Callable[[str, str], ScramCredential | None],
+    token_validator: Callable[[str], ValidToken] | None = None,
 ) -> ServerMechanism:
-    """A fresh server mechanism for one exchange (``name`` in SUPPORTED_MECHANISMS)."""
+    """A fresh server mechanism for one exchange (``name`` in SUPPORTED_MECHANISMS;
+    OAUTHBEARER needs the listener's ``token_validator``, security/oauthbearer.py)."""
     if name == PLAIN:
         return PlainServer(plain_users)
+    if name == OAUTHBEARER:
+        from odradek.security.oauthbearer import OAuthBearerMechanism
+
+        if token_validator is None:
+            raise ValueError("OAUTHBEARER without a token validator")
+        return OAuthBearerMechanism(token_validator)
     return ScramServer(name, lambda user: scram_lookup(user, name))

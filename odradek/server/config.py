@@ -573,6 +573,19 @@ BROKER_CONFIGS: Final[tuple[BrokerConfigDef, ...]] = (
     BrokerConfigDef("sasl.server.max.receive.size", _int(1, INT_MAX), "524288"),
     BrokerConfigDef("connections.max.reauth.ms", _int(0, LONG_MAX), "0"),
     BrokerConfigDef("connection.failed.authentication.delay.ms", _int(0, INT_MAX), "100"),
+    # OAUTHBEARER (server/oauth_settings.py): signed tokens checked against a JWKS
+    BrokerConfigDef("sasl.server.callback.handler.class", _text, None),
+    BrokerConfigDef("sasl.oauthbearer.jwks.endpoint.url", _text, None),
+    BrokerConfigDef("sasl.oauthbearer.jwks.endpoint.refresh.ms", _int(1, LONG_MAX), "3600000"),
+    BrokerConfigDef("sasl.oauthbearer.jwks.endpoint.retry.backoff.ms", _int(0, LONG_MAX), "100"),
+    BrokerConfigDef(
+        "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms", _int(0, LONG_MAX), "10000"
+    ),
+    BrokerConfigDef("sasl.oauthbearer.expected.audience", _list, None),
+    BrokerConfigDef("sasl.oauthbearer.expected.issuer", _text, None),
+    BrokerConfigDef("sasl.oauthbearer.sub.claim.name", _text, "sub"),
+    BrokerConfigDef("sasl.oauthbearer.scope.claim.name", _text, "scope"),
+    BrokerConfigDef("sasl.oauthbearer.clock.skew.seconds", _int(0, INT_MAX), "30"),
     # -- end of SASL --
     #
     # -- security: the authorizer and ACLs (server/authorizer.py) -------------------

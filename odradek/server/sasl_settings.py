@@ -12,7 +12,8 @@ setup fails at startup (``BrokerConfig._check_protocols`` calls it) with one lin
 
 Kafka's default mechanism is GSSAPI (Kerberos), which odradek does not implement: a
 SASL listener with only GSSAPI enabled is refused; GSSAPI beside implemented ones is
-dropped with a warning. OAUTHBEARER is the same until it is implemented.
+dropped with a warning. OAUTHBEARER's validator (unsecured tokens, or signed ones
+checked against a JWKS) comes from server/oauth_settings.py.
 """
 
 from __future__ import annotations
@@ -24,15 +25,16 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from odradek.security.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_broker_jaas
-from odradek.security.sasl_server import PLAIN, SUPPORTED_MECHANISMS
+from odradek.security.sasl_server import OAUTHBEARER, PLAIN, SUPPORTED_MECHANISMS
 from odradek.server.config import ConfigError
+from odradek.server.oauth_settings import OAuthValidator, oauth_validator
 
 if TYPE_CHECKING:
     from odradek.server.config import BrokerConfig
 
 logger = logging.getLogger(__name__)
 # Kafka's mechanisms that odradek does not implement (refused alone, dropped beside others).
-KNOWN_UNIMPLEMENTED = {"GSSAPI": "GSSAPI (Kerberos)", "OAUTHBEARER": "OAUTHBEARER"}
+KNOWN_UNIMPLEMENTED = {"GSSAPI": "GSSAPI (Kerberos)"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +45,7 @@ class ListenerSasl:
     reauth_ms: Mapping[str, int]  # connections.max.reauth.ms per mechanism (0: off)
     failed_delay_ms: int  # connection.failed.authentication.delay.ms
     max_receive_size: int  # sasl.server.max.receive.size
+    oauth: OAuthValidator | None = None  # OAUTHBEARER's token validator, when enabled
 
 
 def _prefixes(listener: str, mechanism: str | None) -> list[str]:
@@ -154,6 +157,24 @@ def listener_sasl(config: BrokerConfig, listener: str) -> ListenerSasl:
         name: _int_setting(config, listener, name, "connections.max.reauth.ms")
         for name in mechanisms
     }
+    oauth = None
+    if OAUTHBEARER in mechanisms:
+
+        def oauth_raw(key: str) -> str | None:
+            # Only the mechanism's own JAAS entry: another's (PLAIN's) is not for it.
+            if key == "sasl.jaas.config":
+                return next(
+                    (
+                        config.original[prefix + key]
+                        for prefix in _prefixes(listener, OAUTHBEARER)
+                        if prefix.endswith(".oauthbearer.") and prefix + key in config.original
+                    ),
+                    None,
+                )
+            value = _raw(config, listener, OAUTHBEARER, key)
+            return value if value is not None else config[key]
+
+        oauth = oauth_validator(config, listener, oauth_raw)
     return ListenerSasl(
         listener,
         mechanisms,
@@ -161,4 +182,5 @@ def listener_sasl(config: BrokerConfig, listener: str) -> ListenerSasl:
         reauth,
         int(config["connection.failed.authentication.delay.ms"]),
         _int_setting(config, listener, None, "sasl.server.max.receive.size"),
+        oauth,
     )

@@ -45,8 +45,10 @@ from odradek.network.warn_limit import PeerWarnings
 from odradek.protocol.build import error_code, make, response_module
 from odradek.protocol.messages import API_VERSIONS_KEY, Request, encode_response
 from odradek.protocol.session import Session, uses_sasl
+from odradek.security.oauthbearer import token_key_id
 from odradek.security.sasl_server import (
     CLIENT_MESSAGE,
+    OAUTHBEARER,
     AuthenticationFailed,
     ServerMechanism,
     server_mechanism,
@@ -188,7 +190,10 @@ async def sasl_handshake(services: AdminServices, request: Request) -> Any:
 
     state.mechanism_name = name
     state.mechanism = server_mechanism(
-        name, plain_users=settings.plain_users, scram_lookup=scram_lookup
+        name,
+        plain_users=settings.plain_users,
+        scram_lookup=scram_lookup,
+        token_validator=settings.oauth.validate if settings.oauth is not None else None,
     )
     return _handshake_body(version, "NONE", settings.mechanisms)
 
@@ -247,6 +252,11 @@ async def sasl_authenticate(services: AdminServices, request: Request) -> Any:
     if len(token) > settings.max_receive_size:
         reason = f"a token of {len(token)} bytes exceeds sasl.server.max.receive.size"
         return await _fail(request, settings, mechanism.name, reason, CLIENT_MESSAGE)
+    jwks = settings.oauth.jwks if settings.oauth is not None else None
+    if mechanism.name == OAUTHBEARER and jwks is not None:
+        kid = token_key_id(token)
+        if kid is not None:  # fetched now if stale or unknown (rate-limited)
+            await jwks.keys_for(kid)
     try:
         reply = mechanism.respond(token)
     except AuthenticationFailed as error:
@@ -266,6 +276,10 @@ async def sasl_authenticate(services: AdminServices, request: Request) -> Any:
     session.authenticated = True
     state.authenticated_once = True
     lifetime_ms = settings.reauth_ms.get(mechanism.name, 0)
+    expires_at_s = getattr(mechanism, "expires_at_s", None)
+    if lifetime_ms > 0 and expires_at_s is not None:
+        # KIP-368: no longer than the credential (the OAUTHBEARER token's exp) lasts
+        lifetime_ms = max(1, min(lifetime_ms, int((expires_at_s - time.time()) * 1000)))
     # KIP-368: the session ends after connections.max.reauth.ms whatever the client's
     # version; v1+ clients are told, so they can re-authenticate in time.
     state.expires_at = time.monotonic() + lifetime_ms / 1000 if lifetime_ms > 0 else None
