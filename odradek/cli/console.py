@@ -18,10 +18,12 @@ import contextlib
 import signal
 import socket
 import sys
+from collections.abc import Mapping
 from typing import Any, Final
 
 import click
 
+from odradek.cli.common import command_config, command_config_option
 from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke
 
 NAME: Final = "console"
@@ -49,6 +51,7 @@ class ConsoleError(Exception):
     metavar="HOST:PORT[,HOST:PORT]",
     help="the cluster's brokers",
 )
+@command_config_option
 @click.option(
     "--listen",
     default=DEFAULT_LISTEN,
@@ -88,14 +91,21 @@ def run(args: Args) -> int:
         if args.sample_interval < 0:
             raise ConsoleError("--sample-interval must not be negative")
         host, port = parse_listen(args.listen)
-        asyncio.run(serve(args.bootstrap_server, host, port, args.sample_interval))
+        properties = command_config()  # security.protocol, ssl.*, sasl.* for the cluster
+        asyncio.run(serve(args.bootstrap_server, host, port, args.sample_interval, properties))
     except ConsoleError as error:
         print(f"{NAME}: {error}", file=sys.stderr)
         return 1
     return 0
 
 
-async def serve(bootstrap: str, host: str, port: int, sample_interval_s: float) -> None:
+async def serve(
+    bootstrap: str,
+    host: str,
+    port: int,
+    sample_interval_s: float,
+    properties: Mapping[str, str] | None = None,
+) -> None:
     import uvicorn
 
     from odradek.client._core.config import ConfigError
@@ -105,7 +115,7 @@ async def serve(bootstrap: str, host: str, port: int, sample_interval_s: float) 
     from odradek.console.source import ClusterSource
 
     try:
-        source = ClusterSource(bootstrap)
+        source = ClusterSource(bootstrap, properties=properties)
         await source.start()
     except (ConfigError, ValueError) as error:
         raise ConsoleError(f"--bootstrap-server: {error}") from None

@@ -18,6 +18,7 @@ Every method returns plain dataclasses for the templates; failures are the clien
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -28,6 +29,7 @@ from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import UnsupportedVersionError, request_entity
 from odradek.client._core.errors import KafkaError
+from odradek.client._core.sasl import sasl_credentials
 from odradek.client._core.types import TopicPartition
 from odradek.client.admin import configs as admin_configs
 from odradek.client.admin import groups as admin_groups
@@ -171,9 +173,18 @@ def _raise(outcome: Outcome | None, what: str) -> None:
 class ClusterSource:
     """The console's one cluster connection and the reads and changes it offers."""
 
-    def __init__(self, bootstrap: str, client_id: str = "odradek-console") -> None:
-        # ClientConfig validates the address the same way every odradek client does
-        config = ClientConfig({"bootstrap.servers": bootstrap, "client.id": client_id}, "admin")
+    def __init__(
+        self,
+        bootstrap: str,
+        client_id: str = "odradek-console",
+        properties: Mapping[str, Any] | None = None,
+    ) -> None:
+        # ClientConfig validates the address (and any security.protocol, ssl.*, sasl.*
+        # of ``properties``: --command-config) the same way every odradek client does
+        config = ClientConfig(
+            {**(properties or {}), "bootstrap.servers": bootstrap, "client.id": client_id},
+            "admin",
+        )
         self.bootstrap = config["bootstrap.servers"]
         self._config = config
         self._cluster: Cluster | None = None
@@ -187,6 +198,8 @@ class ClusterSource:
             retry_backoff_ms=self._config["retry.backoff.ms"],
             metadata_max_age_ms=self._config["metadata.max.age.ms"],
             client_versions=CONSOLE_VERSIONS,
+            ssl_context=self._config.ssl_context,
+            sasl=sasl_credentials(self._config),
         )
         try:
             await cluster.refresh()
@@ -400,11 +413,18 @@ class ClusterSource:
         offset = max(offset, start)
         if offset >= end:
             return []
+        config = self._config
         consumer = AIOKafkaConsumer(
             bootstrap_servers=self.bootstrap,
-            client_id=f"{self._config['client.id']}-browser",
+            client_id=f"{config['client.id']}-browser",
             enable_auto_commit=False,
             auto_offset_reset="earliest",
+            # the cluster's security settings, in the aiokafka face's names
+            security_protocol=config["security.protocol"],
+            ssl_context=config.ssl_context,
+            sasl_mechanism=config["sasl.mechanism"],
+            sasl_plain_username=config["sasl.username"],
+            sasl_plain_password=config["sasl.password"],
         )
         await consumer.start()
         records: list[ConsumerRecord] = []

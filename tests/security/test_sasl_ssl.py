@@ -210,3 +210,29 @@ def test_odradek_client_scram_over_sasl_ssl(broker: BrokerProcess, certs: Certs)
     finally:
         consumer.close()
     assert values == expected()
+
+
+def test_console_reads_a_sasl_ssl_cluster(broker: BrokerProcess, certs: Certs) -> None:
+    """``odradek console --command-config``'s connection: the admin reads and the
+    message browser's consumer both log in."""
+    from odradek.client._core.types import TopicPartition
+    from odradek.console.source import ClusterSource
+
+    name = topic()
+    settings = conf(broker, certs, "SCRAM-SHA-512")
+    assert produce_consume(settings, name) == expected()
+
+    async def scenario() -> tuple[list[str], list[bytes]]:
+        properties = {k: v for k, v in settings.items() if k != "bootstrap.servers"}
+        source = ClusterSource(broker.urls["SASL_SSL"], properties=properties)
+        await source.start()
+        try:
+            topics = [t.name for t in await source.topics()]
+            records = await source.read(TopicPartition(name, 0), 0, 5)
+        finally:
+            await source.close()
+        return topics, [r.value for r in records]
+
+    topics, values = asyncio.run(scenario())
+    assert name in topics
+    assert values == expected()[:5]
