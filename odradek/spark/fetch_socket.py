@@ -13,18 +13,35 @@ is on its way (into the kernel's socket buffer) while this process decodes.
 
 Any socket failure, timeout, or a response out of order raises ``KafkaConnectionError``
 and closes the socket; the caller reconnects and retries.
+
+Security (``kafka.security.protocol`` and the ``kafka.ssl.*`` / ``kafka.sasl.*`` options):
+on a TLS listener the socket is wrapped with the reader's client ``SSLContext``
+(blocking, so ``recv_into`` reads decrypted bytes into the same buffer); on a SASL
+listener the reader authenticates before its first fetch with the same client
+mechanisms as odradek's client (client/_core/sasl.py), each SaslHandshake /
+SaslAuthenticate sent and read through ``send``/``receive``.
 """
 
 from __future__ import annotations
 
 import io
 import socket
+import ssl
 import struct
 from typing import Any, Final
 
-from kio.serial import entity_writer
+from kio.index import load_response_schema
+from kio.schema.errors import ErrorCode
+from kio.serial import entity_reader, entity_writer
 
-from odradek.client._core.connection import KafkaConnectionError
+from odradek.client._core.connection import KafkaConnectionError, request_entity
+from odradek.client._core.sasl import (
+    SASL_AUTHENTICATE_KEY,
+    SASL_HANDSHAKE_KEY,
+    SaslAuthenticationError,
+    SaslCredentials,
+    client_mechanism,
+)
 
 _SIZE: Final = struct.Struct(">i")
 MAX_RESPONSE_BYTES: Final = 1 << 30
@@ -33,14 +50,27 @@ MAX_RESPONSE_BYTES: Final = 1 << 30
 class FetchSocket:
     """One blocking connection to a broker for Fetch requests (pipelined, in order)."""
 
-    def __init__(self, host: str, port: int, *, client_id: str, timeout_s: float) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        client_id: str,
+        timeout_s: float,
+        ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
+        sasl_versions: tuple[int, int] = (1, 2),  # SaslHandshake, SaslAuthenticate
+    ) -> None:
         self.client_id = client_id
         self.timeout_s = timeout_s
         self.address = f"{host}:{port}"
         try:
-            self._sock = socket.create_connection((host, port), timeout=timeout_s)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError as error:
+            sock = socket.create_connection((host, port), timeout=timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if ssl_context is not None:
+                sock = ssl_context.wrap_socket(sock, server_hostname=host)
+            self._sock = sock
+        except OSError as error:  # ssl.SSLError is an OSError
             raise KafkaConnectionError(f"cannot connect to {self.address}: {error}") from None
         self._buffer = bytearray(1 << 20)
         self._view = memoryview(self._buffer)
@@ -48,6 +78,39 @@ class FetchSocket:
         self._next_id = 1
         self._expected: list[int] = []
         self.closed = False
+        if sasl is not None:
+            try:
+                self._authenticate(sasl, *sasl_versions)
+            except BaseException:
+                self.close()
+                raise
+
+    def _call(self, request: Any) -> Any:
+        """Send one request and decode its response (SASL's few round trips)."""
+        self.send(request)
+        frame = self.receive()
+        schema = load_response_schema(request.__api_key__, request.__version__)
+        _header, offset = entity_reader(schema.__header_schema__)(frame, 0)
+        return entity_reader(schema)(frame, offset)[0]
+
+    def _authenticate(self, credentials: SaslCredentials, handshake_v: int, auth_v: int) -> None:
+        handshake = self._call(
+            request_entity(SASL_HANDSHAKE_KEY, handshake_v, mechanism=credentials.mechanism)
+        )
+        if handshake.error_code != ErrorCode.none:
+            raise SaslAuthenticationError(
+                f"{self.address} does not enable SASL mechanism {credentials.mechanism}"
+            )
+        mechanism = client_mechanism(credentials)
+        server: bytes | None = None
+        while (token := mechanism.next_token(server)) is not None:
+            response = self._call(request_entity(SASL_AUTHENTICATE_KEY, auth_v, auth_bytes=token))
+            if response.error_code != ErrorCode.none:
+                raise SaslAuthenticationError(
+                    f"SASL {credentials.mechanism} authentication failed: "
+                    f"{response.error_message or response.error_code.name.upper()}"
+                )
+            server = bytes(response.auth_bytes)
 
     @property
     def outstanding(self) -> int:

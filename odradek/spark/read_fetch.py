@@ -36,6 +36,7 @@ from odradek.client._core.cluster import Cluster
 from odradek.client._core.config import ClientConfig
 from odradek.client._core.connection import BrokerConnection, KafkaConnectionError, request_entity
 from odradek.client._core.errors import KafkaError
+from odradek.client._core.sasl import SASL_AUTHENTICATE_KEY, SASL_HANDSHAKE_KEY, sasl_credentials
 from odradek.protocol.fetch_codec import FetchParseError, RawPartition, parse_fetch_response
 from odradek.spark.fetch_socket import FetchSocket
 from odradek.spark.read_arrow import ArrowDecoder, scan
@@ -117,6 +118,8 @@ class _RangeReader:
                 request_timeout_ms=self.config["request.timeout.ms"],
                 retry_backoff_ms=self.config["retry.backoff.ms"],
                 client_versions=READ_VERSIONS,
+                ssl_context=self.config.ssl_context,
+                sasl=sasl_credentials(self.config),
             )
         cluster = self.cluster
 
@@ -134,11 +137,22 @@ class _RangeReader:
         connection = await self._connect()
         self.fetch_version = connection.version_for(FETCH)
         self.inflight_offset = -1
+        sasl = sasl_credentials(self.config)
         self.fetcher = FetchSocket(
             connection.address.host,
             connection.address.port,
             client_id=self.config["client.id"],
             timeout_s=self.config["request.timeout.ms"] / 1000,
+            ssl_context=self.config.ssl_context,
+            sasl=sasl,
+            sasl_versions=(
+                (
+                    connection.version_for(SASL_HANDSHAKE_KEY),
+                    connection.version_for(SASL_AUTHENTICATE_KEY),
+                )
+                if sasl is not None
+                else (1, 2)
+            ),
         )
         return self.fetcher
 
