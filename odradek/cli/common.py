@@ -27,6 +27,7 @@ from odradek.client._core.config import ConfigError
 from odradek.client._core.connection import KafkaConnectionError, UnsupportedVersionError
 from odradek.client._core.errors import KafkaError
 from odradek.client._core.errors import error_code as client_error_code
+from odradek.client._core.sasl import SaslCredentials
 from odradek.client._core.types import KafkaException, TopicPartition
 from odradek.client.admin.blocking import AdminClient
 from odradek.client.admin.types import OffsetSpec, TopicCollection, TopicDescription
@@ -122,14 +123,17 @@ def _remember_command_config(ctx: click.Context, _: click.Parameter, value: str 
     if value is None:
         return
     from odradek.client._core.config import ClientConfig
+    from odradek.client._core.sasl import sasl_credentials
 
     try:
         properties = read_command_config(value)
-        context = ClientConfig({"bootstrap.servers": "-", **properties}, "admin").ssl_context
+        config = ClientConfig({"bootstrap.servers": "-", **properties}, "admin")
+        context = config.ssl_context
     except (CliError, ConfigError) as error:
         raise click.BadParameter(str(error).removeprefix("--command-config: ")) from None
     ctx.meta[_COMMAND_CONFIG] = properties
     ctx.meta[_COMMAND_CONFIG + ".ssl"] = context
+    ctx.meta[_COMMAND_CONFIG + ".sasl"] = sasl_credentials(config)
 
 
 def command_config() -> dict[str, str]:
@@ -143,6 +147,13 @@ def client_ssl_context() -> ssl.SSLContext | None:
     ``BrokerConnection`` rather than a client (None: plaintext)."""
     ctx = click.get_current_context(silent=True)
     return ctx.meta.get(_COMMAND_CONFIG + ".ssl") if ctx is not None else None
+
+
+def client_sasl() -> SaslCredentials | None:
+    """The SASL login ``--command-config`` asks for (security.protocol SASL_*), for the
+    tools that open their own ``BrokerConnection``."""
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get(_COMMAND_CONFIG + ".sasl") if ctx is not None else None
 
 
 def command_config_option(function: Callable[..., Any]) -> Callable[..., Any]:

@@ -36,7 +36,7 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.common import client_ssl_context, command_config_option
+from odradek.cli.common import client_sasl, client_ssl_context, command_config_option
 from odradek.cli.subcommand import ArgparseStyleCommand, Args, invoke, one_of
 from odradek.client._core.connection import (
     BrokerAddress,
@@ -89,6 +89,7 @@ async def _connect(address: BrokerAddress) -> BrokerConnection:
         request_timeout_s=REQUEST_TIMEOUT_S + 5,
         client_versions=CLIENT_VERSIONS,
         ssl_context=client_ssl_context(),
+        sasl=client_sasl(),
     )
     try:
         await connection.connect()

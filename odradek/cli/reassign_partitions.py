@@ -53,7 +53,7 @@ import click
 from kio.schema.errors import ErrorCode
 
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.common import client_ssl_context, command_config_option
+from odradek.cli.common import client_sasl, client_ssl_context, command_config_option
 from odradek.cli.log_dirs import (
     DEFAULT_TIMEOUT_MS,
     LogDirToolError,
@@ -378,6 +378,7 @@ class _connected:
                 request_timeout_s=REQUEST_TIMEOUT_S + 5,
                 client_versions=CLIENT_VERSIONS,
                 ssl_context=client_ssl_context(),
+                sasl=client_sasl(),
             )
             try:
                 await connection.connect()

@@ -48,7 +48,7 @@ from kio.schema.errors import ErrorCode
 
 from odradek.cli import txn_describe_codec
 from odradek.cli.addresses import parse_addresses
-from odradek.cli.common import client_ssl_context, command_config_option
+from odradek.cli.common import client_sasl, client_ssl_context, command_config_option
 from odradek.cli.subcommand import ArgparseStyleGroup, Args, invoke
 from odradek.cli.transactions_output import (
     ActiveProducer,
@@ -142,6 +142,7 @@ class Cluster:
             request_timeout_s=REQUEST_TIMEOUT_S,
             client_versions=CLIENT_VERSIONS,
             ssl_context=client_ssl_context(),
+            sasl=client_sasl(),
         )
         try:
             await connection.connect()

@@ -12,8 +12,10 @@ import asyncio
 import gc
 import shutil
 import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -236,3 +238,33 @@ def test_console_reads_a_sasl_ssl_cluster(broker: BrokerProcess, certs: Certs) -
     topics, values = asyncio.run(scenario())
     assert name in topics
     assert values == expected()[:5]
+
+
+def test_cli_tools_log_in_with_command_config(
+    broker: BrokerProcess, certs: Certs, tmp_path: Path
+) -> None:
+    """Kafka tools' --command-config with SASL_SSL: a client-based command (topics) and
+    one that opens its own broker connections (metadata-quorum)."""
+    properties = tmp_path / "client.properties"
+    settings = conf(broker, certs, "SCRAM-SHA-256")
+    properties.write_text(
+        "".join(f"{k}={v}\n" for k, v in settings.items() if k != "bootstrap.servers")
+    )
+    base = [sys.executable, "-m", "odradek"]
+    common = ["--bootstrap-server", broker.urls["SASL_SSL"], "--command-config", str(properties)]
+    name = topic()
+    created = subprocess.run(
+        [*base, "topics", "create", name, *common], capture_output=True, text=True, timeout=60
+    )
+    assert created.returncode == 0, created.stderr
+    listed = subprocess.run(
+        [*base, "topics", "list", *common], capture_output=True, text=True, timeout=60
+    )
+    assert name in listed.stdout, listed.stderr
+    quorum = subprocess.run(
+        [*base, "metadata-quorum", *common, "describe", "--status"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert quorum.returncode == 0 and "LeaderId" in quorum.stdout, quorum.stderr

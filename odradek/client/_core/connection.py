@@ -112,7 +112,11 @@ class BrokerConnection:
         self._reauth_lock = asyncio.Lock()
         self.client_id = client_id
         self.request_timeout_s = request_timeout_s
-        self.client_versions = client_versions
+        # SaslHandshake v1 + SaslAuthenticate (KIP-152) whenever SASL is asked for, so
+        # callers with their own version tables (the CLI's tools) need not list them.
+        self.client_versions = (
+            {17: (1, 1), 36: (0, 2), **client_versions} if sasl is not None else client_versions
+        )
         self.broker_versions: dict[int, tuple[int, int]] = {}
         self._transport: asyncio.Transport | None = None
         self._protocol: _ResponseReader | None = None
