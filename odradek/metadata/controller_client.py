@@ -49,7 +49,7 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Set
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from kio.schema.errors import ErrorCode
 
@@ -62,6 +62,9 @@ from odradek.client._core.connection import (
     UnsupportedVersionError,
 )
 from odradek.metadata.errors import ControllerError
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 logger = logging.getLogger("odradek.metadata.controller_client")
 
@@ -110,10 +113,12 @@ def connector(
     client_id: str,
     versions: Mapping[int, tuple[int, int]],
     ssl_context: ssl.SSLContext | None = None,
+    sasl: SaslCredentials | None = None,
 ) -> Connect:
     """The default ``connect``: a ``BrokerConnection`` that knows ``versions`` (plus
     ApiVersions) and has negotiated with the controller listener (over TLS with
-    ``ssl_context``: a TLS controller listener)."""
+    ``ssl_context``: a TLS controller listener), logged in with ``sasl`` on a SASL
+    controller listener."""
     client_versions = dict(versions)
     client_versions.setdefault(API_VERSIONS_KEY, (0, 3))
 
@@ -124,6 +129,7 @@ def connector(
             request_timeout_s=timeout_s,
             client_versions=client_versions,
             ssl_context=ssl_context,
+            sasl=sasl,
         )
         await connection.connect()
         return connection

@@ -53,7 +53,7 @@ import ssl
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 from odradek.client._core.connection import (
     API_VERSIONS_KEY,
@@ -83,6 +83,9 @@ from odradek.raft.roles import SilentLeader
 from odradek.raft.snapshots import SnapshotStore
 from odradek.raft.wire_records import batch_header
 from odradek.records.batch import stamp
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 logger = logging.getLogger("odradek.raft.driver")
 
@@ -188,11 +191,14 @@ class RaftDriver:
         random: random_module.Random | None = None,
         node_options: Mapping[str, Any] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         """``voters`` is controller.quorum.voters (this node among them); ``node_options``
         go to ``RaftNode`` as they are (e.g. the LeaderChange ``control_entry`` builder);
-        ``ssl_context``: the voters' controller listeners are TLS."""
+        ``ssl_context``: the voters' controller listeners are TLS; ``sasl``: they are
+        SASL, and this node logs in with these credentials."""
         self.ssl_context = ssl_context
+        self.sasl = sasl
         addresses = list(voters)
         self.node_id = node_id
         self.cluster_id = cluster_id
@@ -591,6 +597,7 @@ class RaftDriver:
             request_timeout_s=self.config.request_timeout_ms / 1000,
             client_versions=versions,
             ssl_context=self.ssl_context,
+            sasl=self.sasl,
         )
         try:
             await connection.connect()

@@ -43,7 +43,7 @@ import ssl
 import time
 import zlib
 from collections.abc import Awaitable, Callable, Iterable, Mapping
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
 from odradek.client._core.connection import (
     API_VERSIONS_KEY,
@@ -67,6 +67,9 @@ from odradek.replica.fetcher_state import (
 )
 from odradek.replica.interfaces import FetchStart, FollowerLog, TopicPartition
 from odradek.replica.replication_quota import ReplicationQuota
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 logger = logging.getLogger(__name__)
 
@@ -108,9 +111,11 @@ class ReplicaFetcher:
         quota: ReplicationQuota | None = None,
         tier_state: TierStateBuilder | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.source_id = source_id
         self.ssl_context = ssl_context  # a TLS inter-broker listener
+        self.sasl = sasl  # a SASL inter-broker listener: this broker's login
         self._tier_state = tier_state
         self.index = index
         self.core = FetcherCore(source_id, settings, partition, clock, quota)
@@ -251,6 +256,7 @@ class ReplicaFetcher:
             request_timeout_s=self._socket_timeout_s,
             client_versions=CLIENT_VERSIONS,
             ssl_context=self.ssl_context,
+            sasl=self.sasl,
         )
         try:
             await connection.connect()
@@ -283,9 +289,11 @@ class ReplicaFetcherManager:
         quota: ReplicationQuota | None = None,
         tier_state: TierStateBuilder | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.settings = settings
         self.ssl_context = ssl_context  # for each fetcher: a TLS inter-broker listener
+        self.sasl = sasl  # for each fetcher: a SASL inter-broker listener's login
         self.tier_state = tier_state  # KIP-405, set by the broker once it has the RLM
         self.quota = quota  # follower.replication.throttled.rate, shared by the fetchers
         self.num_fetchers = max(num_fetchers, 1)
@@ -335,6 +343,7 @@ class ReplicaFetcherManager:
                     quota=self.quota,
                     tier_state=self.tier_state,
                     ssl_context=self.ssl_context,
+                    sasl=self.sasl,
                 )
             fetcher.assign(tp, start)
         for key, tps in moved.items():

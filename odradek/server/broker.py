@@ -196,6 +196,7 @@ class Broker:
             broker_epoch=lambda: self.lifecycle.core.broker_epoch if self.lifecycle else -1,
             quota=self.replication_quotas.follower,
             ssl_context=config.inter_broker_ssl_context,
+            sasl=config.inter_broker_sasl,
         )
         self.replica_manager = ReplicaManager(
             self.node_id,
@@ -251,6 +252,7 @@ class Broker:
             lambda: self.group_coordinator,
             self._inter_broker_endpoint,
             ssl_context=config.inter_broker_ssl_context,
+            sasl=config.inter_broker_sasl,
         )
         producer_ids = ProducerIdManager(self.node_id, self.controller_channel)
         self.txn_coordinator = TransactionCoordinator(
@@ -278,6 +280,7 @@ class Broker:
                 lambda: self.txn_coordinator,
                 self._inter_broker_endpoint,
                 ssl_context=config.inter_broker_ssl_context,
+                sasl=config.inter_broker_sasl,
             )
             if config["transaction.partition.verification.enable"]
             else None
@@ -339,6 +342,7 @@ class Broker:
             creator,
             f"broker-{self.node_id}-rlmm",
             ssl_context=self.config.inter_broker_ssl_context,
+            sasl=self.config.inter_broker_sasl,
         )
 
     def _inter_broker_endpoint(self, broker_id: int) -> tuple[str, int] | None:

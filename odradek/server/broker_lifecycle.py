@@ -469,6 +469,7 @@ def lifecycle_manager(
                 client_id=f"broker-{config.node_id}",
                 versions=VERSIONS,
                 ssl_context=config.controller_ssl_context,
+                sasl=config.controller_sasl,
             ),
             retry_backoff_s=config["controller.quorum.retry.backoff.ms"] / 1000,
         )

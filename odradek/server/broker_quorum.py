@@ -89,6 +89,7 @@ def forwarding_channel(broker: Broker) -> RemoteControllerChannel:
             client_id=f"broker-{broker.node_id}-forwarding",
             versions={**FORWARDED_VERSIONS, DESCRIBE_QUORUM_KEY: DESCRIBE_QUORUM_VERSIONS},
             ssl_context=broker.config.controller_ssl_context,
+            sasl=broker.config.controller_sasl,
         ),
         retry_backoff_s=raft_config.retry_backoff_ms / 1000,
         connect_timeout_s=raft_config.request_timeout_ms / 1000,
@@ -232,6 +233,7 @@ async def start_quorum(broker: Broker) -> list[Any]:
         cluster_id=broker.cluster_id,
         node_options={"control_entry": leader_change_entry},
         ssl_context=broker.config.controller_ssl_context,
+        sasl=broker.config.controller_sasl,
     )
     writer.attach(driver)
     bound = []

@@ -38,6 +38,7 @@ from odradek.storage.errors import LogConfigError
 from odradek.storage.log_config import LONG_MAX, LogConfig
 
 if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
     from odradek.network.tls import ListenerTls
 
 logger = logging.getLogger(__name__)
@@ -124,6 +125,9 @@ def _assignors(key: str, raw: str) -> tuple[str, ...]:
 
 
 BROKER_ROLE: Final = "broker"
+# The mechanisms this node's own clients log in with on SASL listeners (Kafka's names).
+INTER_BROKER_SASL_MECHANISM: Final = "sasl.mechanism.inter.broker.protocol"
+CONTROLLER_SASL_MECHANISM: Final = "sasl.mechanism.controller.protocol"
 CONTROLLER_ROLE: Final = "controller"
 
 
@@ -651,6 +655,8 @@ class BrokerConfig:
         self.listener_tls: dict[str, ListenerTls] = {}
         # listener name -> the broker's own client context for it (TLS listeners only)
         self.peer_tls: dict[str, ssl.SSLContext] = {}
+        # listener name -> how the broker's own clients log in to it (SASL listeners only)
+        self.peer_sasl: dict[str, SaslCredentials] = {}
         for definition in BROKER_CONFIGS:
             raw = self.original.get(definition.name, definition.default)
             if raw is None or raw == "":
@@ -870,22 +876,22 @@ class BrokerConfig:
         self._build_listener_tls(protocols)
 
     def _check_internal_sasl(self, protocols: dict[str, str]) -> None:
-        """Nodes do not authenticate to each other yet: in a cluster, a SASL listener
-        may serve clients but not be the inter-broker or a controller listener."""
-        if not self.quorum_configured:
-            return  # the zero-config node never connects to its own listeners
-        internal = [(name, "controller.listener.names") for name in self.controller_listener_names]
-        inter = self.inter_broker_listener
+        """The credentials this node's own clients log in with on SASL inter-broker and
+        controller listeners (server/sasl_settings.py ``peer_credentials``), read now so
+        a missing or bad one stops the node with one line. The zero-config node without
+        tiered storage never connects to its own listeners: it needs none."""
+        self.peer_sasl = {}
+        if not self.quorum_configured and not self.values["remote.log.storage.system.enable"]:
+            return
+        from odradek.server.sasl_settings import peer_credentials
+
+        internal = [(name, CONTROLLER_SASL_MECHANISM) for name in self.controller_listener_names]
+        inter = self.inter_broker_listener if BROKER_ROLE in self.roles else None
         if inter is not None:
-            internal.append((inter.name, "inter.broker.listener.name"))
+            internal.append((inter.name, INTER_BROKER_SASL_MECHANISM))
         for name, key in internal:
-            if protocols.get(name, "").startswith("SASL_"):
-                raise ConfigError(
-                    key,
-                    f"{name} uses {protocols[name]}: brokers and controllers do not "
-                    "authenticate to each other with SASL yet; give nodes a PLAINTEXT "
-                    "listener of their own and SASL listeners to clients",
-                )
+            if protocols.get(name, "").startswith("SASL_") and name not in self.peer_sasl:
+                self.peer_sasl[name] = peer_credentials(self, name, key)
 
     def _build_listener_tls(self, protocols: Mapping[str, str]) -> None:
         """Each TLS listener's context, built now so a bad keystore, password or
@@ -932,6 +938,19 @@ class BrokerConfig:
     def inter_broker_ssl_context(self) -> ssl.SSLContext | None:
         listener = self.inter_broker_listener
         return self.peer_ssl_context(listener.name if listener is not None else None)
+
+    @property
+    def controller_sasl(self) -> SaslCredentials | None:
+        """How the controller and raft clients log in (None: not a SASL listener)."""
+        names = self.controller_listener_names
+        return self.peer_sasl.get(names[0]) if names else None
+
+    @property
+    def inter_broker_sasl(self) -> SaslCredentials | None:
+        """How replica fetchers, transaction markers and tiered storage's metadata
+        clients log in (None: not a SASL listener)."""
+        listener = self.inter_broker_listener
+        return self.peer_sasl.get(listener.name) if listener is not None else None
 
     def _check_metadata_log_dir(self) -> None:
         if self.values["metadata.log.dir"] is None:

@@ -16,9 +16,12 @@ import asyncio
 import contextlib
 import ssl
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from odradek.client._core.connection import BrokerAddress, BrokerConnection, KafkaConnectionError
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 Endpoint = Callable[[int], tuple[str, int] | None]
 
@@ -31,9 +34,11 @@ class PeerConnections:
         client_versions: Mapping[int, tuple[int, int]],
         request_timeout_s: float,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.client_id = client_id
         self.ssl_context = ssl_context  # a TLS inter-broker listener
+        self.sasl = sasl  # a SASL inter-broker listener: this broker's login
         self._endpoint = endpoint
         self._versions = dict(client_versions)
         self._timeout_s = request_timeout_s
@@ -65,6 +70,7 @@ class PeerConnections:
                 request_timeout_s=self._timeout_s,
                 client_versions=self._versions,
                 ssl_context=self.ssl_context,
+                sasl=self.sasl,
             )
             await connection.connect()
             self._connections[broker_id] = connection

@@ -28,12 +28,15 @@ import asyncio
 import logging
 import ssl
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from odradek.client.consumer.aio import AIOKafkaConsumer
 from odradek.client.producer.aio import AIOKafkaProducer
 from odradek.coordinator.internal_topic import InternalTopicCreator
 from odradek.storage.remote.topic_metadata_manager import TOPIC
+
+if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
 
 logger = logging.getLogger(__name__)
 
@@ -49,12 +52,21 @@ class ClientMetadataTransport:
         client_id: str,
         topic_configs: Mapping[str, str] | None = None,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.bootstrap = bootstrap
-        # a TLS inter-broker listener: the clients speak SSL with this context
-        self.security: dict[str, Any] = (
-            {"security_protocol": "SSL", "ssl_context": ssl_context} if ssl_context else {}
-        )
+        # a TLS inter-broker listener: the clients speak SSL with this context; a SASL
+        # one: they log in as this broker (SASL_SSL: both)
+        self.security: dict[str, Any] = {"ssl_context": ssl_context} if ssl_context else {}
+        if sasl is not None:
+            self.security.update(
+                sasl_mechanism=sasl.mechanism,
+                sasl_plain_username=sasl.username,
+                sasl_plain_password=sasl.password,
+            )
+        if ssl_context is not None or sasl is not None:
+            protocol = ("SASL_" if sasl else "") + ("SSL" if ssl_context else "PLAINTEXT")
+            self.security["security_protocol"] = protocol
         self.creator = creator
         self.client_id = client_id
         self.topic_configs = dict(topic_configs or {})

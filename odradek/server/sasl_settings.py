@@ -22,14 +22,27 @@ import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
-from odradek.security.jaas import PLAIN_LOGIN_MODULE, JaasError, parse_broker_jaas
-from odradek.security.sasl_server import OAUTHBEARER, PLAIN, SUPPORTED_MECHANISMS
+from odradek.client._core.sasl import SaslCredentials
+from odradek.security.jaas import (
+    PLAIN_LOGIN_MODULE,
+    SCRAM_LOGIN_MODULE,
+    JaasError,
+    parse_broker_jaas,
+)
+from odradek.security.sasl_server import (
+    OAUTHBEARER,
+    PLAIN,
+    SCRAM_SHA_256,
+    SCRAM_SHA_512,
+    SUPPORTED_MECHANISMS,
+)
 from odradek.server.config import ConfigError
 from odradek.server.oauth_settings import OAuthValidator, oauth_validator
 
 if TYPE_CHECKING:
+    from odradek.metadata.image import ScramEntry
     from odradek.server.config import BrokerConfig
 
 logger = logging.getLogger(__name__)
@@ -184,3 +197,88 @@ def listener_sasl(config: BrokerConfig, listener: str) -> ListenerSasl:
         _int_setting(config, listener, None, "sasl.server.max.receive.size"),
         oauth,
     )
+
+
+# -- this node's own clients (replica fetchers, the controller and raft clients, ...) --
+# Kafka's rule: on a SASL inter-broker or controller listener the broker logs in with
+# sasl.mechanism.inter.broker.protocol / sasl.mechanism.controller.protocol, and for
+# PLAIN and SCRAM its credentials are the username/password options of that
+# listener's JAAS entry for the mechanism (the same entry that lists PLAIN's users).
+PEER_MECHANISMS: Final = (PLAIN, SCRAM_SHA_256, SCRAM_SHA_512)
+_LOGIN_MODULES: Final = {
+    PLAIN: PLAIN_LOGIN_MODULE,
+    SCRAM_SHA_256: SCRAM_LOGIN_MODULE,
+    SCRAM_SHA_512: SCRAM_LOGIN_MODULE,
+}
+
+
+def peer_credentials(config: BrokerConfig, listener: str, mechanism_key: str) -> SaslCredentials:
+    """How this node's own clients log in to the SASL listener ``listener``;
+    ``mechanism_key`` names the property choosing the mechanism. ConfigError (one
+    line, never a password) for a setup that cannot log in."""
+    mechanism = str(config[mechanism_key] or "").strip().upper()
+    if mechanism not in PEER_MECHANISMS:
+        what = KNOWN_UNIMPLEMENTED.get(mechanism, repr(mechanism))
+        raise ConfigError(
+            mechanism_key,
+            f"listener {listener} uses SASL: this node's own clients would log in with "
+            f"{what}, which they cannot; set {mechanism_key} to one of "
+            f"{', '.join(PEER_MECHANISMS)}",
+        )
+    if any(li.name == listener for li in config.values["listeners"]):
+        enabled = listener_sasl(config, listener).mechanisms
+        if mechanism not in enabled:
+            raise ConfigError(
+                mechanism_key,
+                f"{mechanism} is not enabled on listener {listener} (sasl.enabled.mechanisms: "
+                f"{', '.join(enabled)})",
+            )
+    key = "sasl.jaas.config"
+    where = f"listener.name.{listener.lower()}.{mechanism.lower()}.{key}"
+    raw = _raw(config, listener, mechanism, key) or config[key]
+    if not raw:
+        raise ConfigError(
+            key,
+            f"listener {listener}: this node logs in to it with {mechanism} but {where} is "
+            "not set (it needs username= and password= options)",
+        )
+    try:
+        entry = parse_broker_jaas(raw)
+    except JaasError as error:
+        raise ConfigError(key, f"listener {listener}: {error}") from None
+    module = _LOGIN_MODULES[mechanism]
+    if entry.login_module != module:
+        raise ConfigError(
+            key, f"listener {listener}: {mechanism} needs {module}, got {entry.login_module}"
+        )
+    missing = [name for name in ("username", "password") if not entry.options.get(name)]
+    if missing:
+        raise ConfigError(
+            key,
+            f"listener {listener}: {where} has no {' and no '.join(missing)} option: this "
+            f"node's own clients log in to {listener} with them",
+        )
+    return SaslCredentials(mechanism, entry.options["username"], entry.options["password"])
+
+
+@functools.lru_cache(maxsize=8)
+def bootstrap_scram(config: BrokerConfig) -> Mapping[tuple[str, str], ScramEntry]:
+    """The SCRAM credentials ``storage format --add-scram`` left in this node's
+    bootstrap file (metadata/bootstrap.py).
+
+    Why: the credentials live in the metadata log, and the metadata log needs a quorum
+    that, with SCRAM on the controller listener, needs the credentials. Until this
+    node's image holds its first committed batch (the bootstrap batch itself, on a
+    freshly formatted cluster) the SASL handler checks logins against these; once
+    anything is committed only the image counts, so a credential changed or deleted
+    later stays so. A file that cannot be read gives none here: the controller's own
+    start-up reports it (broker_quorum.py)."""
+    from odradek.metadata.bootstrap import BootstrapError, read_bootstrap
+    from odradek.metadata.image import MetadataImage
+
+    try:
+        records = read_bootstrap(config.metadata_log_dir)
+    except BootstrapError:
+        return {}
+    wanted = [record for record in records if record.kind == "UserScramCredential"]
+    return MetadataImage().apply(wanted, 0).scram_credentials if wanted else {}

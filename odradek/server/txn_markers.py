@@ -42,6 +42,7 @@ from odradek.replica.replica_manager import PartitionError
 from odradek.server.peer_connections import Endpoint, PeerConnections
 
 if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
     from odradek.coordinator.group.coordinator import GroupCoordinator
     from odradek.metadata.view import MetadataView
     from odradek.replica.replica_manager import ReplicaManager
@@ -65,6 +66,7 @@ class TxnMarkerWriter:
         groups: Callable[[], GroupCoordinator | None],
         endpoint: Endpoint,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.metadata = metadata
         self.replicas = replicas
@@ -75,6 +77,7 @@ class TxnMarkerWriter:
             CLIENT_VERSIONS,
             REQUEST_TIMEOUT_S,
             ssl_context=ssl_context,
+            sasl=sasl,
         )
 
     # -- the coordinator's channel -------------------------------------------------------

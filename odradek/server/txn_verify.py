@@ -47,6 +47,7 @@ from odradek.coordinator.transaction.shard import TRANSACTION_STATE_TOPIC
 from odradek.server.peer_connections import Endpoint, PeerConnections
 
 if TYPE_CHECKING:
+    from odradek.client._core.sasl import SaslCredentials
     from odradek.coordinator.transaction.coordinator import TransactionCoordinator
     from odradek.metadata.view import MetadataView
 
@@ -83,6 +84,7 @@ class TxnVerifier:
         coordinator: Callable[[], TransactionCoordinator | None],
         endpoint: Endpoint,
         ssl_context: ssl.SSLContext | None = None,
+        sasl: SaslCredentials | None = None,
     ) -> None:
         self.metadata = metadata
         self._coordinator = coordinator
@@ -92,6 +94,7 @@ class TxnVerifier:
             CLIENT_VERSIONS,
             REQUEST_TIMEOUT_S,
             ssl_context=ssl_context,
+            sasl=sasl,
         )
 
     async def verify(

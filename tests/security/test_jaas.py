@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from odradek.client._core.sasl import SaslCredentials
 from odradek.security.jaas import JaasError, parse_broker_jaas, parse_jaas
 from odradek.server.config import BrokerConfig, ConfigError
 from odradek.server.sasl_settings import listener_sasl
@@ -122,29 +123,113 @@ def test_bad_sasl_setup_fails_at_startup(properties: dict[str, str], key: str, n
     assert needle in str(caught.value)
 
 
-def test_nodes_do_not_use_sasl_listeners_among_themselves() -> None:
-    cluster = {
-        "process.roles": "broker,controller",
-        "node.id": "1",
-        "controller.quorum.voters": "1@127.0.0.1:9093",
-        "controller.listener.names": "CONTROLLER",
-        "listeners": "SASL_PLAINTEXT://:9092,CONTROLLER://:9093",
-        "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
-        "sasl.enabled.mechanisms": "SCRAM-SHA-256",
-    }
-    with pytest.raises(ConfigError) as caught:
-        BrokerConfig(cluster)
-    assert caught.value.key == "inter.broker.listener.name"
-    assert "do not authenticate to each other with SASL yet" in str(caught.value)
-    # Clients on SASL, nodes on a PLAINTEXT listener of their own: fine.
-    config = BrokerConfig(
+_SCRAM_JAAS = (
+    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+    'username="broker" password="broker-secret";'
+)
+_CLUSTER = {
+    "process.roles": "broker,controller",
+    "node.id": "1",
+    "controller.quorum.voters": "1@127.0.0.1:9093",
+    "controller.listener.names": "CONTROLLER",
+    "listeners": "SASL_PLAINTEXT://:9092,CONTROLLER://:9093",
+    "listener.security.protocol.map": "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+    "sasl.enabled.mechanisms": "SCRAM-SHA-256",
+    "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-256",
+    "sasl.mechanism.controller.protocol": "SCRAM-SHA-256",
+    "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": _SCRAM_JAAS,
+    "listener.name.controller.scram-sha-256.sasl.jaas.config": _SCRAM_JAAS.replace(
+        "broker-secret", "controller-secret"
+    ),
+}
+
+
+def test_nodes_log_in_to_their_sasl_listeners_with_the_jaas_credentials() -> None:
+    config = BrokerConfig(_CLUSTER)
+    assert config.inter_broker_sasl == SaslCredentials("SCRAM-SHA-256", "broker", "broker-secret")
+    assert config.controller_sasl == SaslCredentials("SCRAM-SHA-256", "broker", "controller-secret")
+    # PLAIN: the username/password beside the user_ options of the same entry.
+    plain = BrokerConfig(
         {
-            **cluster,
-            "listeners": "SASL_PLAINTEXT://:9092,INTERNAL://:9094,CONTROLLER://:9093",
-            "listener.security.protocol.map": (
-                "SASL_PLAINTEXT:SASL_PLAINTEXT,INTERNAL:PLAINTEXT,CONTROLLER:PLAINTEXT"
+            **_CLUSTER,
+            "sasl.enabled.mechanisms": "PLAIN",
+            "sasl.mechanism.inter.broker.protocol": "PLAIN",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "sasl.jaas.config": (
+                "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                'username="admin" password="admin-secret" user_admin="admin-secret";'
             ),
-            "inter.broker.listener.name": "INTERNAL",
         }
     )
-    assert listener_sasl(config, "SASL_PLAINTEXT").mechanisms == ("SCRAM-SHA-256",)
+    assert plain.inter_broker_sasl == SaslCredentials("PLAIN", "admin", "admin-secret")
+    # A node on PLAINTEXT/SSL listeners has none.
+    assert (
+        BrokerConfig(
+            {
+                **_CLUSTER,
+                "listener.security.protocol.map": ("SASL_PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT"),
+            }
+        ).controller_sasl
+        is None
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "key", "needle"),
+    [
+        (  # Kafka's default is GSSAPI
+            {"sasl.mechanism.inter.broker.protocol": None},
+            "sasl.mechanism.inter.broker.protocol",
+            "log in with GSSAPI (Kerberos), which they cannot",
+        ),
+        (
+            {"sasl.mechanism.controller.protocol": "OAUTHBEARER"},
+            "sasl.mechanism.controller.protocol",
+            "log in with 'OAUTHBEARER', which they cannot",
+        ),
+        (
+            {"sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512"},
+            "sasl.mechanism.inter.broker.protocol",
+            "SCRAM-SHA-512 is not enabled on listener SASL_PLAINTEXT",
+        ),
+        (
+            {"listener.name.controller.scram-sha-256.sasl.jaas.config": None},
+            "sasl.jaas.config",
+            "listener.name.controller.scram-sha-256.sasl.jaas.config is not set",
+        ),
+        (
+            {
+                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.scram.ScramLoginModule required "
+                    'username="broker";'
+                )
+            },
+            "sasl.jaas.config",
+            "has no password option",
+        ),
+        (
+            {
+                "listener.name.controller.scram-sha-256.sasl.jaas.config": (
+                    "org.apache.kafka.common.security.plain.PlainLoginModule required "
+                    'username="broker" password="x";'
+                )
+            },
+            "sasl.jaas.config",
+            "SCRAM-SHA-256 needs org.apache.kafka.common.security.scram.ScramLoginModule",
+        ),
+    ],
+)
+def test_bad_node_credentials_fail_at_startup(
+    change: dict[str, str | None], key: str, needle: str
+) -> None:
+    properties = dict(_CLUSTER)
+    for name, value in change.items():
+        if value is None:
+            properties.pop(name)
+        else:
+            properties[name] = value
+    with pytest.raises(ConfigError) as caught:
+        BrokerConfig(properties)
+    assert caught.value.key == key
+    assert needle in str(caught.value)
+    assert "secret" not in str(caught.value)  # never a password

@@ -9,7 +9,8 @@ controller-only (no client listener); the voters are the nodes with the controll
 role. ``templates`` starts a node's properties from a file (the
 ``config/cluster/dedicated`` ones), its addresses and dirs replaced by free ones.
 ``node_properties`` adds one node's own lines last (e.g. an ``advertised.listeners``
-naming a proxy in front of it, tests/support/netproxy.py).
+naming a proxy in front of it, tests/support/netproxy.py). ``format_args`` go to every
+node's ``storage format`` (e.g. ``--add-scram``).
 ``start()`` launches all nodes before waiting for any (a node is ready only once a
 majority runs); each node's broker port is kept across restarts, so clients reconnect
 to the addresses they bootstrapped from. Every process is stopped by pid (``close``:
@@ -73,6 +74,7 @@ class Quorum:
         roles: Mapping[int, str] | None = None,
         templates: Mapping[int, Path] | None = None,
         node_properties: Mapping[int, Mapping[str, str]] | None = None,
+        format_args: Iterable[str] = (),
     ) -> None:
         self.workdir = workdir
         self.node_ids = tuple(node_ids)
@@ -91,7 +93,9 @@ class Quorum:
         for node_id in self.node_ids:
             extra = {**(properties or {}), **(node_properties or {}).get(node_id, {})}
             config = self._write_properties(node_id, extra)
-            formatted = odradek("storage", "format", "-t", self.cluster_id, "-c", str(config))
+            formatted = odradek(
+                "storage", "format", "-t", self.cluster_id, "-c", str(config), *format_args
+            )
             if formatted.returncode != 0:
                 raise RuntimeError(f"format node {node_id}: {formatted.stderr.strip()}")
             self.nodes[node_id] = BrokerProcess(

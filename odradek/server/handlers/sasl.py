@@ -8,7 +8,10 @@ state machine (security/sasl_server.py: PLAIN, SCRAM-SHA-256, SCRAM-SHA-512) kep
 the connection's ``session.state``; success sets ``session.principal`` to
 ``User:<name>`` and ``session.authenticated``. SCRAM's stored credentials are read
 from this node's current metadata image at the exchange's first token, so a
-credential added through the controller is usable as soon as the image has it.
+credential added through the controller is usable as soon as the image has it;
+until the image holds anything committed, from the node's ``storage format
+--add-scram`` bootstrap file, so nodes can log in to each other's SASL controller
+listeners with SCRAM while the quorum that commits those credentials forms.
 
 ``admit`` is the gate the Dispatcher runs before decoding: while a SASL connection is
 not authenticated only ApiVersions, SaslHandshake and SaslAuthenticate pass; any
@@ -55,7 +58,7 @@ from odradek.security.sasl_server import (
 )
 from odradek.security.scram import ScramCredential
 from odradek.server.handlers import BOTH_PLANES, handles
-from odradek.server.sasl_settings import ListenerSasl, listener_sasl
+from odradek.server.sasl_settings import ListenerSasl, bootstrap_scram, listener_sasl
 
 if TYPE_CHECKING:
     from odradek.server.services import AdminServices
@@ -178,10 +181,16 @@ async def sasl_handshake(services: AdminServices, request: Request) -> Any:
         )
         body = _handshake_body(version, "UNSUPPORTED_SASL_MECHANISM", settings.mechanisms)
         return _respond(request, body, close=True)
-    image_credentials = services.metadata  # read at the first token: the newest image
+    metadata, static = services.metadata, services.config.static
 
     def scram_lookup(user: str, mechanism: str) -> ScramCredential | None:
-        entry = image_credentials.image.scram_credentials.get((user, mechanism))
+        # Read at the first token: the newest image. Before the image holds anything
+        # committed, the credentials of this node's bootstrap file (a fresh cluster's
+        # nodes log in to each other's controller listeners before the quorum has
+        # committed them; sasl_settings.bootstrap_scram).
+        image = metadata.image
+        known = image.scram_credentials if image.offset >= 0 else bootstrap_scram(static)
+        entry = known.get((user, mechanism))
         if entry is None:
             return None
         return ScramCredential(
