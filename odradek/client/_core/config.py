@@ -39,9 +39,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from odradek.client._core.tls import TlsSettingsError, client_ssl_context
+
+if TYPE_CHECKING:
+    from odradek.client._core.oauth import TokenSource
 
 logger = logging.getLogger(__name__)
 _warned_stats = False
@@ -153,9 +156,20 @@ PROPERTIES: Final[tuple[Prop, ...]] = (
     Prop("ssl.endpoint.identification.algorithm", _choice("https", "none"), "https", _ALL),
     Prop("ssl.context", _any, None, _ALL),
     # SASL (client/_core/sasl.py)
-    Prop("sasl.mechanism", _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"), "PLAIN", _ALL),
+    Prop(
+        "sasl.mechanism",
+        _choice("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+        "PLAIN",
+        _ALL,
+    ),
     Prop("sasl.username", _text, None, _ALL),
     Prop("sasl.password", _text, None, _ALL),
+    # OAUTHBEARER's token (client/_core/oauth.py): librdkafka's and confluent-kafka's
+    # names; sasl.oauth.token.provider is aiokafka's sasl_oauth_token_provider
+    Prop("sasl.oauthbearer.config", _any, "", _ALL),
+    Prop("enable.sasl.oauthbearer.unsecure.jwt", _bool, False, _ALL),
+    Prop("oauth_cb", _any, None, _ALL),
+    Prop("sasl.oauth.token.provider", _any, None, _ALL),
     Prop("error_cb", _any, None, _ALL),
     Prop("logger", _any, None, _ALL),
     # producer
@@ -252,6 +266,8 @@ def _check_sasl(values: dict[str, Any]) -> None:
     """A SASL protocol needs sasl.username and sasl.password (PLAIN and SCRAM)."""
     if values.get("security.protocol") not in SASL_PROTOCOLS:
         return
+    if values.get("sasl.mechanism") == "OAUTHBEARER":
+        return  # its token source is checked by client/_core/oauth.py token_source
     for key in ("sasl.username", "sasl.password"):
         if not values.get(key):
             raise ConfigError(key, f"required with security.protocol={values['security.protocol']}")
@@ -293,6 +309,20 @@ class ClientConfig:
         except TlsSettingsError as error:
             raise ConfigError(error.key, str(error)) from None
         _check_sasl(self.values)
+        self.oauth_tokens: TokenSource | None = None  # OAUTHBEARER's (client/_core/oauth.py)
+        if (
+            self.values.get("security.protocol") in SASL_PROTOCOLS
+            and self.values.get("sasl.mechanism") == "OAUTHBEARER"
+        ):
+            from odradek.client._core.oauth import OAuthTokenError, token_source
+
+            try:
+                self.oauth_tokens = token_source(self)
+            except OAuthTokenError as error:
+                key, _, rest = str(error).partition(": ")
+                if key != "sasl.oauthbearer.config":
+                    key, rest = "sasl.mechanism", str(error)
+                raise ConfigError(key, rest) from None
         if self.values.get("stats_cb") is not None and self.values["statistics.interval.ms"] > 0:
             global _warned_stats
             if not _warned_stats:

@@ -1,4 +1,5 @@
-"""The client's side of SASL PLAIN and SCRAM-SHA-256/512, over SaslAuthenticate.
+"""The client's side of SASL PLAIN, SCRAM-SHA-256/512 and OAUTHBEARER (its tokens and
+message: client/_core/oauth.py), over SaslAuthenticate.
 
 How this works and why: after ApiVersions a connection to a SASL listener sends
 SaslHandshake v1 with its mechanism, then the mechanism's tokens in SaslAuthenticate
@@ -31,10 +32,11 @@ from odradek.security.scram import MECHANISMS, MIN_ITERATIONS, hash_of, hmac_of,
 
 if TYPE_CHECKING:
     from odradek.client._core.connection import BrokerConnection
+    from odradek.client._core.oauth import OAuthBearerClient, TokenSource
 
 SASL_HANDSHAKE_KEY: Final = 17
 SASL_AUTHENTICATE_KEY: Final = 36
-CLIENT_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512")
+CLIENT_MECHANISMS: Final = ("PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER")
 
 
 class SaslAuthenticationError(KafkaConnectionError):
@@ -53,8 +55,9 @@ def is_authentication(error: BaseException | None) -> bool:
 @dataclass(frozen=True, slots=True)
 class SaslCredentials:
     mechanism: str  # one of CLIENT_MECHANISMS
-    username: str
-    password: str
+    username: str = ""  # PLAIN and SCRAM
+    password: str = ""
+    oauth: TokenSource | None = None  # OAUTHBEARER: where its tokens come from (oauth.py)
 
 
 class PlainClient:
@@ -142,9 +145,29 @@ class ScramClient:
 
 
 def client_mechanism(credentials: SaslCredentials) -> PlainClient | ScramClient:
+    """PLAIN's or SCRAM's client for one exchange (OAUTHBEARER: ``start_mechanism``)."""
+    if credentials.mechanism == "OAUTHBEARER":
+        raise SaslAuthenticationError("SASL OAUTHBEARER is not available on this connection")
     if credentials.mechanism == "PLAIN":
         return PlainClient(credentials.username, credentials.password)
     return ScramClient(credentials.mechanism, credentials.username, credentials.password)
+
+
+async def start_mechanism(
+    credentials: SaslCredentials,
+) -> PlainClient | ScramClient | OAuthBearerClient:
+    """A fresh client mechanism for one exchange; OAUTHBEARER's token is fetched from
+    its source now, so a re-authentication logs in with a fresh one."""
+    if credentials.mechanism != "OAUTHBEARER":
+        return client_mechanism(credentials)
+    from odradek.client._core.oauth import OAuthBearerClient, OAuthTokenError
+
+    if credentials.oauth is None:
+        raise SaslAuthenticationError("SASL OAUTHBEARER: no token source configured")
+    try:
+        return OAuthBearerClient(await credentials.oauth.token())
+    except OAuthTokenError as error:
+        raise SaslAuthenticationError(f"SASL OAUTHBEARER: {error}") from None
 
 
 async def authenticate(connection: BrokerConnection, credentials: SaslCredentials) -> int:
@@ -171,7 +194,7 @@ async def authenticate(connection: BrokerConnection, credentials: SaslCredential
             f"the broker does not enable SASL mechanism {credentials.mechanism} "
             f"({handshake.error_code.name.upper()}; enabled: {offered})"
         )
-    mechanism = client_mechanism(credentials)
+    mechanism = await start_mechanism(credentials)
     auth_version = connection.version_for(SASL_AUTHENTICATE_KEY)
     server: bytes | None = None
     lifetime_ms = 0
@@ -197,6 +220,8 @@ def sasl_credentials(config: Any) -> SaslCredentials | None:
     """The SASL credentials a ``ClientConfig`` asks for (None without SASL)."""
     if not str(config["security.protocol"]).upper().startswith("SASL_"):
         return None
+    if config["sasl.mechanism"] == "OAUTHBEARER":
+        return SaslCredentials("OAUTHBEARER", oauth=config.oauth_tokens)
     return SaslCredentials(
         config["sasl.mechanism"], config["sasl.username"], config["sasl.password"]
     )

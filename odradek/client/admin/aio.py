@@ -84,6 +84,7 @@ _KEYWORDS = {
     "sasl_mechanism": "sasl.mechanism",
     "sasl_plain_username": "sasl.username",
     "sasl_plain_password": "sasl.password",
+    "sasl_oauth_token_provider": "sasl.oauth.token.provider",  # OAUTHBEARER
 }
 # Accepted for aiokafka compatibility and without effect here: aiokafka itself ignores
 # ``loop`` and ``api_version``; connections stay open until close().

@@ -78,6 +78,7 @@ _KEYWORDS = {
     "sasl_mechanism": "sasl.mechanism",
     "sasl_plain_username": "sasl.username",
     "sasl_plain_password": "sasl.password",
+    "sasl_oauth_token_provider": "sasl.oauth.token.provider",  # OAUTHBEARER
 }
 # aiokafka arguments without effect here: ``loop`` and ``api_version`` (aiokafka
 # ignores them too), the iterator's ``consumer_timeout_ms``, idle connections (kept

@@ -34,6 +34,7 @@ _AIO_RENAMES = {
     "compression_type": "compression.type",
     "sasl_plain_username": "sasl.username",  # aiokafka's names (client/_core/sasl.py)
     "sasl_plain_password": "sasl.password",
+    "sasl_oauth_token_provider": "sasl.oauth.token.provider",  # OAUTHBEARER
 }
 _AIO_IGNORED = {"loop", "api_version", "key_serializer", "value_serializer"}
 
