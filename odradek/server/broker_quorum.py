@@ -280,9 +280,34 @@ async def start_quorum(broker: Broker) -> list[Any]:
             broker.own_controller = QuorumVoter(broker.node_id, host, own.port)
             if broker.remote_channel is not None:
                 await broker.remote_channel.client.set_address(broker.own_controller)
+    _warn_without_bootstrap_login(broker)
     driver.start()
     await wait_caught_up(writer, driver)
     return bound
+
+
+def _warn_without_bootstrap_login(broker: Broker) -> None:
+    """A fresh node logging in to SCRAM controller listeners needs its credential in
+    the other controllers' bootstrap files (their metadata logs are empty too): say
+    so once here, since the quorum would otherwise just never form."""
+    from odradek.server.sasl_settings import bootstrap_scram
+
+    login = broker.config.controller_sasl
+    if login is None or not login.mechanism.startswith("SCRAM-"):
+        return
+    if broker.metadata_view.image.offset >= 0 or "controller" not in broker.config.roles:
+        return
+    if (login.username, login.mechanism) not in bootstrap_scram(broker.config):
+        logger.warning(
+            "this node logs in to the controller listeners as %r with %s, but its "
+            "bootstrap.checkpoint has no such credential: format the controllers with "
+            "--add-scram '%s=[name=%s,password=...]' (or use PLAIN between nodes), or "
+            "the controllers refuse each other until the metadata log has it",
+            login.username,
+            login.mechanism,
+            login.mechanism,
+            login.username,
+        )
 
 
 async def wait_caught_up(writer: RaftMetadataWriter, driver: RaftDriver) -> None:

@@ -3,7 +3,8 @@ inter-broker and controller listeners are SASL (SASL_PLAINTEXT, and SASL_SSL wit
 TLS helper's contexts under it), so Raft between the controllers, the brokers'
 registration, heartbeats and forwarding, replica fetching and transaction markers all
 authenticate as ``User:broker``, whose credential comes from ``storage format
---add-scram`` on every node, as Kafka's KIP-900 bootstraps it. The authorizer is on
+--add-scram`` on every node, as Kafka's KIP-900 bootstraps it (and, as Kafka is
+usually set up, with PLAIN to the controllers and SCRAM between brokers). The authorizer is on
 with only ``User:broker`` and ``User:admin`` as super users, so a follower that did
 not log in as the broker could not replicate (CLUSTER_ACTION). A real client produces
 with acks=all to a topic replicated three times and reads it back; the controller
@@ -40,11 +41,14 @@ def certs(tmp_path_factory: pytest.TempPathFactory) -> Certs:
     return make_certs(tmp_path_factory.mktemp("certs"))
 
 
-@pytest.fixture(scope="module", params=["SASL_PLAINTEXT", "SASL_SSL"])
+PLAIN_CONTROLLER = "SASL_PLAINTEXT-PLAIN-controller"
+
+
+@pytest.fixture(scope="module", params=["SASL_PLAINTEXT", "SASL_SSL", PLAIN_CONTROLLER])
 def quorum(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory, certs: Certs
 ) -> Iterator[tuple[Quorum, dict[str, str]]]:
-    protocol = request.param
+    protocol = request.param.split("-")[0]
     properties = {
         # The listener names stay Quorum's (PLAINTEXT is the inter-broker one).
         "listener.security.protocol.map": f"PLAINTEXT:{protocol},CONTROLLER:{protocol}",
@@ -56,6 +60,15 @@ def quorum(
         "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
         "super.users": "User:broker;User:admin",
     }
+    if request.param == PLAIN_CONTROLLER:
+        # Kafka's usual setup: SCRAM between brokers, PLAIN (JAAS users) to controllers
+        del properties["listener.name.controller.scram-sha-512.sasl.jaas.config"]
+        properties["listener.name.controller.sasl.enabled.mechanisms"] = "PLAIN"
+        properties["sasl.mechanism.controller.protocol"] = "PLAIN"
+        properties["listener.name.controller.plain.sasl.jaas.config"] = (
+            "org.apache.kafka.common.security.plain.PlainLoginModule required "
+            'username="broker" password="broker-secret" user_broker="broker-secret";'
+        )
     client = {
         "security.protocol": protocol,
         "sasl.mechanism": MECHANISM,
@@ -72,12 +85,12 @@ def quorum(
             }
         )
         client["ssl.ca.location"] = str(certs.ca)
-    workdir = tmp_path_factory.mktemp(f"sasl-quorum-{protocol.lower()}")
+    workdir = tmp_path_factory.mktemp(f"sasl-quorum-{request.param.lower()}")
     with Quorum(workdir, properties=properties, format_args=SCRAM) as running:
         yield running, client
 
 
-def test_replication_and_raft_log_in_with_scram(quorum: tuple[Quorum, dict[str, str]]) -> None:
+def test_replication_and_raft_log_in_with_sasl(quorum: tuple[Quorum, dict[str, str]]) -> None:
     running, client = quorum
     conf = {"bootstrap.servers": running.bootstrap, **client}
     topic = f"sasl-rf3-{uuid.uuid4().hex[:6]}"
@@ -106,9 +119,8 @@ def test_replication_and_raft_log_in_with_scram(quorum: tuple[Quorum, dict[str, 
     assert values == [b"v%d" % i for i in range(20)]
     for node in running.nodes.values():
         log = node.log()
-        assert "Authentication failed" not in log and "authentication failed" not in log, log[
-            -3000:
-        ]
+        for needle in ("Authentication failed", "authentication failed", "no such credential"):
+            assert needle not in log, log[-3000:]
 
 
 def _describe_quorum_v0() -> bytes:
