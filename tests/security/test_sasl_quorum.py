@@ -3,12 +3,13 @@ inter-broker and controller listeners are SASL (SASL_PLAINTEXT, and SASL_SSL wit
 TLS helper's contexts under it), so Raft between the controllers, the brokers'
 registration, heartbeats and forwarding, replica fetching and transaction markers all
 authenticate as ``User:broker``, whose credential comes from ``storage format
---add-scram`` on every node, as Kafka's KIP-900 bootstraps it (and, as Kafka is
-usually set up, with PLAIN to the controllers and SCRAM between brokers). The authorizer is on
+--add-scram`` on every node, as Kafka's KIP-900 bootstraps it (and, in Kafka's usual
+setup, with PLAIN to the controllers and SCRAM between brokers). The authorizer is on
 with only ``User:broker`` and ``User:admin`` as super users, so a follower that did
 not log in as the broker could not replicate (CLUSTER_ACTION). A real client produces
-with acks=all to a topic replicated three times and reads it back; the controller
-port refuses a client without credentials."""
+with acks=all to a topic replicated three times, then in a transaction across its
+partitions, and reads it all back read_committed; the controller port refuses a
+client without credentials."""
 
 from __future__ import annotations
 
@@ -95,28 +96,44 @@ def test_replication_and_raft_log_in_with_sasl(quorum: tuple[Quorum, dict[str, s
     conf = {"bootstrap.servers": running.bootstrap, **client}
     topic = f"sasl-rf3-{uuid.uuid4().hex[:6]}"
     admin = AdminClient(conf)
-    admin.create_topics([NewTopic(topic, 1, 3)])[topic].result(30)  # through the controller
+    # three partitions: their leaders are spread over the nodes, so transaction markers
+    # and AddPartitionsToTxn verification go from node to node
+    admin.create_topics([NewTopic(topic, 3, 3)])[topic].result(30)  # through the controller
     producer = Producer({**conf, "acks": "all"})
     for i in range(20):
-        producer.produce(topic, b"v%d" % i)
+        producer.produce(topic, b"v%d" % i, partition=i % 3)
     assert producer.flush(30) == 0  # acks=all: both followers fetched, logged in as broker
-    metadata = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
     deadline = time.monotonic() + 20
-    while len(metadata.isrs) < 3 and time.monotonic() < deadline:
+    partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    while any(len(p.isrs) < 3 for p in partitions.values()) and time.monotonic() < deadline:
         time.sleep(0.2)
-        metadata = admin.list_topics(topic, timeout=10).topics[topic].partitions[0]
-    assert sorted(metadata.isrs) == [1, 2, 3]
-    consumer = Consumer({**conf, "group.id": topic, "auto.offset.reset": "earliest"})
+        partitions = admin.list_topics(topic, timeout=10).topics[topic].partitions
+    assert all(sorted(p.isrs) == [1, 2, 3] for p in partitions.values())
+    assert len({p.leader for p in partitions.values()}) > 1, partitions
+    transactional = Producer({**conf, "transactional.id": topic})
+    transactional.init_transactions(30)
+    transactional.begin_transaction()
+    for i in range(20, 26):
+        transactional.produce(topic, b"v%d" % i, partition=i % 3)
+    transactional.commit_transaction(30)
+    consumer = Consumer(
+        {
+            **conf,
+            "group.id": topic,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+        }
+    )
     consumer.subscribe([topic])
     values: list[bytes] = []
     try:
-        while len(values) < 20 and time.monotonic() < deadline + 20:
+        while len(values) < 26 and time.monotonic() < deadline + 30:
             message = consumer.poll(0.5)
             if message is not None and message.error() is None:
                 values.append(message.value())
     finally:
         consumer.close()
-    assert values == [b"v%d" % i for i in range(20)]
+    assert sorted(values) == sorted(b"v%d" % i for i in range(26))
     for node in running.nodes.values():
         log = node.log()
         for needle in ("Authentication failed", "authentication failed", "no such credential"):
