@@ -44,7 +44,7 @@ def broker(tmp_path_factory: pytest.TempPathFactory, certs: Certs) -> Iterator[B
         "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL",
         "ssl.keystore.type": "PEM",
         "ssl.keystore.location": str(certs.server.keystore_pem),
-        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512",
+        "sasl.enabled.mechanisms": "PLAIN,SCRAM-SHA-256,SCRAM-SHA-512,OAUTHBEARER",
         "listener.name.sasl_ssl.plain.sasl.jaas.config": PLAIN_JAAS,
         "connection.failed.authentication.delay.ms": "200",
     }
@@ -81,6 +81,20 @@ def conf(
 @pytest.mark.parametrize("mechanism", ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"])
 def test_confluent_kafka_over_sasl_ssl(broker: BrokerProcess, certs: Certs, mechanism: str) -> None:
     assert produce_consume(conf(broker, certs, mechanism), topic()) == expected()
+
+
+def test_confluent_kafka_oauthbearer_over_sasl_ssl(broker: BrokerProcess, certs: Certs) -> None:
+    """Kafka's unsecured validator (the default without a JWKS) with librdkafka's own
+    unsecured token; signed tokens: test_oauthbearer_broker.py."""
+    settings = {
+        "bootstrap.servers": broker.urls["SASL_SSL"],
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": str(certs.ca),
+        "sasl.mechanism": "OAUTHBEARER",
+        "enable.sasl.oauthbearer.unsecure.jwt": True,
+        "sasl.oauthbearer.config": "principal=alice",
+    }
+    assert produce_consume(settings, topic()) == expected()
 
 
 def test_wrong_password_and_unknown_user_over_sasl_ssl(broker: BrokerProcess, certs: Certs) -> None:

@@ -155,11 +155,15 @@ def test_wrong_ca_is_refused(broker: BrokerProcess, certs: Certs) -> None:
 
 
 @pytest.mark.skipif(KCAT is None, reason="kcat is not installed")
-def test_kcat_over_ssl(broker: BrokerProcess, certs: Certs) -> None:
+@pytest.mark.parametrize("listener", ["SSL", "MTLS"])
+def test_kcat_over_ssl(broker: BrokerProcess, certs: Certs, listener: str) -> None:
     assert KCAT is not None
     name = topic()
     tls = ["-X", "security.protocol=ssl", "-X", f"ssl.ca.location={certs.ca}"]
-    base = [KCAT, "-b", broker.urls["SSL"], *tls, "-t", name]
+    if listener == "MTLS":  # its client certificate, as librdkafka takes it
+        tls += ["-X", f"ssl.certificate.location={certs.alice.cert}"]
+        tls += ["-X", f"ssl.key.location={certs.alice.key}"]
+    base = [KCAT, "-b", broker.urls[listener], *tls, "-t", name]
     lines = b"".join(b"value-%d\n" % i for i in range(COUNT))
     subprocess.run([*base, "-P"], input=lines, check=True, timeout=60)
     done = subprocess.run(
