@@ -247,6 +247,9 @@ async def start_quorum(broker: Broker) -> list[Any]:
             config=broker.config_view,
             controller=gate,
             brokers=broker.controller,
+            # Every request on a controller listener needs CLUSTER_ACTION on the cluster
+            # (server/dispatcher.py): it comes from a node, or is forwarded by one.
+            peer_authorizer=broker.services.authorizer,
         )
         broker.controller_server = SocketServer(
             Dispatcher(services, Plane.CONTROLLER, broker.request_times),

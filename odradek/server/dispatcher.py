@@ -49,17 +49,20 @@ from odradek.protocol.messages import (
 )
 from odradek.security.quotas import REQUEST_PERCENTAGE
 from odradek.server import mutation_quota
+from odradek.server.authorized_operations import AclOperation, ResourceType
 from odradek.server.handlers import Plane, plane_handlers
 from odradek.server.quotas import ClientQuotaManager, TimedCall
 from odradek.server.request_metrics import RequestTimes
 
 if TYPE_CHECKING:
+    from odradek.server.authorizer import Authorizer
     from odradek.server.services import BrokerServices, ControllerServices
 
 logger = logging.getLogger(__name__)
 
 PRODUCE_KEY = 0
 FETCH_KEY = 1
+_BEFORE_LOGIN = frozenset({API_VERSIONS_KEY, 17, 36})  # + SaslHandshake, SaslAuthenticate
 
 
 class Dispatcher:
@@ -80,6 +83,14 @@ class Dispatcher:
         # Two kinds, limited apart: a flood of one does not hide the first of the other.
         self.malformed = PeerWarnings(logger, "malformed-request lines")
         self.unsupported = PeerWarnings(logger, "unsupported-request lines")
+        # A controller listener serves nodes: with an authorizer on, each request needs
+        # CLUSTER_ACTION on the cluster (Kafka's rule for the controller's APIs and for
+        # forwarded requests), or the connection is closed with a line saying why.
+        gate = getattr(services, "peer_authorizer", None)
+        self.peer_authorizer: Authorizer | None = (
+            gate if gate is not None and gate.settings is not None else None
+        )
+        self.refused_peers = PeerWarnings(logger, "unauthorized-controller-request lines")
 
     async def __call__(self, frame: bytes, context: ConnectionContext) -> Response | None:
         start = time.perf_counter()
@@ -114,6 +125,8 @@ class Dispatcher:
             )
             raise CloseConnection() from None
         header = request.header
+        if self.peer_authorizer is not None and header.api_key not in _BEFORE_LOGIN:
+            self._check_peer(request, context)
         spec = self.handlers[header.api_key]
         quotas = self.client_quotas
         timed = None
@@ -165,6 +178,21 @@ class Dispatcher:
             times.request_name(header.api_key, request.body), (time.perf_counter() - start) * 1e3
         )
         return response
+
+    def _check_peer(self, request: Any, context: ConnectionContext) -> None:
+        assert self.peer_authorizer is not None
+        session = request.session
+        if self.peer_authorizer.allowed(session, AclOperation.CLUSTER_ACTION, ResourceType.CLUSTER):
+            return
+        self.refused_peers.warn(
+            context.peer,
+            "closing connection from %s: %s may not send API %d to a controller listener "
+            "(it needs CLUSTER_ACTION on the cluster, or to be in super.users)",
+            context.peer,
+            session.principal,
+            request.header.api_key,
+        )
+        raise CloseConnection()
 
     def _gate(self, frame: bytes, context: ConnectionContext) -> None:
         """SASL's gate (handlers/sasl.py): before authentication, or past the session's

@@ -219,6 +219,10 @@ class ControllerPlaneServices:
     controller: ControllerChannel
     brokers: BrokerControl
     authorizer: Authorizer = ALLOW_ALL
+    # The node's authorizer, for the plane's gate: CLUSTER_ACTION on the cluster for
+    # every request (the handlers' own ``authorizer`` stays allow-all: what a forwarded
+    # request may do was checked by the broker that forwarded it).
+    peer_authorizer: Authorizer = ALLOW_ALL
 
 
 @dataclass(frozen=True, slots=True)
