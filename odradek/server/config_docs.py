@@ -152,13 +152,46 @@ BROKER_DOCS: Final[dict[str, str]] = {
     "leader.imbalance.check.interval.seconds": "how often the controller checks leader balance",
     # SASL (server/sasl_settings.py); each also per listener (listener.name.<l>.)
     "sasl.enabled.mechanisms": "SASL mechanisms a SASL listener offers: PLAIN, SCRAM-SHA-256, "
-    "SCRAM-SHA-512 (GSSAPI and OAUTHBEARER are not implemented)",
-    "sasl.jaas.config": "JAAS login module line; PLAIN's users are its user_<name> options",
-    "sasl.mechanism.inter.broker.protocol": "accepted; brokers talk to each other without SASL",
-    "sasl.mechanism.controller.protocol": "accepted; controllers are reached without SASL",
+    "SCRAM-SHA-512, OAUTHBEARER (GSSAPI is not implemented)",
+    "sasl.jaas.config": "JAAS login module line; PLAIN's users are its user_<name> options, "
+    "a node's own login its username/password options",
+    "sasl.mechanism.inter.broker.protocol": "the mechanism brokers log in to each other with "
+    "(PLAIN or SCRAM) on a SASL inter-broker listener",
+    "sasl.mechanism.controller.protocol": "the mechanism nodes log in to the controllers with "
+    "(PLAIN or SCRAM) on a SASL controller listener",
     "sasl.server.max.receive.size": "largest SASL token a client may send, in bytes",
     "connections.max.reauth.ms": "SASL session lifetime (KIP-368): a connection must "
     "re-authenticate within it or is closed; 0: no limit",
     "connection.failed.authentication.delay.ms": "how long a failed SASL authentication waits "
     "before its answer (and the close)",
+    # OAUTHBEARER (server/oauth_settings.py)
+    "sasl.server.callback.handler.class": "OAUTHBEARER's validator: Kafka's "
+    "OAuthBearerValidatorCallbackHandler (signed tokens, JWKS) or the unsecured one",
+    "sasl.oauthbearer.jwks.endpoint.url": "the identity provider's JWKS (https or file URL) "
+    "signed OAUTHBEARER tokens are checked against",
+    "sasl.oauthbearer.jwks.endpoint.refresh.ms": "how often the JWKS is fetched again",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.ms": "first wait after a failed JWKS fetch",
+    "sasl.oauthbearer.jwks.endpoint.retry.backoff.max.ms": "longest wait between JWKS fetches "
+    "that fail",
+    "sasl.oauthbearer.expected.audience": "audiences a token's aud must name one of (empty: "
+    "not checked)",
+    "sasl.oauthbearer.expected.issuer": "the iss a token must carry (unset: not checked)",
+    "sasl.oauthbearer.sub.claim.name": "the claim naming the principal",
+    "sasl.oauthbearer.scope.claim.name": "the claim listing the token's scopes",
+    "sasl.oauthbearer.clock.skew.seconds": "clock difference allowed when checking exp, iat, nbf",
+    # TLS (network/tls.py); each also per listener (listener.name.<l>.)
+    "ssl.keystore.location": "the listener's key and certificate chain (PEM file or PKCS12)",
+    "ssl.keystore.type": "PEM or PKCS12 (JKS is not readable: convert it to PKCS12)",
+    "ssl.keystore.password": "the PKCS12 keystore's password",
+    "ssl.key.password": "the password of an encrypted private key",
+    "ssl.truststore.location": "the CAs client certificates (mTLS) and peers are checked against",
+    "ssl.truststore.type": "PEM or PKCS12",
+    "ssl.truststore.password": "the PKCS12 truststore's password",
+    "ssl.client.auth": "none, requested or required: whether clients present a certificate",
+    "ssl.enabled.protocols": "TLS versions a listener accepts (TLSv1.2, TLSv1.3)",
+    "ssl.cipher.suites": "TLS 1.2 cipher suites by IANA name (empty: OpenSSL's defaults)",
+    "ssl.principal.mapping.rules": "RULE:pattern/replacement/[LU] and DEFAULT: a client "
+    "certificate's DN to the principal's name",
+    "ssl.endpoint.identification.algorithm": "https: a node checks its peers' host names; "
+    "empty: it does not",
 }

@@ -196,8 +196,10 @@ def test_console_in_a_browser(
     delete = browser.find_element(By.ID, "delete-topic")
     delete.find_element(By.NAME, "confirm_name").send_keys(name)
     delete.find_element(By.CSS_SELECTOR, "button[type=submit]").click()
-    done = WebDriverWait(browser, WAIT_S).until(
-        expected_conditions.presence_of_element_located((By.ID, "done"))
+    # The page being left also has a #done (the create's): wait for the new one's text
+    # (the condition rides out the old element going stale as the page is replaced).
+    WebDriverWait(browser, WAIT_S).until(
+        expected_conditions.text_to_be_present_in_element((By.ID, "done"), "deleted topic")
     )
-    assert done.text == f"deleted topic {name}"
+    assert browser.find_element(By.ID, "done").text == f"deleted topic {name}"
     assert name not in topics(seeded.bootstrap)
