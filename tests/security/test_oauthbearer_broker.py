@@ -27,7 +27,7 @@ from cryptography.hazmat.primitives.asymmetric import padding, rsa
 
 from odradek.client._core.connection import BrokerAddress, BrokerConnection, request_entity
 from odradek.security.jwt import b64url_encode, unsecured_token
-from tests.security.test_tls_interop import COUNT, expected, produce_consume
+from tests.security.test_tls_interop import aio_round_trip, expected, produce_consume
 from tests.support.broker import BrokerProcess
 
 ISSUER = "https://idp.example"
@@ -245,23 +245,6 @@ def test_aiokafka_with_a_signed_token(broker: BrokerProcess, provider: Provider)
             "sasl_mechanism": "OAUTHBEARER",
             "sasl_oauth_token_provider": Tokens(),
         }
-        producer = AIOKafkaProducer(**options)
-        await producer.start()
-        try:
-            for i in range(COUNT):
-                await producer.send(name, b"value-%d" % i)
-            await producer.flush()
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(name, auto_offset_reset="earliest", **options)
-        await consumer.start()
-        values: list[bytes] = []
-        try:
-            while len(values) < COUNT:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 20)
-                values += [m.value for ms in batch.values() for m in ms]
-        finally:
-            await consumer.stop()
-        return values
+        return await aio_round_trip(AIOKafkaProducer, AIOKafkaConsumer, options, name)
 
     assert asyncio.run(main()) == expected()

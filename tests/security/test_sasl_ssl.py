@@ -23,7 +23,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient as ConfluentAdmin
 
 from tests.security.conftest import PLAIN_JAAS, USERS, format_with_scram
-from tests.security.test_tls_interop import COUNT, expected, produce_consume
+from tests.security.test_tls_interop import COUNT, aio_round_trip, expected, produce_consume
 from tests.support.broker import BrokerProcess
 from tests.support.certs import Certs, make_certs
 
@@ -181,24 +181,7 @@ def test_aiokafka_scram_over_sasl_ssl(broker: BrokerProcess, certs: Certs) -> No
             "sasl_plain_username": "admin",
             "sasl_plain_password": USERS["admin"],
         }
-        producer = AIOKafkaProducer(**options)
-        await producer.start()
-        try:
-            for i in range(COUNT):
-                await producer.send(name, b"value-%d" % i)
-            await producer.flush()
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(name, auto_offset_reset="earliest", **options)
-        await consumer.start()
-        values: list[bytes] = []
-        try:
-            while len(values) < COUNT:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 20)
-                values += [m.value for ms in batch.values() for m in ms]
-        finally:
-            await consumer.stop()
-        return values
+        return await aio_round_trip(AIOKafkaProducer, AIOKafkaConsumer, options, name)
 
     assert asyncio.run(main()) == expected()
 

@@ -114,6 +114,31 @@ def consume(conf: dict[str, Any], name: str, count: int = COUNT) -> list[bytes]:
     return values
 
 
+async def aio_round_trip(
+    producer_class: Any, consumer_class: Any, options: dict[str, Any], name: str, **consumer: Any
+) -> list[bytes]:
+    """COUNT records through an aiokafka-shaped producer, read back by its consumer
+    (aiokafka's own classes or odradek.aio's, with the same ``options``)."""
+    producer = producer_class(**options)
+    await producer.start()
+    try:
+        for i in range(COUNT):
+            await producer.send(name, b"value-%d" % i)
+        await producer.flush()
+    finally:
+        await producer.stop()
+    reader = consumer_class(name, auto_offset_reset="earliest", **consumer, **options)
+    await reader.start()
+    values: list[bytes] = []
+    try:
+        while len(values) < COUNT:
+            batch = await asyncio.wait_for(reader.getmany(timeout_ms=500), 20)
+            values += [m.value for ms in batch.values() for m in ms]
+    finally:
+        await reader.stop()
+    return values
+
+
 def expected(count: int = COUNT) -> list[bytes]:
     return [b"value-%d" % i for i in range(count)]
 
@@ -212,24 +237,7 @@ def test_aiokafka_over_ssl(broker: BrokerProcess, certs: Certs) -> None:
             "security_protocol": "SSL",
             "ssl_context": context,
         }
-        producer = AIOKafkaProducer(**options)
-        await producer.start()
-        try:
-            for i in range(COUNT):
-                await producer.send(name, b"value-%d" % i)
-            await producer.flush()
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(name, auto_offset_reset="earliest", **options)
-        await consumer.start()
-        values: list[bytes] = []
-        try:
-            while len(values) < COUNT:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 20)
-                values += [m.value for ms in batch.values() for m in ms]
-        finally:
-            await consumer.stop()
-        return values
+        return await aio_round_trip(AIOKafkaProducer, AIOKafkaConsumer, options, name)
 
     assert asyncio.run(main()) == expected()
 
@@ -271,24 +279,9 @@ def test_odradek_aio_client_with_ssl_context(broker: BrokerProcess, certs: Certs
             "security_protocol": "SSL",
             "ssl_context": context,
         }
-        producer = AIOKafkaProducer(**options)
-        await producer.start()
-        try:
-            for i in range(COUNT):
-                await producer.send(name, b"value-%d" % i)
-            await producer.flush()
-        finally:
-            await producer.stop()
-        consumer = AIOKafkaConsumer(name, group_id=name, auto_offset_reset="earliest", **options)
-        await consumer.start()
-        values: list[bytes] = []
-        try:
-            while len(values) < COUNT:
-                batch = await asyncio.wait_for(consumer.getmany(timeout_ms=500), 20)
-                values += [m.value for ms in batch.values() for m in ms]
-        finally:
-            await consumer.stop()
-        return values
+        return await aio_round_trip(
+            AIOKafkaProducer, AIOKafkaConsumer, options, name, group_id=name
+        )
 
     assert asyncio.run(main()) == expected()
 
